@@ -1,0 +1,672 @@
+"""Start, wait for, reset and stop the local Firestore, Pub/Sub and Cloud Storage emulators."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import functools
+import importlib.util
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "EmulatorFailed",
+    "EmulatorStack",
+    "EmulatorUnavailable",
+    "RunningEmulator",
+    "check_prerequisites",
+    "find_sdk_root",
+    "free_port",
+    "reset_firestore",
+    "reset_pubsub",
+    "start_firestore",
+    "start_pubsub",
+    "start_storage",
+]
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_TIMEOUT = 30.0
+# For an emulator that failed to start: how long SIGTERM gets before SIGKILL.
+FAILED_STOP_TIMEOUT = 10.0
+LOG_TAIL_LINES = 30
+
+SDK_ENV_VARS = ("CLOUDSDK_ROOT", "GCLOUD_SDK_ROOT")
+SDK_USUAL_PATHS = (
+    Path("/usr/lib/google-cloud-sdk"),
+    Path("/usr/share/google-cloud-sdk"),
+    Path("/opt/google-cloud-sdk"),
+    Path("~/google-cloud-sdk"),
+)
+FIRESTORE_LAUNCHER = Path("platform/cloud-firestore-emulator/cloud_firestore_emulator")
+PUBSUB_LAUNCHER = Path("platform/pubsub-emulator/bin/cloud-pubsub-emulator")
+
+JAVA_HINT = (
+    "Install a Java runtime (17 works), e.g. `sudo apt-get install openjdk-17-jre-headless` "
+    "on Debian/Ubuntu or `brew install openjdk@17` on macOS, and make sure `java -version` "
+    "works in this shell."
+)
+SDK_HINT = (
+    "Install the Google Cloud CLI (https://cloud.google.com/sdk/docs/install, or "
+    "`sudo apt-get install google-cloud-cli`), or point CLOUDSDK_ROOT at its root folder."
+)
+COMPONENT_HINT = (
+    "Install the emulators with `gcloud components install cloud-firestore-emulator "
+    "pubsub-emulator`, or, when the SDK came from apt, `sudo apt-get install "
+    "google-cloud-cli-firestore-emulator google-cloud-cli-pubsub-emulator`."
+)
+STORAGE_HINT = (
+    "Install it into this virtualenv with `pip install gcp-storage-emulator` "
+    "(or `pip install -r requirements-dev.txt`)."
+)
+
+
+class EmulatorUnavailable(RuntimeError):
+    """Java, the Cloud SDK or an emulator is missing; the message says how to install it."""
+
+
+class EmulatorFailed(RuntimeError):
+    """An emulator did not start, did not become ready, or refused a reset."""
+
+
+# Emulators still running, so that an interpreter exit (a failed test run, Ctrl-C in a script)
+# does not leave JVMs behind holding ports.
+_running: dict[int, RunningEmulator] = {}
+
+
+@dataclass(eq=False)
+class RunningEmulator:
+    """An emulator process group started by this module."""
+
+    name: str
+    host: str
+    port: int
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    _stopped: bool = field(default=False, init=False, repr=False)
+
+    @property
+    def host_port(self) -> str:
+        """`host:port`, the form the *_EMULATOR_HOST variables use."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pgid(self) -> int:
+        """The process group id; start_new_session makes it the leader's pid."""
+        return self.process.pid
+
+    def group_alive(self) -> bool:
+        """Whether any process of the emulator's group is still running (zombies aside)."""
+        return _group_running(self.pgid)
+
+    def stop(self, timeout: float = 10) -> None:
+        """Stop the whole process group: SIGTERM, wait up to `timeout`, then SIGKILL."""
+        if self._stopped:
+            return
+        pgid = self.pgid
+        # A launcher script may not exec Java, so the leader's pid need not be the JVM's: signal
+        # the group. The group cannot be someone else's while we have not reaped its leader or
+        # while any of its members exists, which is exactly when killpg can reach it.
+        if _signal_group(pgid, signal.SIGTERM) and not self._wait_until_stopped(timeout):
+            log.warning("%s did not stop within %.0f s; killing it", self.name, timeout)
+            _signal_group(pgid, signal.SIGKILL)
+            if not self._wait_until_stopped(5):
+                raise EmulatorFailed(
+                    f"{self.name} emulator (process group {pgid}) survived SIGKILL"
+                )
+        self.process.wait()
+        # Orphaned members (the JVM behind a launcher that died first) stay zombies until init
+        # reaps them; wait for that so the group id is really gone when we return.
+        if not _wait_for(lambda: not _group_exists(pgid), 5):
+            log.debug("process group %d still has unreaped zombies", pgid)
+        self._stopped = True
+        _running.pop(pgid, None)
+        log.info("%s emulator stopped (exit code %s)", self.name, self.process.returncode)
+
+    def _wait_until_stopped(self, timeout: float) -> bool:
+        # poll() reaps the leader, which would otherwise stay a zombie member of its own group.
+        return _wait_for(
+            lambda: self.process.poll() is not None and not _group_running(self.pgid), timeout
+        )
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> bool:
+    """Send `sig` to the group; False if the group no longer exists."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _group_exists(pgid: int) -> bool:
+    """Whether the group has any member, zombies included."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        # Not ours: the id was reused by someone else, so ours is gone.
+        return False
+    return True
+
+
+def _group_running(pgid: int) -> bool:
+    """Whether the group has a member that is not a zombie."""
+    proc = Path("/proc")
+    if not (proc / "self" / "stat").is_file():
+        # No procfs (macOS): zombies cannot be told apart, count them as running.
+        return _group_exists(pgid)
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "stat").read_text()
+        except OSError:  # exited while we looked
+            continue
+        # The command name may contain spaces and parentheses; the fields after the last ")"
+        # are state, ppid, pgrp, ...
+        fields = text[text.rindex(")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+@atexit.register
+def _stop_leftovers() -> None:
+    for emulator in list(_running.values()):
+        with contextlib.suppress(Exception):
+            emulator.stop(timeout=5)
+
+
+def free_port() -> int:
+    """A TCP port that is free on 127.0.0.1 right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((DEFAULT_HOST, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _check_port_free(name: str, host: str, port: int) -> None:
+    """Fail early if something listens there: it would answer the readiness probe for us."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # SO_REUSEADDR ignores TIME_WAIT leftovers of a just-stopped emulator but still fails
+        # when something is listening.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise EmulatorFailed(
+                f"{name} emulator: cannot bind {host}:{port} ({exc}); is the port already "
+                "in use, perhaps by another emulator?"
+            ) from exc
+
+
+# --- prerequisites ----------------------------------------------------------------------------
+
+
+def _find_java() -> str:
+    java = shutil.which("java")
+    if java is None:
+        raise EmulatorUnavailable(
+            "The Firestore and Pub/Sub emulators need Java, but `java` is not on PATH. " + JAVA_HINT
+        )
+    # macOS ships a /usr/bin/java stub that only prints "Unable to locate a Java Runtime".
+    try:
+        result = subprocess.run([java, "-version"], capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise EmulatorUnavailable(f"`{java} -version` failed ({exc}). {JAVA_HINT}") from exc
+    if result.returncode != 0:
+        output = result.stderr.decode(errors="replace").strip()
+        raise EmulatorUnavailable(f"`{java} -version` failed: {output}. {JAVA_HINT}")
+    return java
+
+
+# `gcloud info` costs about 0.7 s and its answer does not change while we run.
+@functools.cache
+def _gcloud_sdk_root() -> Path | None:
+    gcloud = shutil.which("gcloud")
+    if gcloud is None:
+        return None
+    try:
+        result = subprocess.run(
+            [gcloud, "info", "--format=value(installation.sdk_root)"],
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("`gcloud info` failed: %s", exc)
+        return None
+    root = result.stdout.decode(errors="replace").strip()
+    return Path(root) if result.returncode == 0 and root else None
+
+
+def find_sdk_root() -> Path:
+    """The Google Cloud SDK root: $CLOUDSDK_ROOT, $GCLOUD_SDK_ROOT, `gcloud info`, usual paths."""
+    for var in SDK_ENV_VARS:
+        value = os.environ.get(var)
+        if value:
+            path = Path(value).expanduser()
+            if path.is_dir():
+                return path
+            log.warning("%s=%s is not a directory; looking elsewhere", var, value)
+    from_gcloud = _gcloud_sdk_root()
+    if from_gcloud is not None and from_gcloud.is_dir():
+        return from_gcloud
+    for candidate in SDK_USUAL_PATHS:
+        path = candidate.expanduser()
+        if path.is_dir():
+            return path
+    looked = ", ".join(
+        [f"${var}" for var in SDK_ENV_VARS]
+        + ["`gcloud info`"]
+        + [str(path) for path in SDK_USUAL_PATHS]
+    )
+    raise EmulatorUnavailable(f"Google Cloud SDK not found (looked at {looked}). {SDK_HINT}")
+
+
+def _sdk_launcher(relative: Path, component: str) -> Path:
+    root = find_sdk_root()
+    launcher = root / relative
+    if not launcher.is_file():
+        raise EmulatorUnavailable(
+            f"The {component} emulator is not installed in the Cloud SDK at {root} "
+            f"({launcher} is missing). {COMPONENT_HINT}"
+        )
+    return launcher
+
+
+def _storage_command() -> list[str]:
+    # The console script sits next to the interpreter in a virtualenv; do not resolve
+    # sys.executable, which would leave the venv.
+    script = Path(sys.executable).parent / "gcp-storage-emulator"
+    if script.is_file():
+        return [str(script)]
+    if importlib.util.find_spec("gcp_storage_emulator") is not None:
+        return [sys.executable, "-m", "gcp_storage_emulator"]
+    raise EmulatorUnavailable(
+        f"gcp-storage-emulator is not installed for {sys.executable}. {STORAGE_HINT}"
+    )
+
+
+def check_prerequisites() -> None:
+    """Raise EmulatorUnavailable, with install hints, if any emulator cannot be started."""
+    _find_java()
+    _sdk_launcher(FIRESTORE_LAUNCHER, "Firestore")
+    _sdk_launcher(PUBSUB_LAUNCHER, "Pub/Sub")
+    _storage_command()
+
+
+# --- HTTP -------------------------------------------------------------------------------------
+
+# No proxies: a corporate HTTP(S)_PROXY must never see requests meant for localhost.
+_opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def _http(method: str, url: str, *, timeout: float = 10) -> tuple[int, bytes]:
+    """Send a bodiless request; return status and body, HTTP errors included."""
+    if not url.startswith("http://"):
+        raise ValueError(f"not an emulator URL: {url}")
+    request = urllib.request.Request(url, method=method)  # noqa: S310 (http:// checked above)
+    try:
+        with _opener.open(request, timeout=timeout) as response:
+            status: int = response.status
+            return status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+# --- start and readiness ----------------------------------------------------------------------
+
+
+def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        return f"(cannot read {path}: {exc})"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _spawn(
+    name: str,
+    command: Sequence[str],
+    *,
+    host: str,
+    port: int,
+    log_dir: Path,
+    env: dict[str, str] | None = None,
+) -> RunningEmulator:
+    _check_port_free(name, host, port)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{name}.log"
+    log.info("starting %s emulator on %s:%d (log: %s)", name, host, port, log_path)
+    log.debug("command: %s", " ".join(command))
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen(
+            list(command),
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
+    emulator = RunningEmulator(name=name, host=host, port=port, process=process, log_path=log_path)
+    _running[emulator.pgid] = emulator
+    return emulator
+
+
+def _probe(emulator: RunningEmulator) -> bool:
+    base = f"http://{emulator.host_port}"
+    try:
+        if emulator.name == "storage":
+            status, _ = _http("GET", f"{base}/storage/v1/b", timeout=2)
+            return status == 200
+        status, body = _http("GET", f"{base}/", timeout=2)
+    except OSError:
+        return False
+    return status == 200 and body.strip() == b"Ok"
+
+
+def _wait_ready(emulator: RunningEmulator, timeout: float) -> float:
+    """Poll until the emulator answers; return the seconds it took. Stops it on failure."""
+    started = time.monotonic()
+    deadline = started + timeout
+    while True:
+        code = emulator.process.poll()
+        if code is not None:
+            emulator.stop(timeout=FAILED_STOP_TIMEOUT)
+            raise EmulatorFailed(
+                f"{emulator.name} emulator exited with code {code} before it was ready; "
+                f"last lines of {emulator.log_path}:\n{_tail(emulator.log_path)}"
+            )
+        if _probe(emulator):
+            elapsed = time.monotonic() - started
+            log.info(
+                "%s emulator ready on %s in %.2f s", emulator.name, emulator.host_port, elapsed
+            )
+            return elapsed
+        if time.monotonic() >= deadline:
+            emulator.stop(timeout=FAILED_STOP_TIMEOUT)
+            raise EmulatorFailed(
+                f"{emulator.name} emulator not ready on {emulator.host_port} after "
+                f"{timeout:.0f} s; last lines of {emulator.log_path}:\n{_tail(emulator.log_path)}"
+            )
+        time.sleep(0.1)
+
+
+# The Firestore launcher runs `java ... -cp "${FIRESTORE_JAR}" <main class> $*` without exec.
+_FIRESTORE_MAIN_CLASS = re.compile(r'-cp\s+"?\$\{?FIRESTORE_JAR\}?"?\s+([A-Za-z_][\w.]*)')
+
+
+def _firestore_java_command(java: str, launcher: Path) -> list[str] | None:
+    """The launcher's own java command line, or None if the launcher no longer looks as known.
+
+    Running the JVM directly makes it our child: the launcher would leave it an orphan, whose
+    exit init reaps late (about 1.5 s on these machines), and would hide its exit code.
+    """
+    jar = launcher.parent / "cloud-firestore-emulator.jar"
+    try:
+        match = _FIRESTORE_MAIN_CLASS.search(launcher.read_text(errors="replace"))
+    except OSError:
+        return None
+    if match is None or not jar.is_file():
+        return None
+    # The launcher sets English because the emulator only supports English messages.
+    return [java, "-Duser.language=en", "-cp", str(jar), match.group(1)]
+
+
+def _spawn_firestore(*, host: str, port: int, project: str, log_dir: Path) -> RunningEmulator:
+    java = _find_java()
+    launcher = _sdk_launcher(FIRESTORE_LAUNCHER, "Firestore")
+    program = _firestore_java_command(java, launcher)
+    if program is None:
+        log.info("unrecognised %s; running it instead of java", launcher)
+        program = [str(launcher)]
+    # --project_id only names the default project; other project ids keep working.
+    command = [*program, "start", f"--host={host}", f"--port={port}", f"--project_id={project}"]
+    # The launcher, if used, runs $JAVA (default `java`); pin the one we checked.
+    return _spawn("firestore", command, host=host, port=port, log_dir=log_dir, env={"JAVA": java})
+
+
+def _spawn_pubsub(*, host: str, port: int, project: str, log_dir: Path) -> RunningEmulator:
+    _find_java()
+    launcher = _sdk_launcher(PUBSUB_LAUNCHER, "Pub/Sub")
+    # No --projects: it would reject every other project id instead of just naming this one.
+    del project
+    command = [str(launcher), f"--host={host}", f"--port={port}"]
+    return _spawn("pubsub", command, host=host, port=port, log_dir=log_dir)
+
+
+def _spawn_storage(*, host: str, port: int, bucket: str, log_dir: Path) -> RunningEmulator:
+    command = [
+        *_storage_command(),
+        "start",
+        f"--host={host}",
+        f"--port={port}",
+        "--in-memory",
+        f"--default-bucket={bucket}",
+    ]
+    # Unbuffered, so that the log shows why it died.
+    return _spawn(
+        "storage", command, host=host, port=port, log_dir=log_dir, env={"PYTHONUNBUFFERED": "1"}
+    )
+
+
+def start_firestore(
+    *,
+    host: str = DEFAULT_HOST,
+    port: int,
+    project: str,
+    log_dir: Path,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> RunningEmulator:
+    """Start the Firestore emulator and wait until `GET /` answers `Ok`."""
+    emulator = _spawn_firestore(host=host, port=port, project=project, log_dir=log_dir)
+    _wait_ready(emulator, timeout)
+    return emulator
+
+
+def start_pubsub(
+    *,
+    host: str = DEFAULT_HOST,
+    port: int,
+    project: str,
+    log_dir: Path,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> RunningEmulator:
+    """Start the Pub/Sub emulator and wait until `GET /` answers `Ok`."""
+    emulator = _spawn_pubsub(host=host, port=port, project=project, log_dir=log_dir)
+    _wait_ready(emulator, timeout)
+    return emulator
+
+
+def start_storage(
+    *,
+    host: str = DEFAULT_HOST,
+    port: int,
+    bucket: str,
+    log_dir: Path,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> RunningEmulator:
+    """Start gcp-storage-emulator in memory with `bucket` and wait until it lists buckets."""
+    emulator = _spawn_storage(host=host, port=port, bucket=bucket, log_dir=log_dir)
+    _wait_ready(emulator, timeout)
+    return emulator
+
+
+# --- reset ------------------------------------------------------------------------------------
+
+
+def _reset(what: str, method: str, url: str) -> None:
+    try:
+        status, body = _http(method, url)
+    except OSError as exc:
+        raise EmulatorFailed(f"resetting {what} failed: {method} {url}: {exc}") from exc
+    if not 200 <= status < 300:
+        raise EmulatorFailed(
+            f"resetting {what} failed: {method} {url} answered {status}: "
+            f"{body.decode(errors='replace')[:500]}"
+        )
+
+
+def reset_firestore(*, host_port: str, project: str) -> None:
+    """Delete every document of the project's (default) database."""
+    _reset(
+        "Firestore",
+        "DELETE",
+        f"http://{host_port}/emulator/v1/projects/{project}/databases/(default)/documents",
+    )
+
+
+def reset_pubsub(*, host_port: str) -> None:
+    """Delete every topic and subscription of every project."""
+    _reset("Pub/Sub", "POST", f"http://{host_port}/reset")
+
+
+# --- the whole stack --------------------------------------------------------------------------
+
+
+class EmulatorStack:
+    """Firestore, Pub/Sub and Storage emulators together, as a context manager.
+
+    Ports left as None are picked free. Without `log_dir`, logs go to a temporary folder that
+    is removed on a clean exit and kept (and named in the error) when something failed.
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str = DEFAULT_HOST,
+        firestore_port: int | None = None,
+        pubsub_port: int | None = None,
+        storage_port: int | None = None,
+        project: str = "demo-codedrop",
+        bucket: str = "codedrop-imports",
+        log_dir: Path | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        self.host = host
+        self.firestore_port = firestore_port
+        self.pubsub_port = pubsub_port
+        self.storage_port = storage_port
+        self.project = project
+        self.bucket = bucket
+        self.timeout = timeout
+        self._own_log_dir = log_dir is None
+        self.log_dir = log_dir
+        self.firestore: RunningEmulator | None = None
+        self.pubsub: RunningEmulator | None = None
+        self.storage: RunningEmulator | None = None
+        self.ready_seconds: dict[str, float] = {}
+
+    def _emulators(self) -> Iterator[RunningEmulator]:
+        for emulator in (self.firestore, self.pubsub, self.storage):
+            if emulator is not None:
+                yield emulator
+
+    def start(self) -> Self:
+        """Start all three; on any failure stop those already started and re-raise."""
+        if self.log_dir is None:
+            self.log_dir = Path(tempfile.mkdtemp(prefix="codedrop-emulators-"))
+        try:
+            # Spawn all first and wait afterwards: the JVMs then boot in parallel.
+            self.firestore = _spawn_firestore(
+                host=self.host,
+                port=self.firestore_port or free_port(),
+                project=self.project,
+                log_dir=self.log_dir,
+            )
+            self.pubsub = _spawn_pubsub(
+                host=self.host,
+                port=self.pubsub_port or free_port(),
+                project=self.project,
+                log_dir=self.log_dir,
+            )
+            self.storage = _spawn_storage(
+                host=self.host,
+                port=self.storage_port or free_port(),
+                bucket=self.bucket,
+                log_dir=self.log_dir,
+            )
+            started = time.monotonic()
+            for emulator in self._emulators():
+                remaining = max(self.timeout - (time.monotonic() - started), 0.5)
+                _wait_ready(emulator, remaining)
+                self.ready_seconds[emulator.name] = time.monotonic() - started
+        except BaseException:
+            self.stop(keep_logs=True)
+            raise
+        return self
+
+    def stop(self, *, keep_logs: bool = False) -> None:
+        """Stop every emulator that was started; remove a temporary log folder unless kept."""
+        errors: list[BaseException] = []
+        for emulator in self._emulators():
+            try:
+                emulator.stop()
+            except Exception as exc:  # stop the others all the same
+                errors.append(exc)
+        if self._own_log_dir and self.log_dir is not None and self.log_dir.exists():
+            if (keep_logs or errors) and any(self.log_dir.iterdir()):
+                log.warning("emulator logs kept in %s", self.log_dir)
+                # Said once: stop() runs again when start() failed inside a `with`.
+                self._own_log_dir = False
+            else:
+                shutil.rmtree(self.log_dir, ignore_errors=True)
+        if errors:
+            raise errors[0]
+
+    def env(self) -> dict[str, str]:
+        """The variables that point client libraries at these emulators."""
+        if self.firestore is None or self.pubsub is None or self.storage is None:
+            raise RuntimeError("EmulatorStack is not started")
+        return {
+            "FIRESTORE_EMULATOR_HOST": self.firestore.host_port,
+            "PUBSUB_EMULATOR_HOST": self.pubsub.host_port,
+            # Unlike the other two, the storage client wants a URL.
+            "STORAGE_EMULATOR_HOST": f"http://{self.storage.host_port}",
+        }
+
+    def reset(self) -> None:
+        """Empty Firestore (this project) and Pub/Sub."""
+        if self.firestore is None or self.pubsub is None:
+            raise RuntimeError("EmulatorStack is not started")
+        reset_firestore(host_port=self.firestore.host_port, project=self.project)
+        reset_pubsub(host_port=self.pubsub.host_port)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop(keep_logs=exc is not None)

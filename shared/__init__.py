@@ -1,0 +1,1 @@
+"""codedrop's domain logic, models and storage code, shared by every function."""

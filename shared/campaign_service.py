@@ -1,0 +1,118 @@
+"""Campaign use cases: create, read, list, update, and the views the two APIs return."""
+
+from __future__ import annotations
+
+import re
+import secrets
+import threading
+import time
+from datetime import datetime
+
+from google.cloud import firestore
+
+from shared import campaign_store, coupon_store
+from shared.models import (
+    CampaignAdmin,
+    CampaignCreate,
+    CampaignPublic,
+    CampaignRecord,
+    CampaignStats,
+    CampaignStatus,
+    CampaignUpdate,
+)
+
+_REMAINING_TTL_SECONDS = 1.0
+_remaining_cache: dict[str, tuple[int, float]] = {}
+_remaining_lock = threading.Lock()
+
+
+def clear_caches() -> None:
+    with _remaining_lock:
+        _remaining_cache.clear()
+
+
+def new_campaign_id(title: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")[:40].strip("-") or "campaign"
+    return f"{slug}-{secrets.token_hex(3)}"
+
+
+def create_campaign(db: firestore.Client, *, data: CampaignCreate, now: datetime) -> CampaignRecord:
+    record = CampaignRecord(
+        campaign_id=data.campaign_id or new_campaign_id(data.title),
+        title=data.title,
+        starts_at=data.starts_at,
+        ends_at=data.ends_at,
+        max_per_user=data.max_per_user,
+        slots_ceiling=data.max_per_user,
+        low_stock_threshold=data.low_stock_threshold,
+        created_at=now,
+        updated_at=now,
+    )
+    return campaign_store.create_campaign(db, record=record)
+
+
+def update_campaign(
+    db: firestore.Client, *, campaign_id: str, data: CampaignUpdate, now: datetime
+) -> CampaignRecord:
+    changes = data.model_dump(include=data.model_fields_set)
+    return campaign_store.update_campaign(db, campaign_id=campaign_id, changes=changes, now=now)
+
+
+def remaining(db: firestore.Client, *, campaign: CampaignRecord, fresh: bool = False) -> int:
+    """Unassigned codes, counted by an aggregation query and cached briefly per instance, so a
+    landing page polling the campaign does not turn into a scan per shopper."""
+    if campaign.sold_out:
+        return 0
+    now = time.monotonic()
+    with _remaining_lock:
+        cached = _remaining_cache.get(campaign.campaign_id)
+    if cached is not None and not fresh and now - cached[1] < _REMAINING_TTL_SECONDS:
+        return cached[0]
+    count = coupon_store.count_unassigned(db, campaign_id=campaign.campaign_id)
+    with _remaining_lock:
+        _remaining_cache[campaign.campaign_id] = (count, now)
+    return count
+
+
+def public_view(db: firestore.Client, *, campaign: CampaignRecord, now: datetime) -> CampaignPublic:
+    return CampaignPublic(
+        campaign_id=campaign.campaign_id,
+        title=campaign.title,
+        starts_at=campaign.starts_at,
+        ends_at=campaign.ends_at,
+        status=campaign.status_at(now),
+        remaining=remaining(db, campaign=campaign),
+    )
+
+
+def admin_view(
+    db: firestore.Client, *, campaign: CampaignRecord, now: datetime, with_stats: bool
+) -> CampaignAdmin:
+    stats = None
+    if with_stats:
+        left = remaining(db, campaign=campaign, fresh=True)
+        stats = CampaignStats(
+            codes_total=campaign.codes_total,
+            claimed=campaign.codes_total - left,
+            remaining=left,
+        )
+    return CampaignAdmin(
+        campaign_id=campaign.campaign_id,
+        title=campaign.title,
+        starts_at=campaign.starts_at,
+        ends_at=campaign.ends_at,
+        status=campaign.status_at(now),
+        max_per_user=campaign.max_per_user,
+        low_stock_threshold=campaign.low_stock_threshold,
+        paused=campaign.paused,
+        created_at=campaign.created_at,
+        updated_at=campaign.updated_at,
+        stats=stats,
+    )
+
+
+def list_campaigns(
+    db: firestore.Client, *, status: CampaignStatus | None, now: datetime
+) -> list[CampaignRecord]:
+    campaigns = campaign_store.list_campaigns(db)
+    return [c for c in campaigns if status is None or c.status_at(now) is status]

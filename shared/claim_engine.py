@@ -1,0 +1,282 @@
+"""The claim engine: give a shopper a code of their own, under any concurrency.
+
+Invariants: no code to two shoppers (guarded commit), never more than the pool (a coupon is
+assigned once), never more than the campaign allows a shopper (claim slots created in the same
+commit), never SOLD_OUT while an unassigned code exists (proof query + guarded campaign write),
+and a retry or double click gets the code already held.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+
+from google.api_core import exceptions as gexc
+from google.cloud import firestore
+
+from shared import campaign_store, claim_store, coupon_store
+from shared.candidate_pool import CandidatePool, Exhausted, PoolTimeout
+from shared.clock import utcnow
+from shared.coupon_store import Candidate
+from shared.errors import CampaignNotActive, CampaignNotFound, Contended, SoldOut
+from shared.models import CampaignRecord, CampaignStatus, ClaimRecord
+from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+
+# Errors after which the coupon is still free and the same request may try again.
+TRANSIENT = (
+    gexc.Aborted,
+    gexc.DeadlineExceeded,
+    gexc.ServiceUnavailable,
+    gexc.InternalServerError,
+    gexc.ResourceExhausted,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimOutcome:
+    claim: ClaimRecord
+    # True: a new code was assigned by this request (or it replays one with the same
+    # Idempotency-Key); False: the shopper already held every code the campaign allows.
+    created: bool
+
+
+@dataclass
+class EngineCounters:
+    """What the engine asked of Firestore, for the benchmark and for logs."""
+
+    claims: int = 0
+    commits: int = 0
+    conflicts: int = 0  # guarded commit lost: the coupon was taken by another instance
+    slot_taken: int = 0  # the shopper's slot existed: a double click
+    transient: int = 0
+    doc_reads: int = 0
+    doc_writes: int = 0
+    sold_out_answers: int = 0
+    contended_answers: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, **deltas: int) -> None:
+        with self._lock:
+            for name, delta in deltas.items():
+                setattr(self, name, getattr(self, name) + delta)
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "_lock"}
+
+
+class ClaimEngine:
+    def __init__(
+        self,
+        *,
+        db: firestore.Client,
+        settings: Settings,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self._db = db
+        self._settings = settings
+        self._clock = clock
+        self._pools: dict[str, CandidatePool] = {}
+        self._pools_lock = threading.Lock()
+        self._cache: dict[str, tuple[CampaignRecord, float]] = {}
+        self.counters = EngineCounters()
+
+    def pool(self, campaign_id: str) -> CandidatePool:
+        with self._pools_lock:
+            pool = self._pools.get(campaign_id)
+            if pool is None:
+                pool = CandidatePool(
+                    fetch=lambda low, inclusive, high, limit: coupon_store.find_unassigned(
+                        self._db,
+                        campaign_id=campaign_id,
+                        low=low,
+                        low_inclusive=inclusive,
+                        high=high,
+                        limit=limit,
+                    ),
+                    refill_size=self._settings.pool_refill_size,
+                )
+                self._pools[campaign_id] = pool
+            return pool
+
+    # --- reads --------------------------------------------------------------------------------
+    def _campaign(self, campaign_id: str) -> tuple[CampaignRecord, datetime]:
+        """A fresh read of the campaign, also refreshing the cache."""
+        snapshot = campaign_store.get_campaign_snapshot(self._db, campaign_id=campaign_id)
+        self.counters.add(doc_reads=1)
+        if snapshot is None:
+            raise CampaignNotFound(f"Campaign {campaign_id!r} does not exist.")
+        record = campaign_store.record_from_snapshot(snapshot)
+        self._cache[campaign_id] = (record, time.monotonic())
+        return record, snapshot.update_time
+
+    def _campaign_cached(self, campaign_id: str) -> CampaignRecord:
+        """The campaign as read at most campaign_cache_seconds ago.
+
+        Saves a read on every claim; a pause or window change takes effect within that time.
+        It never decides SOLD_OUT on its own: that answer is always given on a fresh read.
+        """
+        cached = self._cache.get(campaign_id)
+        if (
+            cached is not None
+            and time.monotonic() - cached[1] < self._settings.campaign_cache_seconds
+        ):
+            return cached[0]
+        return self._campaign(campaign_id)[0]
+
+    def _held(self, campaign: CampaignRecord, user_id: str) -> list[ClaimRecord]:
+        slots = _slots(campaign)
+        self.counters.add(doc_reads=slots)
+        return claim_store.held_claims(
+            self._db, campaign_id=campaign.campaign_id, user_id=user_id, slots=slots
+        )
+
+    def _fresh_with_held(
+        self, campaign_id: str, user_id: str, slots: int
+    ) -> tuple[CampaignRecord, list[ClaimRecord]]:
+        """The campaign and the shopper's claims, fetched together in one round trip."""
+        snapshot, held = claim_store.campaign_with_held_claims(
+            self._db, campaign_id=campaign_id, user_id=user_id, slots=slots
+        )
+        self.counters.add(doc_reads=1 + slots)
+        if snapshot is None:
+            raise CampaignNotFound(f"Campaign {campaign_id!r} does not exist.")
+        record = campaign_store.record_from_snapshot(snapshot)
+        self._cache[campaign_id] = (record, time.monotonic())
+        return record, held
+
+    # --- the claim ----------------------------------------------------------------------------
+    def claim(
+        self, *, campaign_id: str, user_id: str, idempotency_key: str | None = None
+    ) -> ClaimOutcome:
+        deadline = time.monotonic() + self._settings.claim_deadline_seconds
+        self.counters.add(claims=1)
+        campaign = self._campaign_cached(campaign_id)
+        pool = self.pool(campaign_id)
+        held: list[ClaimRecord] | None = None
+
+        if campaign.sold_out or pool.sold_out:
+            # Sold out answers come from a fresh read: an import may have added codes since.
+            campaign, held = self._fresh_with_held(campaign_id, user_id, _slots(campaign))
+        elif idempotency_key is not None or campaign.max_per_user > 1:
+            held = self._held(campaign, user_id)
+        # With one code per shopper and no key, slot 0 is the only slot: no read is needed
+        # before the commit, whose create() of the slot tells whether the shopper holds it.
+
+        if idempotency_key is not None and held is not None:
+            replay = _with_key(held, idempotency_key)
+            if replay is not None:
+                return ClaimOutcome(claim=replay, created=True)
+        if held is not None and len(held) >= campaign.max_per_user:
+            return ClaimOutcome(claim=held[-1], created=False)
+
+        status = campaign.status_at(self._clock())
+        if status not in (CampaignStatus.ACTIVE, CampaignStatus.SOLD_OUT):
+            raise CampaignNotActive(f"Campaign {campaign_id!r} is {status.value}.")
+        pool.observe_generation(campaign.pool_generation)
+        if status is CampaignStatus.SOLD_OUT:
+            self.counters.add(sold_out_answers=1)
+            raise SoldOut(f"Every code of campaign {campaign_id!r} has been claimed.")
+        slot = _free_slot(held or [])
+
+        def prove() -> Sequence[Candidate] | Exhausted:
+            return self._prove_sold_out(campaign_id, pool)
+
+        for _attempt in range(self._settings.claim_attempts):
+            if time.monotonic() >= deadline:
+                break
+            try:
+                candidate = pool.take(deadline=deadline, prove=prove)
+            except PoolTimeout:
+                break
+            if candidate is None:
+                # Proven and recorded: this instance found no unassigned code anywhere.
+                campaign, held = self._fresh_with_held(campaign_id, user_id, _slots(campaign))
+                if held and len(held) >= campaign.max_per_user:
+                    return ClaimOutcome(claim=held[-1], created=False)
+                if campaign.sold_out:
+                    self.counters.add(sold_out_answers=1)
+                    raise SoldOut(f"Every code of campaign {campaign_id!r} has been claimed.")
+                pool.observe_generation(campaign.pool_generation)
+                continue
+            try:
+                claim = claim_store.commit_claim(
+                    self._db,
+                    campaign_id=campaign_id,
+                    candidate=candidate,
+                    user_id=user_id,
+                    slot=slot,
+                    now=self._clock(),
+                    idempotency_key=idempotency_key,
+                )
+            except gexc.FailedPrecondition:
+                pool.settle(candidate)  # another instance assigned it
+                self.counters.add(commits=1, conflicts=1)
+                continue
+            except gexc.AlreadyExists:
+                pool.release(candidate)  # still free: the shopper's slot was the problem
+                self.counters.add(commits=1, slot_taken=1)
+                held = self._held(campaign, user_id)
+                if idempotency_key is not None and (replay := _with_key(held, idempotency_key)):
+                    return ClaimOutcome(claim=replay, created=True)
+                if len(held) >= campaign.max_per_user:
+                    return ClaimOutcome(claim=held[-1], created=False)
+                slot = _free_slot(held)
+                continue
+            except TRANSIENT as exc:
+                pool.release(candidate)
+                self.counters.add(commits=1, transient=1)
+                log.warning("claim commit failed transiently", extra={"error": repr(exc)})
+                time.sleep(random.uniform(0.005, 0.02))
+                continue
+            pool.settle(candidate)
+            self.counters.add(commits=1, doc_writes=2)
+            return ClaimOutcome(claim=claim, created=True)
+
+        self.counters.add(contended_answers=1)
+        raise Contended(retry_after=self._settings.contended_retry_after_seconds)
+
+    def _prove_sold_out(
+        self, campaign_id: str, pool: CandidatePool
+    ) -> Sequence[Candidate] | Exhausted:
+        """Run once per instance when every range looks empty: look at the whole collection
+        after reading the campaign, and record sold_out guarded by that read, so an import that
+        lands in between (it bumps the campaign) makes the write fail instead of lying."""
+        campaign, read_at = self._campaign(campaign_id)
+        pool.observe_generation(campaign.pool_generation)
+        if campaign.sold_out:
+            return Exhausted.SOLD_OUT
+        found = coupon_store.find_unassigned(
+            self._db, campaign_id=campaign_id, limit=self._settings.pool_refill_size
+        )
+        self.counters.add(doc_reads=max(len(found), 1))
+        if found:
+            return found
+        if campaign_store.mark_sold_out(
+            self._db, campaign_id=campaign_id, read_at=read_at, now=self._clock()
+        ):
+            self._cache.pop(campaign_id, None)
+            self.counters.add(doc_writes=1)
+            log.info("campaign sold out", extra={"campaign_id": campaign_id})
+            return Exhausted.SOLD_OUT
+        return Exhausted.LOOK_AGAIN
+
+
+def _slots(campaign: CampaignRecord) -> int:
+    return max(campaign.max_per_user, campaign.slots_ceiling)
+
+
+def _with_key(held: list[ClaimRecord], idempotency_key: str) -> ClaimRecord | None:
+    return next((c for c in held if c.idempotency_key == idempotency_key), None)
+
+
+def _free_slot(held: list[ClaimRecord]) -> int:
+    taken = {c.slot for c in held}
+    return next(slot for slot in range(len(taken) + 1) if slot not in taken)

@@ -1,0 +1,78 @@
+"""Routes of claim_api: the public endpoints a landing page calls."""
+
+from __future__ import annotations
+
+import re
+
+import flask
+from pydantic import BaseModel, ConfigDict
+
+from shared import campaign_service, campaign_store, claim_store
+from shared.auth import authenticate
+from shared.clock import utcnow
+from shared.errors import ClaimNotFound, RequestValidationFailed
+from shared.firestore_db import get_db
+from shared.http_edge import Cors, Router, campaign_id_param, json_response, parse_body
+from shared.models import ClaimPublic, HeldClaim, HeldClaims
+from shared.runtime import get_engine
+from shared.settings import get_settings
+
+# Visible ASCII, as the IETF Idempotency-Key draft and Stripe-style clients send it.
+_IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
+
+router = Router(cors=Cors(origins=lambda: get_settings().cors_origins))
+
+
+class ClaimCreate(BaseModel):
+    """A claim takes no fields today; unknown ones are refused rather than silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+def _idempotency_key(request: flask.Request) -> str | None:
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return None
+    if not _IDEMPOTENCY_KEY.match(key):
+        raise RequestValidationFailed("Idempotency-Key must be 1-255 visible ASCII characters.")
+    return key
+
+
+@router.route("/v1/campaigns/<campaign_id>", methods=["GET"])
+def get_campaign(request: flask.Request, campaign_id: str) -> flask.Response:
+    db = get_db()
+    campaign = campaign_store.get_campaign(db, campaign_id=campaign_id_param(campaign_id))
+    return json_response(campaign_service.public_view(db, campaign=campaign, now=utcnow()))
+
+
+@router.route("/v1/campaigns/<campaign_id>/claims", methods=["POST"])
+def create_claim(request: flask.Request, campaign_id: str) -> flask.Response:
+    principal = authenticate(request.headers.get("Authorization"), settings=get_settings())
+    parse_body(request, ClaimCreate)
+    key = _idempotency_key(request)
+    outcome = get_engine().claim(
+        campaign_id=campaign_id_param(campaign_id), user_id=principal.user_id, idempotency_key=key
+    )
+    body = ClaimPublic.model_validate(outcome.claim, from_attributes=True)
+    return json_response(body, 201 if outcome.created else 200)
+
+
+@router.route("/v1/campaigns/<campaign_id>/claims/me", methods=["GET"])
+def my_claims(request: flask.Request, campaign_id: str) -> flask.Response:
+    principal = authenticate(request.headers.get("Authorization"), settings=get_settings())
+    db = get_db()
+    campaign = campaign_store.get_campaign(db, campaign_id=campaign_id_param(campaign_id))
+    held = claim_store.held_claims(
+        db,
+        campaign_id=campaign.campaign_id,
+        user_id=principal.user_id,
+        slots=max(campaign.max_per_user, campaign.slots_ceiling),
+    )
+    if not held:
+        raise ClaimNotFound(f"You hold no code in campaign {campaign.campaign_id!r}.")
+    claims = [HeldClaim.model_validate(c, from_attributes=True) for c in held]
+    return json_response(HeldClaims(claims=claims))
+
+
+def handle(request: flask.Request) -> flask.Response:
+    return router.dispatch(request)

@@ -1,0 +1,129 @@
+"""Firestore access for coupon documents: writing codes and finding unassigned candidates."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from google.cloud import firestore
+from google.cloud.firestore_v1.base_query import FieldFilter
+
+from shared.campaign_store import record_pool_growth
+from shared.firestore_db import coupons_collection
+
+# Firestore's limit for one atomic batch.
+MAX_BATCH_WRITES = 500
+
+
+def coupon_id_for(code: str) -> str:
+    """The document id is derived from the code, so a code can never exist twice in a campaign."""
+    return hashlib.sha256(code.encode("utf-8")).hexdigest()[:40]
+
+
+def random_float() -> float:
+    # 53 random bits: uniform in [0, 1) like random.random(), but not predictable.
+    return secrets.randbits(53) / (1 << 53)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """An unassigned coupon as last read, with the update time its claim is guarded by."""
+
+    coupon_id: str
+    code: str
+    random_float: float
+    read_at: datetime
+
+
+def coupon_fields(*, code: str, now: datetime, job_id: str | None) -> dict[str, object]:
+    return {
+        "code": code,
+        "random_float": random_float(),
+        "assigned": False,
+        "assigned_to": None,
+        "claim_id": None,
+        "assigned_at": None,
+        "created_at": now,
+        "job_id": job_id,
+    }
+
+
+def add_codes(
+    db: firestore.Client,
+    *,
+    campaign_id: str,
+    codes: Iterable[str],
+    now: datetime,
+    job_id: str | None = None,
+) -> int:
+    """Create coupons for codes known to be new (fixtures, demo). Raises AlreadyExists otherwise."""
+    collection = coupons_collection(db, campaign_id)
+    written = 0
+    chunk: list[str] = []
+
+    def flush() -> None:
+        nonlocal written
+        if not chunk:
+            return
+        batch = db.batch()
+        for code in chunk:
+            batch.create(
+                collection.document(coupon_id_for(code)),
+                coupon_fields(code=code, now=now, job_id=job_id),
+            )
+        record_pool_growth(batch, db, campaign_id=campaign_id, added=len(chunk), now=now)
+        batch.commit()
+        written += len(chunk)
+        chunk.clear()
+
+    for code in codes:
+        chunk.append(code)
+        if len(chunk) == MAX_BATCH_WRITES - 1:
+            flush()
+    flush()
+    return written
+
+
+def find_unassigned(
+    db: firestore.Client,
+    *,
+    campaign_id: str,
+    limit: int,
+    low: float | None = None,
+    low_inclusive: bool = True,
+    high: float | None = None,
+) -> list[Candidate]:
+    """Unassigned coupons above `low` and below `high`, in random_float order.
+
+    Without bounds it is the proof query for "sold out": any unassigned coupon at all.
+    """
+    query = coupons_collection(db, campaign_id).where(filter=FieldFilter("assigned", "==", False))
+    if low is not None:
+        query = query.where(filter=FieldFilter("random_float", ">=" if low_inclusive else ">", low))
+    if high is not None:
+        query = query.where(filter=FieldFilter("random_float", "<", high))
+    query = query.order_by("random_float").select(["code", "random_float"]).limit(limit)
+    candidates = []
+    for snapshot in query.stream():
+        data = snapshot.to_dict() or {}
+        candidates.append(
+            Candidate(
+                coupon_id=snapshot.id,
+                code=data["code"],
+                random_float=data["random_float"],
+                read_at=snapshot.update_time,
+            )
+        )
+    return candidates
+
+
+def count_unassigned(db: firestore.Client, *, campaign_id: str) -> int:
+    query: Any = coupons_collection(db, campaign_id).where(
+        filter=FieldFilter("assigned", "==", False)
+    )
+    results = query.count().get()  # the library's stubs type count() wrongly
+    return int(results[0][0].value)

@@ -1,0 +1,178 @@
+"""Pydantic models: what the API accepts (Create/Update), what it returns (Public), and the
+records kept in Firestore. Validation errors become 400 REQUEST_VALIDATION_FAILED at the edge."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Self
+
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    StringConstraints,
+    model_validator,
+)
+
+MAX_CODES_PER_USER = 10
+
+CampaignId = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")]
+Title = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+
+
+def _rfc3339(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# Times go out as RFC 3339 UTC strings ("2026-11-21T10:00:00.000Z").
+UtcTime = Annotated[AwareDatetime, PlainSerializer(_rfc3339, return_type=str)]
+
+
+class CampaignStatus(StrEnum):
+    SCHEDULED = "scheduled"
+    ACTIVE = "active"
+    PAUSED = "paused"
+    ENDED = "ended"
+    SOLD_OUT = "sold_out"
+
+
+class _Input(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+
+class CampaignCreate(_Input):
+    campaign_id: CampaignId | None = None
+    title: Title
+    starts_at: AwareDatetime
+    ends_at: AwareDatetime
+    max_per_user: int = Field(default=1, ge=1, le=MAX_CODES_PER_USER)
+    low_stock_threshold: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _window(self) -> Self:
+        if self.ends_at <= self.starts_at:
+            raise ValueError("ends_at must be after starts_at")
+        return self
+
+
+class CampaignUpdate(_Input):
+    title: Title | None = None
+    starts_at: AwareDatetime | None = None
+    ends_at: AwareDatetime | None = None
+    max_per_user: int | None = Field(default=None, ge=1, le=MAX_CODES_PER_USER)
+    low_stock_threshold: int | None = Field(default=None, ge=0)
+    paused: bool | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> Self:
+        if not self.model_fields_set:
+            raise ValueError("nothing to update")
+        for name in ("title", "starts_at", "ends_at", "max_per_user", "paused"):
+            if name in self.model_fields_set and getattr(self, name) is None:
+                raise ValueError(f"{name} cannot be null")
+        return self
+
+
+class CampaignRecord(BaseModel):
+    """A campaign as stored in `campaigns/{campaign_id}`."""
+
+    campaign_id: str
+    title: str
+    starts_at: datetime
+    ends_at: datetime
+    max_per_user: int = 1
+    low_stock_threshold: int | None = None
+    paused: bool = False
+    # Set only by a claimer that proved no unassigned code exists; cleared by every import.
+    sold_out: bool = False
+    sold_out_at: datetime | None = None
+    # Bumped by every import so a claimer's proof of "sold out" is invalidated by new codes.
+    pool_generation: int = 0
+    codes_total: int = 0
+    # The widest max_per_user ever set: a shopper may hold claims in slots up to it.
+    slots_ceiling: int = 1
+    created_at: datetime
+    updated_at: datetime
+
+    def status_at(self, now: datetime) -> CampaignStatus:
+        if now >= self.ends_at:
+            return CampaignStatus.ENDED
+        if self.paused:
+            return CampaignStatus.PAUSED
+        if now < self.starts_at:
+            return CampaignStatus.SCHEDULED
+        if self.sold_out:
+            return CampaignStatus.SOLD_OUT
+        return CampaignStatus.ACTIVE
+
+
+class CampaignPublic(BaseModel):
+    campaign_id: str
+    title: str
+    starts_at: UtcTime
+    ends_at: UtcTime
+    status: CampaignStatus
+    remaining: int
+
+
+class CampaignStats(BaseModel):
+    codes_total: int
+    claimed: int
+    remaining: int
+
+
+class CampaignAdmin(BaseModel):
+    campaign_id: str
+    title: str
+    starts_at: UtcTime
+    ends_at: UtcTime
+    status: CampaignStatus
+    max_per_user: int
+    low_stock_threshold: int | None
+    paused: bool
+    created_at: UtcTime
+    updated_at: UtcTime
+    stats: CampaignStats | None = None
+
+
+class CampaignList(BaseModel):
+    campaigns: list[CampaignAdmin]
+
+
+class ClaimRecord(BaseModel):
+    """A claim as stored in `campaigns/{campaign_id}/claims/{claim_id}`."""
+
+    claim_id: str
+    campaign_id: str
+    user_id: str
+    coupon_id: str
+    code: str
+    slot: int
+    claimed_at: datetime
+    idempotency_key: str | None = None
+
+
+class ClaimPublic(BaseModel):
+    claim_id: str
+    campaign_id: str
+    user_id: str
+    code: str
+    claimed_at: UtcTime
+
+
+class HeldClaim(BaseModel):
+    claim_id: str
+    code: str
+    claimed_at: UtcTime
+
+
+class HeldClaims(BaseModel):
+    claims: list[HeldClaim]
+
+
+class ErrorBody(BaseModel):
+    error_code: str
+    error_message: str

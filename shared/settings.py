@@ -1,0 +1,87 @@
+"""One validated settings object, read from the environment once; bad values fail at start-up."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Annotated
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="", extra="ignore", frozen=True, populate_by_name=True
+    )
+
+    project_id: str = Field(
+        default="demo-codedrop",
+        validation_alias="GOOGLE_CLOUD_PROJECT",
+        pattern=r"^[a-z][a-z0-9-]{3,61}[a-z0-9]$",
+    )
+    firestore_emulator_host: str | None = Field(
+        default=None, validation_alias="FIRESTORE_EMULATOR_HOST"
+    )
+    pubsub_emulator_host: str | None = Field(default=None, validation_alias="PUBSUB_EMULATOR_HOST")
+    storage_emulator_host: str | None = Field(
+        default=None, validation_alias="STORAGE_EMULATOR_HOST"
+    )
+    auth_emulator_host: str | None = Field(
+        default=None, validation_alias="FIREBASE_AUTH_EMULATOR_HOST"
+    )
+
+    cors_origins: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(), validation_alias="CODEDROP_CORS_ORIGINS"
+    )
+    imports_bucket: str = Field(
+        default="codedrop-imports", validation_alias="CODEDROP_IMPORTS_BUCKET"
+    )
+    events_topic: str = Field(default="coupon-events", validation_alias="CODEDROP_EVENTS_TOPIC")
+
+    # Claim engine tuning (see README "The claim engine").
+    pool_refill_size: int = Field(
+        default=64, ge=1, le=500, validation_alias="CODEDROP_POOL_REFILL_SIZE"
+    )
+    claim_attempts: int = Field(
+        default=24, ge=1, le=200, validation_alias="CODEDROP_CLAIM_ATTEMPTS"
+    )
+    claim_deadline_seconds: float = Field(
+        default=8.0, gt=0, le=60, validation_alias="CODEDROP_CLAIM_DEADLINE_SECONDS"
+    )
+    campaign_cache_seconds: float = Field(
+        default=0.5, ge=0, le=30, validation_alias="CODEDROP_CAMPAIGN_CACHE_SECONDS"
+    )
+    contended_retry_after_seconds: int = Field(
+        default=1, ge=1, le=60, validation_alias="CODEDROP_CONTENDED_RETRY_AFTER"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_origins(cls, data: object) -> object:
+        if isinstance(data, dict):
+            for key in ("CODEDROP_CORS_ORIGINS", "cors_origins"):
+                raw = data.get(key)
+                if isinstance(raw, str):
+                    data[key] = tuple(o.strip() for o in raw.split(",") if o.strip())
+        return data
+
+    @model_validator(mode="after")
+    def _emulator_auth_only_for_demo_projects(self) -> Settings:
+        # Emulator-format ID tokens are unsigned: accepting them in a real project would let
+        # anyone claim as anyone. The demo- prefix guarantees no real resource exists.
+        if self.auth_emulator_host and not self.project_id.startswith("demo-"):
+            raise ValueError(
+                "FIREBASE_AUTH_EMULATOR_HOST is set but GOOGLE_CLOUD_PROJECT "
+                f"{self.project_id!r} does not start with 'demo-': refusing to accept "
+                "unsigned emulator tokens outside a demo project"
+            )
+        return self
+
+    @property
+    def is_local(self) -> bool:
+        return self.project_id.startswith("demo-")
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,133 @@
+"""Fixtures: the emulators (started by the suite on free ports), clients driving the real
+functions-framework app, ID tokens in the Auth emulator's format, and campaigns whose cleanup is
+registered before they are written."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask.testing import FlaskClient
+from functions_framework import create_app
+from google.cloud import firestore
+
+from emulator import EmulatorStack, EmulatorUnavailable, check_prerequisites
+from emulator.tokens import emulator_id_token
+
+ROOT = Path(__file__).resolve().parent.parent
+MAIN = str(ROOT / "functions" / "main.py")
+PROJECT = "demo-codedrop-test"
+BUCKET = "codedrop-imports-test"
+CORS_ORIGIN = "https://shop.example"
+
+
+# Settings, the Firestore client and the claim engine are process singletons built on first
+# use: they must be rebuilt whenever the environment they were built from changes.
+def _reset_singletons() -> None:
+    from shared import campaign_service, firestore_db, runtime, settings
+
+    settings.get_settings.cache_clear()
+    firestore_db.get_db.cache_clear()
+    runtime.get_engine.cache_clear()
+    campaign_service.clear_caches()
+
+
+@pytest.fixture(scope="session")
+def emulator_prerequisites() -> None:
+    """Java and the emulators are required: their absence fails the run, with the fix."""
+    try:
+        check_prerequisites()
+    except EmulatorUnavailable as exc:
+        pytest.fail(f"emulator tests cannot run here: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def emulators(
+    emulator_prerequisites: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[EmulatorStack]:
+    stack = EmulatorStack(
+        project=PROJECT, bucket=BUCKET, log_dir=tmp_path_factory.mktemp("emulator-logs")
+    )
+    with stack, pytest.MonkeyPatch.context() as mp:
+        for name, value in stack.env().items():
+            mp.setenv(name, value)
+        mp.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
+        # Only a switch: firebase-admin then accepts unsigned emulator-format ID tokens.
+        mp.setenv("FIREBASE_AUTH_EMULATOR_HOST", "127.0.0.1:9099")
+        mp.setenv("CODEDROP_CORS_ORIGINS", CORS_ORIGIN)
+        mp.setenv("CODEDROP_IMPORTS_BUCKET", BUCKET)
+        # Tests pause and resume campaigns and expect the next claim to see it at once.
+        mp.setenv("CODEDROP_CAMPAIGN_CACHE_SECONDS", "0")
+        _reset_singletons()
+        yield stack
+    _reset_singletons()
+
+
+@pytest.fixture(scope="session")
+def db(emulators: EmulatorStack) -> firestore.Client:
+    from shared.firestore_db import get_db
+
+    return get_db()
+
+
+@pytest.fixture(scope="session")
+def claim_client(emulators: EmulatorStack) -> FlaskClient:
+    return create_app("claim_api", MAIN).test_client()
+
+
+@pytest.fixture(scope="session")
+def admin_client(emulators: EmulatorStack) -> FlaskClient:
+    return create_app("admin_api", MAIN).test_client()
+
+
+def auth(user_id: str, *, admin: bool = False, **kwargs: Any) -> dict[str, str]:
+    token = emulator_id_token(user_id, project=PROJECT, admin=admin, **kwargs)
+    return {"Authorization": f"Bearer {token}"}
+
+
+ADMIN = auth("operator-1", admin=True)
+
+
+@pytest.fixture
+def cleanup() -> Iterator[list[Callable[[], object]]]:
+    callbacks: list[Callable[[], object]] = []
+    yield callbacks
+    for callback in reversed(callbacks):
+        callback()
+
+
+MakeCampaign = Callable[..., str]
+
+
+@pytest.fixture
+def make_campaign(db: firestore.Client, cleanup: list[Callable[[], object]]) -> MakeCampaign:
+    """Create a campaign (active now unless told otherwise) holding `codes` coupons."""
+    from shared import campaign_service, coupon_store
+    from shared.clock import utcnow
+    from shared.firestore_db import campaign_ref
+    from shared.models import CampaignCreate
+
+    def make(*, codes: int | list[str] = 0, **fields: Any) -> str:
+        now = utcnow()
+        campaign_id = fields.pop("campaign_id", None) or f"t-{uuid.uuid4().hex[:12]}"
+        cleanup.append(lambda: db.recursive_delete(campaign_ref(db, campaign_id)))
+        data = CampaignCreate(
+            campaign_id=campaign_id,
+            title=fields.pop("title", "Test sale"),
+            starts_at=fields.pop("starts_at", now - timedelta(minutes=5)),
+            ends_at=fields.pop("ends_at", now + timedelta(hours=1)),
+            **fields,
+        )
+        campaign_service.create_campaign(db, data=data, now=now)
+        listed = (
+            [f"{campaign_id}-{i:05d}" for i in range(codes)] if isinstance(codes, int) else codes
+        )
+        if listed:
+            coupon_store.add_codes(db, campaign_id=campaign_id, codes=listed, now=now)
+        return campaign_id
+
+    return make

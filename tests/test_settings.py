@@ -1,0 +1,50 @@
+"""The settings object fails fast on configurations that must never run."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from shared.settings import Settings
+
+
+def test_emulator_tokens_are_refused_outside_demo_projects(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "acme-prod")
+    monkeypatch.setenv("FIREBASE_AUTH_EMULATOR_HOST", "127.0.0.1:9099")
+
+    with pytest.raises(ValidationError, match="demo-"):
+        Settings()
+
+
+def test_demo_project_may_use_emulator_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "demo-anything")
+    monkeypatch.setenv("FIREBASE_AUTH_EMULATOR_HOST", "127.0.0.1:9099")
+
+    assert Settings().is_local
+
+
+def test_production_project_without_emulators_is_fine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "acme-prod")
+    monkeypatch.delenv("FIREBASE_AUTH_EMULATOR_HOST", raising=False)
+
+    assert not Settings().is_local
+
+
+def test_cors_origins_are_a_comma_separated_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CODEDROP_CORS_ORIGINS", "https://a.example, https://b.example,")
+
+    assert Settings().cors_origins == ("https://a.example", "https://b.example")
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("GOOGLE_CLOUD_PROJECT", "Bad Project"), ("CODEDROP_POOL_REFILL_SIZE", "0")],
+)
+def test_invalid_values_fail_at_start(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    monkeypatch.delenv("FIREBASE_AUTH_EMULATOR_HOST", raising=False)
+
+    with pytest.raises(ValidationError):
+        Settings()
