@@ -14,8 +14,8 @@ class Settings(BaseSettings):
         env_prefix="", extra="ignore", frozen=True, populate_by_name=True
     )
 
+    # Required: a function deployed without it must not start against some default project.
     project_id: str = Field(
-        default="demo-codedrop",
         validation_alias="GOOGLE_CLOUD_PROJECT",
         pattern=r"^[a-z][a-z0-9-]{3,61}[a-z0-9]$",
     )

@@ -1,0 +1,384 @@
+"""Tests for scripts/deploy.py: staging for Cloud Functions gen2 and the gcloud commands.
+
+No emulator and no gcloud needed: deploys are only ever dry runs here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DEPLOY_PY = REPO / "scripts" / "deploy.py"
+
+
+def _load_deploy() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("codedrop_deploy", DEPLOY_PY)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+deploy = _load_deploy()
+
+# Entry points functions/main.py defines today (parsed, so functions not written yet are absent).
+DEFINED = deploy.defined_entry_points(REPO / "functions" / "main.py")
+EXPECTED = [s.entry_point for s in deploy.FUNCTIONS if s.entry_point in DEFINED]
+SPECS = {spec.name: spec for spec in deploy.FUNCTIONS}
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key != "PYTHONPATH" and not key.endswith("_EMULATOR_HOST")
+    }
+    env.update(extra)
+    return env
+
+
+def _run_deploy(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(DEPLOY_PY), *args],
+        cwd=REPO,
+        env=env if env is not None else _clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+def _fake_repo(root: Path) -> Path:
+    (root / "functions").mkdir(parents=True)
+    (root / "functions" / "main.py").write_text("def claim_api(request):\n    return 'ok'\n")
+    (root / "shared" / "__pycache__").mkdir(parents=True)
+    (root / "shared" / "__init__.py").write_text("")
+    (root / "shared" / "logic.py").write_text("X = 1\n")
+    (root / "shared" / "__pycache__" / "logic.cpython-311.pyc").write_bytes(b"\0")
+    (root / "shared" / "stale.pyc").write_bytes(b"\0")
+    (root / "requirements.txt").write_text("functions-framework==3.10.2\n")
+    return root
+
+
+# --- staging ------------------------------------------------------------------------------------
+
+
+def test_the_table_covers_the_entry_points_written_so_far() -> None:
+    # Guards the skip logic: the two HTTP functions exist today and must never be skipped.
+    assert {"claim_api", "admin_api"} <= set(EXPECTED)
+    assert set(deploy.FUNCTION_NAMES) == {"claim_api", "admin_api", "import_codes", "count_usage"}
+
+
+def test_stage_holds_main_shared_and_requirements(tmp_path: Path) -> None:
+    staged = deploy.stage(tmp_path)
+
+    assert staged == (tmp_path / "functions").resolve()
+    assert (staged / "main.py").read_bytes() == (REPO / "functions" / "main.py").read_bytes()
+    assert (staged / "shared" / "__init__.py").is_file()
+    assert (staged / "requirements.txt").read_bytes() == (REPO / "requirements.txt").read_bytes()
+    assert sorted(p.name for p in staged.iterdir()) == ["main.py", "requirements.txt", "shared"]
+    source_modules = {p.name for p in (REPO / "shared").glob("*.py")}
+    assert {p.name for p in (staged / "shared").glob("*.py")} == source_modules
+    assert not list(staged.rglob("__pycache__"))
+    assert not list(staged.rglob("*.pyc"))
+
+
+def test_stage_leaves_out_bytecode(tmp_path: Path) -> None:
+    repo = _fake_repo(tmp_path / "repo")
+    staged = deploy.stage(tmp_path / "build", repo_root=repo)
+
+    assert (staged / "shared" / "logic.py").is_file()
+    assert not list(staged.rglob("__pycache__"))
+    assert not list(staged.rglob("*.pyc"))
+
+
+def test_stage_starts_clean_each_time(tmp_path: Path) -> None:
+    repo = _fake_repo(tmp_path / "repo")
+    staged = deploy.stage(tmp_path / "build", repo_root=repo)
+    (staged / "shared" / "removed_module.py").write_text("")
+    (staged / "leftover.txt").write_text("")
+
+    staged = deploy.stage(tmp_path / "build", repo_root=repo)
+
+    assert not (staged / "shared" / "removed_module.py").exists()
+    assert not (staged / "leftover.txt").exists()
+
+
+@pytest.mark.parametrize(
+    ("missing", "named"),
+    [
+        ("functions/main.py", "main.py"),
+        ("shared/__init__.py", "shared/__init__.py"),
+        ("requirements.txt", "requirements.txt"),
+    ],
+)
+def test_stage_fails_clearly_when_a_source_is_missing(
+    tmp_path: Path, missing: str, named: str
+) -> None:
+    repo = _fake_repo(tmp_path / "repo")
+    (repo / missing).unlink()
+
+    with pytest.raises(deploy.DeployError, match="missing") as raised:
+        deploy.stage(tmp_path / "build", repo_root=repo)
+    assert named in str(raised.value)
+    assert not (tmp_path / "build").exists()
+
+
+def test_stage_refuses_requirements_that_point_at_local_files(tmp_path: Path) -> None:
+    repo = _fake_repo(tmp_path / "repo")
+    (repo / "requirements.txt").write_text("pydantic==2.14.3\n-r other.txt\n")
+
+    with pytest.raises(deploy.DeployError, match=r"requirements.txt:2"):
+        deploy.stage(tmp_path / "build", repo_root=repo)
+
+
+def test_stage_never_deletes_the_sources_or_foreign_folders(tmp_path: Path) -> None:
+    repo = _fake_repo(tmp_path / "repo")
+    # --build-dir=<repo root> would make the stage <repo>/functions, the source folder itself.
+    with pytest.raises(deploy.DeployError, match="refusing"):
+        deploy.stage(repo, repo_root=repo)
+    assert (repo / "functions" / "main.py").is_file()
+
+    other = tmp_path / "elsewhere"
+    (other / "functions").mkdir(parents=True)
+    (other / "functions" / "precious.txt").write_text("keep me")
+    with pytest.raises(deploy.DeployError, match="does not look like a previous stage"):
+        deploy.stage(other, repo_root=repo)
+    assert (other / "functions" / "precious.txt").read_text() == "keep me"
+
+
+def test_staged_main_imports_alone_in_a_fresh_interpreter(tmp_path: Path) -> None:
+    """What gen2 does: only the staged folder, main.py at its root, no repo on the path."""
+    staged = deploy.stage(tmp_path)
+    probe = (
+        "import json, sys\n"
+        "import main, shared\n"
+        "print(json.dumps({\n"
+        "    'callable': [n for n in sys.argv[1:] if callable(getattr(main, n, None))],\n"
+        "    'main': main.__file__, 'shared': shared.__file__, 'path': sys.path}))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe, *EXPECTED],
+        cwd=staged,
+        # No emulator is running and none is named: import must not need one.
+        env=_clean_env(GOOGLE_CLOUD_PROJECT="demo-deploy-test", PYTHONDONTWRITEBYTECODE="1"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    sys.stderr.write(f"\nstaged entry points callable: {found['callable']}\n")
+    assert found["callable"] == EXPECTED
+    assert Path(found["main"]).resolve().parent == staged
+    assert Path(found["shared"]).resolve().parent == staged / "shared"
+    assert str(REPO) not in found["path"]
+    assert str(REPO / "functions") not in found["path"]
+
+
+# --- the gcloud commands ------------------------------------------------------------------------
+
+
+def _dry_run(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> list[list[str]]:
+    result = _run_deploy("--dry-run", "--build-dir", str(tmp_path), *args, env=env)
+    assert result.returncode == 0, result.stderr
+    return [shlex.split(line) for line in result.stdout.splitlines()]
+
+
+def _flag(command: list[str], name: str) -> list[str]:
+    return [arg.split("=", 1)[1] for arg in command if arg.startswith(f"{name}=")]
+
+
+def _env_of(command: list[str]) -> dict[str, str]:
+    (value,) = _flag(command, "--set-env-vars")
+    delimiter = ","
+    if value.startswith("^"):
+        delimiter, value = value[1:].split("^", 1)
+    return dict(item.split("=", 1) for item in value.split(delimiter))
+
+
+def test_dry_run_prints_one_gcloud_command_per_written_function(tmp_path: Path) -> None:
+    # Emulator switches in the deployer's shell must not reach the deployed functions.
+    env = _clean_env(
+        FIREBASE_AUTH_EMULATOR_HOST="127.0.0.1:9099",
+        FIRESTORE_EMULATOR_HOST="127.0.0.1:8080",
+        GOOGLE_CLOUD_PROJECT="demo-codedrop",
+    )
+    commands = _dry_run(tmp_path, "--project", "codedrop-prod", env=env)
+    staged = (tmp_path / "functions").resolve()
+
+    assert [c[3] for c in commands] == EXPECTED
+    for command in commands:
+        spec = SPECS[command[3]]
+        assert command[:3] == ["gcloud", "functions", "deploy"]
+        assert "--gen2" in command
+        assert _flag(command, "--source") == [str(staged)]
+        assert _flag(command, "--entry-point") == [spec.entry_point]
+        assert _flag(command, "--project") == ["codedrop-prod"]
+        assert _flag(command, "--region") == ["europe-west1"]
+        assert _flag(command, "--runtime")[0] in ("python311", "python312")
+        env_vars = _env_of(command)
+        assert env_vars["GOOGLE_CLOUD_PROJECT"] == "codedrop-prod"
+        assert not [key for key in env_vars if key.endswith("_EMULATOR_HOST")]
+        assert not any("EMULATOR" in arg for arg in command)
+
+    by_name = {c[3]: c for c in commands}
+    claim = by_name["claim_api"]
+    assert "--trigger-http" in claim
+    assert "--allow-unauthenticated" in claim
+    assert "--concurrency=80" in claim
+    assert "--cpu=1" in claim
+    admin = by_name["admin_api"]
+    assert "--trigger-http" in admin
+    assert "--allow-unauthenticated" not in admin
+    assert "--no-allow-unauthenticated" in admin
+    if "import_codes" in by_name:
+        assert _flag(by_name["import_codes"], "--trigger-event-filters") == [
+            "type=google.cloud.storage.object.v1.finalized",
+            "bucket=codedrop-imports",
+        ]
+    if "count_usage" in by_name:
+        assert _flag(by_name["count_usage"], "--trigger-topic") == ["coupon-events"]
+
+
+def test_dry_run_without_project_uses_a_placeholder(tmp_path: Path) -> None:
+    commands = _dry_run(tmp_path)
+    assert commands
+    for command in commands:
+        assert _flag(command, "--project") == [deploy.PLACEHOLDER_PROJECT]
+
+
+def test_only_deploys_one_function(tmp_path: Path) -> None:
+    commands = _dry_run(tmp_path, "--project", "codedrop-prod", "--only", "admin_api")
+    assert [c[3] for c in commands] == ["admin_api"]
+
+
+def test_only_a_function_not_written_yet_fails() -> None:
+    defined = {"claim_api": "http", "admin_api": "http"}
+    with pytest.raises(deploy.DeployError, match="count_usage"):
+        deploy.select_functions(defined, "count_usage")
+    assert [s.name for s in deploy.select_functions(defined)] == ["claim_api", "admin_api"]
+
+
+def test_entry_point_with_the_wrong_decorator_is_refused(tmp_path: Path) -> None:
+    main_py = tmp_path / "main.py"
+    main_py.write_text(
+        "import functions_framework\n"
+        "from shared.handlers import count_usage\n"
+        "@functions_framework.http\n"
+        "def claim_api(request): ...\n"
+        "@functions_framework.http\n"
+        "def import_codes(request): ...\n"
+    )
+    defined = deploy.defined_entry_points(main_py)
+    assert defined == {
+        "functions_framework": None,
+        "count_usage": None,
+        "claim_api": "http",
+        "import_codes": "http",
+    }
+    with pytest.raises(deploy.DeployError, match="cloud_event"):
+        deploy.select_functions(defined)
+
+
+@pytest.mark.parametrize("spec", deploy.FUNCTIONS, ids=lambda spec: spec.name)
+def test_every_function_in_the_table_gets_its_trigger(spec: object) -> None:
+    # Also covers functions not written yet, which the dry run skips.
+    env = deploy.runtime_env(
+        project="codedrop-prod", imports_bucket="my-imports", events_topic="my-events"
+    )
+    command = deploy.build_command(
+        spec,
+        project="codedrop-prod",
+        region="europe-west1",
+        runtime="python311",
+        source=Path("/stage"),
+        env=env,
+        imports_bucket="my-imports",
+        events_topic="my-events",
+    )
+    triggers = {
+        "claim_api": ["--trigger-http", "--allow-unauthenticated"],
+        "admin_api": ["--trigger-http", "--no-allow-unauthenticated"],
+        "import_codes": [
+            "--trigger-event-filters=type=google.cloud.storage.object.v1.finalized",
+            "--trigger-event-filters=bucket=my-imports",
+            "--retry",
+        ],
+        "count_usage": ["--trigger-topic=my-events", "--retry"],
+    }
+    trigger_args = [a for a in command if a.startswith(("--trigger", "--allow", "--no-allow"))]
+    trigger_args += [a for a in command if a == "--retry"]
+    assert trigger_args == triggers[command[3]]
+    env_vars = _env_of(command)
+    assert env_vars["CODEDROP_IMPORTS_BUCKET"] == "my-imports"
+    assert env_vars["CODEDROP_EVENTS_TOPIC"] == "my-events"
+    assert env_vars["THREADS"] == _flag(command, "--concurrency")[0]
+    assert {"--gen2", "--source=/stage"} <= set(command)
+
+
+def test_cors_origins_with_commas_use_gcloud_alternate_delimiter(tmp_path: Path) -> None:
+    origins = "https://shop.example,https://www.shop.example"
+    commands = _dry_run(tmp_path, "--project", "codedrop-prod", "--cors-origins", origins)
+    for command in commands:
+        (value,) = _flag(command, "--set-env-vars")
+        assert value.startswith("^")
+        assert _env_of(command)["CODEDROP_CORS_ORIGINS"] == origins
+
+
+def test_defaults_match_the_service_settings() -> None:
+    from shared.settings import Settings
+
+    fields = Settings.model_fields
+    assert fields["imports_bucket"].default == deploy.DEFAULT_IMPORTS_BUCKET
+    assert fields["events_topic"].default == deploy.DEFAULT_EVENTS_TOPIC
+
+
+# --- refusals -----------------------------------------------------------------------------------
+
+
+def test_demo_project_is_refused(tmp_path: Path) -> None:
+    result = _run_deploy("--project", "demo-x", "--build-dir", str(tmp_path))
+    assert result.returncode == 2
+    assert "demo-" in result.stderr
+    assert not (tmp_path / "functions").exists()
+
+
+def test_project_is_required_without_dry_run(tmp_path: Path) -> None:
+    result = _run_deploy("--build-dir", str(tmp_path))
+    assert result.returncode == 2
+    assert "--project is required" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "variable",
+    ["FIREBASE_AUTH_EMULATOR_HOST=127.0.0.1:9099", "PORT=8080", "GOOGLE_CLOUD_PROJECT=other"],
+)
+def test_env_refuses_emulator_reserved_and_managed_variables(tmp_path: Path, variable: str) -> None:
+    result = _run_deploy("--dry-run", "--build-dir", str(tmp_path), "--env", variable)
+    assert result.returncode == 2
+    assert variable.split("=")[0] in result.stderr
+
+
+def test_runtime_env_never_carries_an_emulator_switch() -> None:
+    with pytest.raises(deploy.DeployError, match="emulator"):
+        deploy.runtime_env(
+            project="codedrop-prod",
+            imports_bucket="b",
+            events_topic="t",
+            extra={"STORAGE_EMULATOR_HOST": "http://127.0.0.1:9199"},
+        )
