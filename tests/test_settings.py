@@ -31,9 +31,17 @@ def test_production_project_without_emulators_is_fine(monkeypatch: pytest.Monkey
 
 
 def test_cors_origins_are_a_comma_separated_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "demo-anything")
     monkeypatch.setenv("CODEDROP_CORS_ORIGINS", "https://a.example, https://b.example,")
 
     assert Settings().cors_origins == ("https://a.example", "https://b.example")
+
+
+def test_project_is_required(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GOOGLE_CLOUD_PROJECT", raising=False)
+
+    with pytest.raises(ValidationError, match="GOOGLE_CLOUD_PROJECT"):
+        Settings()
 
 
 @pytest.mark.parametrize(
