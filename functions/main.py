@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import flask
 import functions_framework
+from cloudevents.http import CloudEvent
 
-from shared import admin_routes, claim_routes
+from shared import admin_routes, claim_routes, intake_trigger
 from shared.settings import get_settings
 from shared.structured_logging import configure_logging
 
@@ -21,3 +22,8 @@ def claim_api(request: flask.Request) -> flask.Response:
 @functions_framework.http
 def admin_api(request: flask.Request) -> flask.Response:
     return admin_routes.handle(request)
+
+
+@functions_framework.cloud_event
+def import_codes(event: CloudEvent) -> None:
+    intake_trigger.handle(event)

@@ -39,7 +39,11 @@ class Candidate:
     read_at: datetime
 
 
-def coupon_fields(*, code: str, now: datetime, job_id: str | None) -> dict[str, object]:
+def coupon_fields(
+    *, code: str, now: datetime, job_id: str | None, line: int | None = None
+) -> dict[str, object]:
+    """A new, unassigned coupon. `job_id` and `line` say where it came from, so a re-run of the
+    same import recognises its own rows."""
     return {
         "code": code,
         "random_float": random_float(),
@@ -49,6 +53,7 @@ def coupon_fields(*, code: str, now: datetime, job_id: str | None) -> dict[str, 
         "assigned_at": None,
         "created_at": now,
         "job_id": job_id,
+        "line": line,
     }
 
 

@@ -207,6 +207,9 @@ class JobRecord(BaseModel):
     source: str | None = None  # gs://bucket/object#generation
     parent_job_id: str | None = None
     requested: int | None = None  # generation: how many codes were asked for
+    code_length: int | None = None
+    code_prefix: str | None = None
+    rounds: int = 0  # generation: CSV files written so far (collisions cause another round)
     rows_read: int = 0
     imported: int = 0
     duplicates_in_file: int = 0
@@ -247,7 +250,7 @@ class JobPublic(BaseModel):
     def of(cls, job: JobRecord) -> JobPublic:
         duration = (job.finished_at - job.created_at).total_seconds() if job.finished_at else None
         return cls(
-            **job.model_dump(exclude={"attempts"}),
+            **job.model_dump(exclude={"attempts", "code_length", "code_prefix", "rounds"}),
             duplicates=job.duplicates_in_file + job.duplicates_in_campaign,
             duration_seconds=duration,
         )

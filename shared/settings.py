@@ -55,6 +55,23 @@ class Settings(BaseSettings):
         default=1, ge=1, le=60, validation_alias="CODEDROP_CONTENDED_RETRY_AFTER"
     )
 
+    # Code intake: atomic batches of up to 500 writes (codes + the campaign's counters).
+    import_batch_size: int = Field(
+        default=450, ge=1, le=498, validation_alias="CODEDROP_IMPORT_BATCH_SIZE"
+    )
+    import_parallel_commits: int = Field(
+        default=4, ge=1, le=32, validation_alias="CODEDROP_IMPORT_PARALLEL_COMMITS"
+    )
+    # Production Firestore wants new write traffic ramped up (500/50/5: start at 500 writes/s,
+    # +50% every 5 minutes). The emulator has no such need; unset means "on unless emulated".
+    import_ramp: bool | None = Field(default=None, validation_alias="CODEDROP_IMPORT_RAMP")
+
+    @property
+    def import_ramp_enabled(self) -> bool:
+        if self.import_ramp is not None:
+            return self.import_ramp
+        return self.firestore_emulator_host is None
+
     @model_validator(mode="before")
     @classmethod
     def _split_origins(cls, data: object) -> object:

@@ -4,6 +4,8 @@ registered before they are written."""
 
 from __future__ import annotations
 
+import copy
+import json
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -14,6 +16,7 @@ import pytest
 from flask.testing import FlaskClient
 from functions_framework import create_app
 from google.cloud import firestore
+from google.cloud.storage import Client as StorageClient
 
 from emulator import EmulatorStack, EmulatorUnavailable, check_prerequisites
 from emulator.tokens import emulator_id_token
@@ -32,7 +35,7 @@ def _reset_singletons() -> None:
 
     settings.get_settings.cache_clear()
     firestore_db.get_db.cache_clear()
-    runtime.get_engine.cache_clear()
+    runtime.reset()
     campaign_service.clear_caches()
 
 
@@ -131,3 +134,40 @@ def make_campaign(db: firestore.Client, cleanup: list[Callable[[], object]]) -> 
         return campaign_id
 
     return make
+
+
+@pytest.fixture(scope="session")
+def storage_client(emulators: EmulatorStack) -> StorageClient:
+    from shared.storage_objects import get_storage
+
+    return get_storage()
+
+
+@pytest.fixture(scope="session")
+def import_client(emulators: EmulatorStack) -> FlaskClient:
+    return create_app("import_codes", MAIN, "cloudevent").test_client()
+
+
+FINALIZED_EVENT = json.loads(
+    (ROOT / "tests" / "fixtures" / "storage_object_finalized.json").read_text()
+)
+
+
+def finalized_event(
+    *, bucket: str, name: str, generation: int | str | None, metadata: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The object-finalized CloudEvent exactly as Cloud Storage sends it, for another object."""
+    event = copy.deepcopy(FINALIZED_EVENT)
+    event["id"] = uuid.uuid4().hex
+    event["source"] = f"//storage.googleapis.com/projects/_/buckets/{bucket}"
+    event["subject"] = f"objects/{name}"
+    event["data"].update(bucket=bucket, name=name, generation=str(generation))
+    event["data"]["id"] = f"{bucket}/{name}/{generation}"
+    if metadata:
+        event["data"]["metadata"] = metadata
+    return event
+
+
+def deliver(client: FlaskClient, event: dict[str, Any]) -> int:
+    response = client.post("/", data=json.dumps(event), content_type="application/cloudevents+json")
+    return response.status_code
