@@ -74,8 +74,7 @@ def test_non_utf8_stops_at_the_broken_line_after_handing_on_the_rows_before() ->
     seen: list[CodeRow | InvalidRow] = []
 
     with pytest.raises(NotUtf8Error, match="line 3"):
-        for row in parse_rows(io.BytesIO(b"A1\nA2\nCaf\xe9\nA4\n")):
-            seen.append(row)
+        seen.extend(parse_rows(io.BytesIO(b"A1\nA2\nCaf\xe9\nA4\n")))
 
     assert seen == [CodeRow(1, "A1"), CodeRow(2, "A2")]
 
