@@ -1,0 +1,218 @@
+"""Tests for scripts/local_stack.py, the local stack behind ./scripts/run."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from emulator import EmulatorUnavailable, RunningEmulator, check_prerequisites, free_port
+from emulator import start_pubsub as start_pubsub_emulator
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "local_stack.py"
+# Cold start is about 5 s on two cores; the rest is headroom for a loaded CI machine.
+CHECK_TIMEOUT = 240
+
+
+def _load_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("local_stack", SCRIPT)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    # dataclasses look their module up in sys.modules while the module executes.
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+local_stack = _load_script()
+
+
+def _require_emulators() -> None:
+    """Missing Java or emulators fail the test, with the install hint: never a silent skip."""
+    try:
+        check_prerequisites()
+    except EmulatorUnavailable as exc:
+        missing = str(exc)
+    else:
+        return
+    pytest.fail(f"the local stack cannot run here: {missing}", pytrace=False)
+
+
+def _distinct_free_ports(count: int) -> list[int]:
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
+def _clean_env() -> dict[str, str]:
+    """This environment without anything that points at other emulators or settings (the
+    suite's own fixtures may have set them in this process)."""
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith("CODEDROP_")
+        and not name.endswith("_EMULATOR_HOST")
+        and name not in ("GOOGLE_CLOUD_PROJECT", "WORKERS", "THREADS")
+    }
+
+
+@pytest.mark.emulator
+def test_check_starts_everything_claims_once_and_stops(tmp_path: Path) -> None:
+    _require_emulators()
+    env = _clean_env()
+    ports = _distinct_free_ports(len(local_stack.PORTS))
+    for port, number in zip(local_stack.PORTS, ports, strict=True):
+        env[port.env] = str(number)
+    # Small servers: the test only claims once.
+    env["CODEDROP_CLAIM_API_WORKERS"] = "1"
+    env["CODEDROP_CLAIM_API_THREADS"] = "4"
+    log_dir = tmp_path / "logs"
+
+    process = subprocess.Popen(
+        [sys.executable, str(SCRIPT), "--check", "--log-dir", str(log_dir)],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=CHECK_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        # SIGTERM lets it stop its children (they live in process groups of their own).
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=60)
+        pytest.fail(f"--check did not finish in {CHECK_TIMEOUT} s\n{stdout}\n{stderr}")
+
+    diagnostics = (
+        f"exit code {process.returncode}\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n"
+        f"--- local_stack.log\n{_read(log_dir / 'local_stack.log')}"
+    )
+    assert process.returncode == 0, diagnostics
+    lines = stdout.splitlines()
+    assert local_stack.READY_LINE in lines, diagnostics
+    assert any(line.startswith("check: claim answered 201 with code ") for line in lines), (
+        diagnostics
+    )
+    assert "local stack check passed" in lines, diagnostics
+    for name in ("firestore", "pubsub", "storage", "claim_api", "admin_api", "local_stack"):
+        assert (log_dir / f"{name}.log").is_file(), name
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError as exc:
+        return f"({exc})"
+
+
+def test_functions_are_found_in_main_py_without_importing_it(tmp_path: Path) -> None:
+    main_py = tmp_path / "main.py"
+    main_py.write_text(
+        "import functions_framework\n"
+        "raise RuntimeError('never imported')\n"
+        "@functions_framework.http\n"
+        "def claim_api(request): ...\n"
+        "@functions_framework.cloud_event\n"
+        "def count_usage(event): ...\n"
+        "def helper(): ...\n"
+    )
+    found = local_stack.defined_functions(main_py)
+    assert [f.name for f in found] == ["claim_api", "count_usage"]
+    assert [f.signature_type for f in found] == ["http", "cloudevent"]
+
+
+def test_the_real_main_py_has_the_http_entry_points() -> None:
+    names = {f.name for f in local_stack.defined_functions()}
+    assert {"claim_api", "admin_api"} <= names
+
+
+def test_every_port_has_its_own_variable_and_default() -> None:
+    table = local_stack.environment_table()
+    names = [var.name for var in table]
+    assert len(names) == len(set(names))
+    defaults = {port.env: port.default for port in local_stack.PORTS}
+    assert defaults == {
+        "CODEDROP_FIRESTORE_PORT": 8080,
+        "CODEDROP_PUBSUB_PORT": 8085,
+        "CODEDROP_STORAGE_PORT": 9199,
+        "CODEDROP_CLAIM_API_PORT": 8001,
+        "CODEDROP_ADMIN_API_PORT": 8002,
+        "CODEDROP_COUNT_USAGE_PORT": 8003,
+        "CODEDROP_IMPORT_CODES_PORT": 8004,
+    }
+    for function in local_stack.FUNCTIONS:
+        assert function.port_key in {port.key for port in local_stack.PORTS}
+
+
+@pytest.fixture
+def pubsub_emulator(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RunningEmulator]:
+    _require_emulators()
+    emulator = start_pubsub_emulator(
+        port=free_port(), project="demo-local-stack", log_dir=tmp_path / "logs"
+    )
+    try:
+        monkeypatch.setenv("PUBSUB_EMULATOR_HOST", emulator.host_port)
+        yield emulator
+    finally:
+        emulator.stop()
+
+
+@pytest.mark.emulator
+def test_count_usage_gets_a_push_subscription_with_retries_and_dead_letters(
+    pubsub_emulator: RunningEmulator, tmp_path: Path
+) -> None:
+    from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
+
+    config = local_stack.Config(
+        project="demo-local-stack",
+        ports={port.key: port.default for port in local_stack.PORTS},
+        log_dir=tmp_path,
+        bucket="codedrop-imports",
+        topic="coupon-events",
+        cors_origins="",
+        timeout=30,
+        demo=False,
+        check=False,
+    )
+    created = local_stack.create_pubsub_resources(config, count_usage_url="http://127.0.0.1:18003")
+    assert "topic coupon-events" in created
+    # Running it twice (resources already there) is harmless.
+    assert local_stack.create_pubsub_resources(config, count_usage_url=None) == [
+        "topic coupon-events"
+    ]
+
+    project = "projects/demo-local-stack"
+    publisher = PublisherClient()
+    topics = {t.name for t in publisher.list_topics(request={"project": project})}
+    assert topics == {
+        f"{project}/topics/coupon-events",
+        f"{project}/topics/coupon-events-dead-letter",
+    }
+    with SubscriberClient() as subscriber:
+        push = subscriber.get_subscription(subscription=f"{project}/subscriptions/count-usage-push")
+        dead_letters = subscriber.get_subscription(
+            subscription=f"{project}/subscriptions/coupon-events-dead-letter-pull"
+        )
+    dead_letter_topic = f"{project}/topics/coupon-events-dead-letter"
+    assert push.topic == f"{project}/topics/coupon-events"
+    assert push.push_config.push_endpoint == "http://127.0.0.1:18003/"
+    assert push.retry_policy.minimum_backoff.total_seconds() == 1
+    assert push.retry_policy.maximum_backoff.total_seconds() == 60
+    assert push.dead_letter_policy.dead_letter_topic == dead_letter_topic
+    assert push.dead_letter_policy.max_delivery_attempts == 5
+    assert dead_letters.topic == dead_letter_topic
+    assert not dead_letters.push_config.push_endpoint
