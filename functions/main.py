@@ -6,7 +6,7 @@ import flask
 import functions_framework
 from cloudevents.http import CloudEvent
 
-from shared import admin_routes, claim_routes, intake_trigger
+from shared import admin_routes, claim_routes, intake_trigger, usage_trigger
 from shared.settings import get_settings
 from shared.structured_logging import configure_logging
 
@@ -27,3 +27,8 @@ def admin_api(request: flask.Request) -> flask.Response:
 @functions_framework.cloud_event
 def import_codes(event: CloudEvent) -> None:
     intake_trigger.handle(event)
+
+
+@functions_framework.cloud_event
+def count_usage(event: CloudEvent) -> None:
+    usage_trigger.handle(event)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import flask
 from pydantic import BaseModel, ConfigDict
 
-from shared import campaign_service, campaign_store, job_store
+from shared import campaign_service, campaign_store, job_store, reconciliation
 from shared.auth import authenticate, require_admin
 from shared.clock import utcnow
 from shared.errors import JobNotFound
@@ -22,8 +23,12 @@ from shared.models import (
     JobAccepted,
     JobList,
     JobPublic,
+    ReconcileRequest,
+    ReportGranularity,
+    SweepRequest,
+    SweepResult,
 )
-from shared.runtime import get_intake
+from shared.runtime import get_bus, get_counters, get_intake, get_usage
 from shared.settings import get_settings
 
 _JOB_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -46,8 +51,7 @@ def create_campaign(request: flask.Request) -> flask.Response:
     data = parse_body(request, CampaignCreate)
     db, now = get_db(), utcnow()
     record = campaign_service.create_campaign(db, data=data, now=now)
-    view = campaign_service.admin_view(db, campaign=record, now=now, with_stats=False)
-    return json_response(view, 201)
+    return json_response(campaign_service.admin_view(record, now=now, stats=None), 201)
 
 
 @router.route("/v1/campaigns", methods=["GET"])
@@ -56,9 +60,7 @@ def list_campaigns(request: flask.Request) -> flask.Response:
     query = parse_query(request, CampaignFilter)
     db, now = get_db(), utcnow()
     records = campaign_service.list_campaigns(db, status=query.status, now=now)
-    views = [
-        campaign_service.admin_view(db, campaign=r, now=now, with_stats=False) for r in records
-    ]
+    views = [campaign_service.admin_view(r, now=now, stats=None) for r in records]
     return json_response(CampaignList(campaigns=views))
 
 
@@ -67,7 +69,8 @@ def get_campaign(request: flask.Request, campaign_id: str) -> flask.Response:
     _admin(request)
     db, now = get_db(), utcnow()
     record = campaign_store.get_campaign(db, campaign_id=campaign_id_param(campaign_id))
-    return json_response(campaign_service.admin_view(db, campaign=record, now=now, with_stats=True))
+    stats = get_usage().stats(record, now=now)
+    return json_response(campaign_service.admin_view(record, now=now, stats=stats))
 
 
 @router.route("/v1/campaigns/<campaign_id>", methods=["PATCH"])
@@ -78,7 +81,8 @@ def update_campaign(request: flask.Request, campaign_id: str) -> flask.Response:
     record = campaign_service.update_campaign(
         db, campaign_id=campaign_id_param(campaign_id), data=data, now=now
     )
-    return json_response(campaign_service.admin_view(db, campaign=record, now=now, with_stats=True))
+    stats = get_usage().stats(record, now=now)
+    return json_response(campaign_service.admin_view(record, now=now, stats=stats))
 
 
 @router.route("/v1/campaigns/<campaign_id>/codes:generate", methods=["POST"])
@@ -106,6 +110,61 @@ def list_jobs(request: flask.Request, campaign_id: str) -> flask.Response:
         # A file dropped for a misspelt campaign still has its (failed) job listed above.
         campaign_store.get_campaign(db, campaign_id=campaign_id)
     return json_response(JobList(jobs=[JobPublic.of(j) for j in jobs]))
+
+
+class ReportQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    granularity: ReportGranularity = ReportGranularity.HOUR
+
+
+@router.route("/v1/campaigns/<campaign_id>/report", methods=["GET"])
+def report(request: flask.Request, campaign_id: str) -> flask.Response:
+    _admin(request)
+    query = parse_query(request, ReportQuery)
+    record = campaign_store.get_campaign(get_db(), campaign_id=campaign_id_param(campaign_id))
+    return json_response(get_usage().report(record, granularity=query.granularity))
+
+
+@router.route("/v1/campaigns/<campaign_id>/reconcile", methods=["POST"])
+def reconcile(request: flask.Request, campaign_id: str) -> flask.Response:
+    _admin(request)
+    body = parse_body(request, ReconcileRequest)
+    db = get_db()
+    record = campaign_store.get_campaign(db, campaign_id=campaign_id_param(campaign_id))
+    result = reconciliation.reconcile(
+        db,
+        counters=get_counters(),
+        campaign_id=record.campaign_id,
+        now=utcnow(),
+        repair=body.repair,
+    )
+    return json_response(result)
+
+
+@router.route("/v1/maintenance/sweep", methods=["POST"])
+def sweep(request: flask.Request) -> flask.Response:
+    _admin(request)
+    body = parse_body(request, SweepRequest)
+    now = utcnow()
+    since = now - timedelta(minutes=body.window_minutes)
+    campaigns = [
+        c.campaign_id for c in campaign_store.list_campaigns(get_db()) if c.ends_at > since
+    ]
+    result = get_bus().sweep(
+        campaign_ids=campaigns,
+        now=now,
+        window=timedelta(minutes=body.window_minutes),
+        grace=timedelta(seconds=body.grace_seconds),
+    )
+    for campaign_id in campaigns:
+        get_usage().check_stock(campaign_id, force=True)
+    return json_response(
+        SweepResult(
+            outbox_published=result.outbox_published,
+            claims_republished=result.claims_republished,
+            failures=result.failures,
+        )
+    )
 
 
 def handle(request: flask.Request) -> flask.Response:

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import re
 import secrets
-import threading
-import time
 from datetime import datetime
 
 from google.cloud import firestore
 
-from shared import campaign_store, coupon_store
+from shared import campaign_store
 from shared.models import (
     CampaignAdmin,
     CampaignCreate,
@@ -20,15 +18,6 @@ from shared.models import (
     CampaignStatus,
     CampaignUpdate,
 )
-
-_REMAINING_TTL_SECONDS = 1.0
-_remaining_cache: dict[str, tuple[int, float]] = {}
-_remaining_lock = threading.Lock()
-
-
-def clear_caches() -> None:
-    with _remaining_lock:
-        _remaining_cache.clear()
 
 
 def new_campaign_id(title: str) -> str:
@@ -58,44 +47,20 @@ def update_campaign(
     return campaign_store.update_campaign(db, campaign_id=campaign_id, changes=changes, now=now)
 
 
-def remaining(db: firestore.Client, *, campaign: CampaignRecord, fresh: bool = False) -> int:
-    """Unassigned codes, counted by an aggregation query and cached briefly per instance, so a
-    landing page polling the campaign does not turn into a scan per shopper."""
-    if campaign.sold_out:
-        return 0
-    now = time.monotonic()
-    with _remaining_lock:
-        cached = _remaining_cache.get(campaign.campaign_id)
-    if cached is not None and not fresh and now - cached[1] < _REMAINING_TTL_SECONDS:
-        return cached[0]
-    count = coupon_store.count_unassigned(db, campaign_id=campaign.campaign_id)
-    with _remaining_lock:
-        _remaining_cache[campaign.campaign_id] = (count, now)
-    return count
-
-
-def public_view(db: firestore.Client, *, campaign: CampaignRecord, now: datetime) -> CampaignPublic:
+def public_view(campaign: CampaignRecord, *, now: datetime, remaining: int) -> CampaignPublic:
     return CampaignPublic(
         campaign_id=campaign.campaign_id,
         title=campaign.title,
         starts_at=campaign.starts_at,
         ends_at=campaign.ends_at,
         status=campaign.status_at(now),
-        remaining=remaining(db, campaign=campaign),
+        remaining=remaining,
     )
 
 
 def admin_view(
-    db: firestore.Client, *, campaign: CampaignRecord, now: datetime, with_stats: bool
+    campaign: CampaignRecord, *, now: datetime, stats: CampaignStats | None
 ) -> CampaignAdmin:
-    stats = None
-    if with_stats:
-        left = remaining(db, campaign=campaign, fresh=True)
-        stats = CampaignStats(
-            codes_total=campaign.codes_total,
-            claimed=campaign.codes_total - left,
-            remaining=left,
-        )
     return CampaignAdmin(
         campaign_id=campaign.campaign_id,
         title=campaign.title,

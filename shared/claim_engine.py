@@ -79,8 +79,10 @@ class ClaimEngine:
         db: firestore.Client,
         settings: Settings,
         clock: Callable[[], datetime] = utcnow,
+        on_sold_out: Callable[[str, int], None] | None = None,
     ) -> None:
         self._db = db
+        self._on_sold_out = on_sold_out
         self._settings = settings
         self._clock = clock
         self._pools: dict[str, CandidatePool] = {}
@@ -265,6 +267,8 @@ class ClaimEngine:
             self._cache.pop(campaign_id, None)
             self.counters.add(doc_writes=1)
             log.info("campaign sold out", extra={"campaign_id": campaign_id})
+            if self._on_sold_out is not None:
+                self._on_sold_out(campaign_id, campaign.codes_total)
             return Exhausted.SOLD_OUT
         return Exhausted.LOOK_AGAIN
 

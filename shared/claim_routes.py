@@ -14,7 +14,7 @@ from shared.errors import ClaimNotFound, RequestValidationFailed
 from shared.firestore_db import get_db
 from shared.http_edge import Cors, Router, campaign_id_param, json_response, parse_body
 from shared.models import ClaimPublic, HeldClaim, HeldClaims
-from shared.runtime import get_engine
+from shared.runtime import get_claims, get_usage
 from shared.settings import get_settings
 
 # Visible ASCII, as the IETF Idempotency-Key draft and Stripe-style clients send it.
@@ -40,9 +40,9 @@ def _idempotency_key(request: flask.Request) -> str | None:
 
 @router.route("/v1/campaigns/<campaign_id>", methods=["GET"])
 def get_campaign(request: flask.Request, campaign_id: str) -> flask.Response:
-    db = get_db()
-    campaign = campaign_store.get_campaign(db, campaign_id=campaign_id_param(campaign_id))
-    return json_response(campaign_service.public_view(db, campaign=campaign, now=utcnow()))
+    campaign = campaign_store.get_campaign(get_db(), campaign_id=campaign_id_param(campaign_id))
+    remaining = get_usage().remaining(campaign)
+    return json_response(campaign_service.public_view(campaign, now=utcnow(), remaining=remaining))
 
 
 @router.route("/v1/campaigns/<campaign_id>/claims", methods=["POST"])
@@ -50,7 +50,7 @@ def create_claim(request: flask.Request, campaign_id: str) -> flask.Response:
     principal = authenticate(request.headers.get("Authorization"), settings=get_settings())
     parse_body(request, ClaimCreate)
     key = _idempotency_key(request)
-    outcome = get_engine().claim(
+    outcome = get_claims().claim(
         campaign_id=campaign_id_param(campaign_id), user_id=principal.user_id, idempotency_key=key
     )
     body = ClaimPublic.model_validate(outcome.claim, from_attributes=True)

@@ -14,6 +14,7 @@ from pydantic import (
     Field,
     PlainSerializer,
     StringConstraints,
+    computed_field,
     model_validator,
 )
 
@@ -122,6 +123,27 @@ class CampaignStats(BaseModel):
     codes_total: int
     claimed: int
     remaining: int
+    claims_last_minute: int = 0
+    projected_sold_out_at: UtcTime | None = None
+
+
+class ReportGranularity(StrEnum):
+    HOUR = "hour"
+    DAY = "day"
+
+
+class ReportPoint(BaseModel):
+    period_start: UtcTime
+    claimed: int
+    imported: int
+
+
+class UsageReport(BaseModel):
+    campaign_id: str
+    granularity: ReportGranularity
+    claimed: int
+    imported: int
+    series: list[ReportPoint]
 
 
 class CampaignAdmin(BaseModel):
@@ -272,3 +294,37 @@ class GenerateCodes(_Input):
     count: int = Field(ge=1, le=1_000_000)
     length: int = Field(default=10, ge=6, le=32)
     prefix: Annotated[str, StringConstraints(pattern=r"^[A-Z0-9-]{0,16}$")] = ""
+
+
+class CounterCheck(BaseModel):
+    counted: int  # from the coupon documents
+    counters: int  # what the sharded counters said before any repair
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def difference(self) -> int:
+        return self.counted - self.counters
+
+
+class ReconciliationReport(BaseModel):
+    campaign_id: str
+    checked_at: UtcTime
+    repaired: bool
+    claimed: CounterCheck
+    imported: CounterCheck
+    hours_differing: int
+
+
+class ReconcileRequest(_Input):
+    repair: bool = True
+
+
+class SweepRequest(_Input):
+    window_minutes: int = Field(default=60, ge=1, le=7 * 24 * 60)
+    grace_seconds: int = Field(default=120, ge=0, le=3600)
+
+
+class SweepResult(BaseModel):
+    outbox_published: int
+    claims_republished: int
+    failures: list[str]

@@ -66,6 +66,21 @@ class Settings(BaseSettings):
     # +50% every 5 minutes). The emulator has no such need; unset means "on unless emulated".
     import_ramp: bool | None = Field(default=None, validation_alias="CODEDROP_IMPORT_RAMP")
 
+    # Usage counters (shared/usage_counters.py).
+    counter_initial_shards: int = Field(
+        default=1, ge=1, le=1000, validation_alias="CODEDROP_COUNTER_INITIAL_SHARDS"
+    )
+    counter_max_shards: int = Field(
+        default=64, ge=1, le=1000, validation_alias="CODEDROP_COUNTER_MAX_SHARDS"
+    )
+    counter_max_attempts: int = Field(
+        default=8, ge=1, le=50, validation_alias="CODEDROP_COUNTER_MAX_ATTEMPTS"
+    )
+    # A commit slower than this counts as contention even when it succeeds.
+    counter_contention_seconds: float = Field(
+        default=1.0, gt=0, le=60, validation_alias="CODEDROP_COUNTER_CONTENTION_SECONDS"
+    )
+
     @property
     def import_ramp_enabled(self) -> bool:
         if self.import_ramp is not None:

@@ -31,12 +31,11 @@ CORS_ORIGIN = "https://shop.example"
 # Settings, the Firestore client and the claim engine are process singletons built on first
 # use: they must be rebuilt whenever the environment they were built from changes.
 def _reset_singletons() -> None:
-    from shared import campaign_service, firestore_db, runtime, settings
+    from shared import firestore_db, runtime, settings
 
     settings.get_settings.cache_clear()
     firestore_db.get_db.cache_clear()
     runtime.reset()
-    campaign_service.clear_caches()
 
 
 @pytest.fixture(scope="session")
@@ -66,8 +65,24 @@ def emulators(
         # Tests pause and resume campaigns and expect the next claim to see it at once.
         mp.setenv("CODEDROP_CAMPAIGN_CACHE_SECONDS", "0")
         _reset_singletons()
+        _create_topic_and_pump_subscription()
         yield stack
     _reset_singletons()
+
+
+EVENTS_TOPIC = "coupon-events"
+PUMP_SUBSCRIPTION = "test-pump"
+
+
+def _create_topic_and_pump_subscription() -> None:
+    from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
+
+    topic = f"projects/{PROJECT}/topics/{EVENTS_TOPIC}"
+    PublisherClient().create_topic(name=topic)
+    with SubscriberClient() as subscriber:
+        subscriber.create_subscription(
+            name=f"projects/{PROJECT}/subscriptions/{PUMP_SUBSCRIPTION}", topic=topic
+        )
 
 
 @pytest.fixture(scope="session")
@@ -171,3 +186,59 @@ def finalized_event(
 def deliver(client: FlaskClient, event: dict[str, Any]) -> int:
     response = client.post("/", data=json.dumps(event), content_type="application/cloudevents+json")
     return response.status_code
+
+
+@pytest.fixture(scope="session")
+def usage_client(emulators: EmulatorStack) -> FlaskClient:
+    return create_app("count_usage", MAIN, "cloudevent").test_client()
+
+
+PUBLISHED_EVENT = json.loads((ROOT / "tests" / "fixtures" / "pubsub_message_published.json").read_text())
+
+
+def published_event(payload: bytes, *, message_id: str | None = None) -> dict[str, Any]:
+    """A Pub/Sub push delivery as count_usage receives it: a messagePublished CloudEvent."""
+    import base64
+
+    event = copy.deepcopy(PUBLISHED_EVENT)
+    message_id = message_id or uuid.uuid4().hex
+    event["id"] = message_id
+    event["source"] = f"//pubsub.googleapis.com/projects/{PROJECT}/topics/{EVENTS_TOPIC}"
+    event["data"]["message"].update(
+        data=base64.b64encode(payload).decode(), messageId=message_id, message_id=message_id
+    )
+    event["data"]["subscription"] = f"projects/{PROJECT}/subscriptions/{PUMP_SUBSCRIPTION}"
+    return event
+
+
+Pump = Callable[[], list[dict[str, Any]]]
+
+
+@pytest.fixture
+def pump_events(usage_client: FlaskClient) -> Pump:
+    """Deliver what was published on the topic to count_usage, as the push subscription
+    would; returns the decoded events delivered."""
+    from google.cloud.pubsub_v1 import SubscriberClient
+
+    def pump() -> list[dict[str, Any]]:
+        delivered: list[dict[str, Any]] = []
+        subscription = f"projects/{PROJECT}/subscriptions/{PUMP_SUBSCRIPTION}"
+        with SubscriberClient() as subscriber:
+            while True:
+                response = subscriber.pull(
+                    subscription=subscription, max_messages=500, timeout=5
+                )
+                if not response.received_messages:
+                    return delivered
+                for received in response.received_messages:
+                    message = received.message
+                    envelope = published_event(message.data, message_id=message.message_id)
+                    assert deliver(usage_client, envelope) == 200
+                    delivered.append(json.loads(message.data))
+                subscriber.acknowledge(
+                    subscription=subscription,
+                    ack_ids=[r.ack_id for r in response.received_messages],
+                )
+
+    pump()  # start from an empty subscription: earlier tests' events are not this test's
+    return pump

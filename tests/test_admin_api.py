@@ -12,7 +12,7 @@ from google.cloud import firestore
 
 from shared.clock import utcnow
 from shared.firestore_db import campaign_ref
-from tests.conftest import ADMIN, MakeCampaign, auth
+from tests.conftest import ADMIN, MakeCampaign, Pump, auth
 
 pytestmark = pytest.mark.emulator
 
@@ -101,15 +101,22 @@ def test_invalid_campaign_is_400(admin_client: FlaskClient, body: dict[str, obje
 
 
 def test_get_has_stats(
-    admin_client: FlaskClient, claim_client: FlaskClient, make_campaign: MakeCampaign
+    admin_client: FlaskClient,
+    claim_client: FlaskClient,
+    make_campaign: MakeCampaign,
+    pump_events: Pump,
 ) -> None:
     campaign_id = make_campaign(codes=4)
     claim_client.post(f"/v1/campaigns/{campaign_id}/claims", headers=auth("s1"))
+    pump_events()
 
     response = admin_client.get(f"/v1/campaigns/{campaign_id}", headers=ADMIN)
 
     assert response.status_code == 200
-    assert response.get_json()["stats"] == {"codes_total": 4, "claimed": 1, "remaining": 3}
+    stats = response.get_json()["stats"]
+    assert (stats["codes_total"], stats["claimed"], stats["remaining"]) == (4, 1, 3)
+    assert stats["claims_last_minute"] == 1
+    assert stats["projected_sold_out_at"] is not None
     missing = admin_client.get("/v1/campaigns/never-made", headers=ADMIN)
     assert missing.status_code == 404
     assert missing.get_json()["error_code"] == "CAMPAIGN_NOT_FOUND"
