@@ -193,7 +193,9 @@ def usage_client(emulators: EmulatorStack) -> FlaskClient:
     return create_app("count_usage", MAIN, "cloudevent").test_client()
 
 
-PUBLISHED_EVENT = json.loads((ROOT / "tests" / "fixtures" / "pubsub_message_published.json").read_text())
+PUBLISHED_EVENT = json.loads(
+    (ROOT / "tests" / "fixtures" / "pubsub_message_published.json").read_text()
+)
 
 
 def published_event(payload: bytes, *, message_id: str | None = None) -> dict[str, Any]:
@@ -225,8 +227,14 @@ def pump_events(usage_client: FlaskClient) -> Pump:
         subscription = f"projects/{PROJECT}/subscriptions/{PUMP_SUBSCRIPTION}"
         with SubscriberClient() as subscriber:
             while True:
+                # The emulator honours return_immediately, so an empty pull costs no wait.
                 response = subscriber.pull(
-                    subscription=subscription, max_messages=500, timeout=5
+                    request={
+                        "subscription": subscription,
+                        "max_messages": 500,
+                        "return_immediately": True,
+                    },
+                    timeout=10,
                 )
                 if not response.received_messages:
                     return delivered
