@@ -17,6 +17,7 @@ from shared.models import (
     CampaignStats,
     CampaignStatus,
     CampaignUpdate,
+    WaitingRoomStatus,
 )
 
 
@@ -34,6 +35,8 @@ def create_campaign(db: firestore.Client, *, data: CampaignCreate, now: datetime
         max_per_user=data.max_per_user,
         slots_ceiling=data.max_per_user,
         low_stock_threshold=data.low_stock_threshold,
+        waiting_room_enabled=data.waiting_room_enabled,
+        admissions_per_second=data.admissions_per_second,
         created_at=now,
         updated_at=now,
     )
@@ -47,8 +50,11 @@ def update_campaign(
     return campaign_store.update_campaign(db, campaign_id=campaign_id, changes=changes, now=now)
 
 
-def public_view(campaign: CampaignRecord, *, now: datetime, remaining: int) -> CampaignPublic:
+def public_view(
+    campaign: CampaignRecord, *, now: datetime, remaining: int, room: WaitingRoomStatus
+) -> CampaignPublic:
     return CampaignPublic(
+        waiting_room=room,
         campaign_id=campaign.campaign_id,
         title=campaign.title,
         starts_at=campaign.starts_at,
@@ -70,6 +76,8 @@ def admin_view(
         max_per_user=campaign.max_per_user,
         low_stock_threshold=campaign.low_stock_threshold,
         paused=campaign.paused,
+        waiting_room_enabled=campaign.waiting_room_enabled,
+        admissions_per_second=campaign.admissions_per_second,
         created_at=campaign.created_at,
         updated_at=campaign.updated_at,
         stats=stats,

@@ -154,6 +154,13 @@ class ClaimEngine:
         self._cache[campaign_id] = (record, time.monotonic())
         return record, held
 
+    def campaign(self, campaign_id: str) -> CampaignRecord:
+        """The campaign as the engine sees it (cached for campaign_cache_seconds)."""
+        return self._campaign_cached(campaign_id)
+
+    def sold_out(self, campaign_id: str) -> bool:
+        return self._campaign_cached(campaign_id).sold_out or self.pool(campaign_id).sold_out
+
     # --- the claim ----------------------------------------------------------------------------
     def claim(
         self, *, campaign_id: str, user_id: str, idempotency_key: str | None = None

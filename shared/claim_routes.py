@@ -10,15 +10,26 @@ from pydantic import BaseModel, ConfigDict
 from shared import campaign_service, campaign_store, claim_store
 from shared.auth import authenticate
 from shared.clock import utcnow
-from shared.errors import ClaimNotFound, RequestValidationFailed
+from shared.errors import ClaimNotFound, RequestValidationFailed, WaitingRoom
 from shared.firestore_db import get_db
-from shared.http_edge import Cors, Router, campaign_id_param, json_response, parse_body
+from shared.http_edge import (
+    Cors,
+    Router,
+    campaign_id_param,
+    error_response,
+    json_response,
+    parse_body,
+)
 from shared.models import ClaimPublic, HeldClaim, HeldClaims
-from shared.runtime import get_claims, get_usage
+from shared.runtime import get_claims, get_room, get_usage
 from shared.settings import get_settings
+from shared.waiting_room import InvalidTicket
 
 # Visible ASCII, as the IETF Idempotency-Key draft and Stripe-style clients send it.
 _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
+
+TICKET_HEADER = "X-Waiting-Room-Ticket"
+TICKET_COOKIE_PREFIX = "codedrop_ticket_"
 
 router = Router(cors=Cors(origins=lambda: get_settings().cors_origins))
 
@@ -42,7 +53,9 @@ def _idempotency_key(request: flask.Request) -> str | None:
 def get_campaign(request: flask.Request, campaign_id: str) -> flask.Response:
     campaign = campaign_store.get_campaign(get_db(), campaign_id=campaign_id_param(campaign_id))
     remaining = get_usage().remaining(campaign)
-    return json_response(campaign_service.public_view(campaign, now=utcnow(), remaining=remaining))
+    room = get_room().status(campaign)
+    view = campaign_service.public_view(campaign, now=utcnow(), remaining=remaining, room=room)
+    return json_response(view)
 
 
 @router.route("/v1/campaigns/<campaign_id>/claims", methods=["POST"])
@@ -50,11 +63,43 @@ def create_claim(request: flask.Request, campaign_id: str) -> flask.Response:
     principal = authenticate(request.headers.get("Authorization"), settings=get_settings())
     parse_body(request, ClaimCreate)
     key = _idempotency_key(request)
-    outcome = get_claims().claim(
-        campaign_id=campaign_id_param(campaign_id), user_id=principal.user_id, idempotency_key=key
-    )
-    body = ClaimPublic.model_validate(outcome.claim, from_attributes=True)
-    return json_response(body, 201 if outcome.created else 200)
+    campaign_id = campaign_id_param(campaign_id)
+    cookie = _ticket_cookie(campaign_id)
+    ticket = request.headers.get(TICKET_HEADER) or request.cookies.get(cookie)
+    try:
+        result = get_claims().claim(
+            campaign_id=campaign_id,
+            user_id=principal.user_id,
+            idempotency_key=key,
+            ticket=ticket,
+        )
+    except WaitingRoom as exc:
+        response = error_response(exc)
+        _keep_ticket(response, cookie, exc.details.get("ticket"))
+        return response
+    except InvalidTicket as exc:
+        response = error_response(exc)
+        # A bad ticket in the cookie would be sent forever: drop it, so the next try starts over.
+        response.delete_cookie(cookie, secure=True, httponly=True, samesite="None")
+        return response
+    body = ClaimPublic.model_validate(result.outcome.claim, from_attributes=True)
+    response = json_response(body, 201 if result.outcome.created else 200)
+    _keep_ticket(response, cookie, result.ticket)
+    return response
+
+
+def _ticket_cookie(campaign_id: str) -> str:
+    # One cookie per campaign (named, not path-scoped: the function's public URL has a prefix
+    # this code cannot see).
+    return f"{TICKET_COOKIE_PREFIX}{campaign_id}"
+
+
+def _keep_ticket(response: flask.Response, cookie: str, ticket: object) -> None:
+    # For browsers; a landing page may also send the ticket back in X-Waiting-Room-Ticket.
+    if isinstance(ticket, str):
+        response.set_cookie(
+            cookie, ticket, httponly=True, secure=True, samesite="None", max_age=3600
+        )
 
 
 @router.route("/v1/campaigns/<campaign_id>/claims/me", methods=["GET"])

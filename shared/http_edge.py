@@ -108,7 +108,7 @@ class Cors:
     """CORS for browser callers; origins are looked up per request (settings load lazily)."""
 
     origins: Callable[[], Iterable[str]]
-    allow_headers: str = "Authorization, Content-Type, Idempotency-Key"
+    allow_headers: str = "Authorization, Content-Type, Idempotency-Key, X-Waiting-Room-Ticket"
     expose_headers: str = "Retry-After"
 
     def headers_for(self, origin: str | None) -> dict[str, str]:
@@ -118,6 +118,8 @@ class Cors:
         return {
             "Access-Control-Allow-Origin": origin,
             "Access-Control-Expose-Headers": self.expose_headers,
+            # The waiting-room ticket cookie travels only with credentials.
+            "Access-Control-Allow-Credentials": "true",
             "Vary": "Origin",
         }
 

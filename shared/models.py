@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 MAX_CODES_PER_USER = 10
+DEFAULT_ADMISSIONS_PER_SECOND = 100.0
 
 CampaignId = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")]
 Title = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
@@ -51,6 +52,8 @@ class CampaignCreate(_Input):
     ends_at: AwareDatetime
     max_per_user: int = Field(default=1, ge=1, le=MAX_CODES_PER_USER)
     low_stock_threshold: int | None = Field(default=None, ge=0)
+    waiting_room_enabled: bool = False
+    admissions_per_second: float = Field(default=DEFAULT_ADMISSIONS_PER_SECOND, gt=0, le=100_000)
 
     @model_validator(mode="after")
     def _window(self) -> Self:
@@ -66,12 +69,22 @@ class CampaignUpdate(_Input):
     max_per_user: int | None = Field(default=None, ge=1, le=MAX_CODES_PER_USER)
     low_stock_threshold: int | None = Field(default=None, ge=0)
     paused: bool | None = None
+    waiting_room_enabled: bool | None = None
+    admissions_per_second: float | None = Field(default=None, gt=0, le=100_000)
 
     @model_validator(mode="after")
     def _something(self) -> Self:
         if not self.model_fields_set:
             raise ValueError("nothing to update")
-        for name in ("title", "starts_at", "ends_at", "max_per_user", "paused"):
+        for name in (
+            "title",
+            "starts_at",
+            "ends_at",
+            "max_per_user",
+            "paused",
+            "waiting_room_enabled",
+            "admissions_per_second",
+        ):
             if name in self.model_fields_set and getattr(self, name) is None:
                 raise ValueError(f"{name} cannot be null")
         return self
@@ -87,6 +100,8 @@ class CampaignRecord(BaseModel):
     max_per_user: int = 1
     low_stock_threshold: int | None = None
     paused: bool = False
+    waiting_room_enabled: bool = False
+    admissions_per_second: float = DEFAULT_ADMISSIONS_PER_SECOND
     # Set only by a claimer that proved no unassigned code exists; cleared by every import.
     sold_out: bool = False
     sold_out_at: datetime | None = None
@@ -110,6 +125,13 @@ class CampaignRecord(BaseModel):
         return CampaignStatus.ACTIVE
 
 
+class WaitingRoomStatus(BaseModel):
+    enabled: bool
+    # Engaged: shoppers are waiting right now; a new arrival would wait about this long.
+    engaged: bool
+    estimated_wait_seconds: float
+
+
 class CampaignPublic(BaseModel):
     campaign_id: str
     title: str
@@ -117,6 +139,7 @@ class CampaignPublic(BaseModel):
     ends_at: UtcTime
     status: CampaignStatus
     remaining: int
+    waiting_room: WaitingRoomStatus
 
 
 class CampaignStats(BaseModel):
@@ -155,6 +178,8 @@ class CampaignAdmin(BaseModel):
     max_per_user: int
     low_stock_threshold: int | None
     paused: bool
+    waiting_room_enabled: bool
+    admissions_per_second: float
     created_at: UtcTime
     updated_at: UtcTime
     stats: CampaignStats | None = None

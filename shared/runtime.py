@@ -16,6 +16,7 @@ from shared.settings import get_settings
 from shared.storage_objects import get_storage
 from shared.usage_counters import UsageCounters
 from shared.usage_service import UsageService
+from shared.waiting_room_service import WaitingRoomService
 
 
 @lru_cache(maxsize=1)
@@ -36,8 +37,15 @@ def get_engine() -> ClaimEngine:
 
 
 @lru_cache(maxsize=1)
+def get_room() -> WaitingRoomService:
+    return WaitingRoomService(db=get_db(), settings=get_settings())
+
+
+@lru_cache(maxsize=1)
 def get_claims() -> ClaimService:
-    return ClaimService(engine=get_engine(), bus=get_bus(), clock=utcnow)
+    return ClaimService(
+        engine=get_engine(), bus=get_bus(), room=get_room(), usage=get_usage(), clock=utcnow
+    )
 
 
 def _announce_import(job: JobRecord) -> None:
@@ -69,6 +77,6 @@ def get_usage() -> UsageService:
 
 def reset() -> None:
     """Forget every singleton (tests change the environment between sessions)."""
-    for getter in (get_bus, get_engine, get_claims, get_intake, get_counters, get_usage):
+    for getter in (get_bus, get_engine, get_room, get_claims, get_intake, get_counters, get_usage):
         getter.cache_clear()
     get_storage.cache_clear()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Annotated
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -81,6 +81,25 @@ class Settings(BaseSettings):
         default=1.0, gt=0, le=60, validation_alias="CODEDROP_COUNTER_CONTENTION_SECONDS"
     )
 
+    # Waiting room (shared/waiting_room.py). The secret signs tickets: required outside demo-
+    # projects, so production never runs on a default anyone could read here.
+    ticket_secret: SecretStr | None = Field(default=None, validation_alias="CODEDROP_TICKET_SECRET")
+    ticket_max_age_seconds: int = Field(
+        default=3600, ge=60, le=86_400, validation_alias="CODEDROP_TICKET_MAX_AGE_SECONDS"
+    )
+    waiting_room_tick_seconds: float = Field(
+        default=1.0, gt=0, le=30, validation_alias="CODEDROP_WAITING_ROOM_TICK_SECONDS"
+    )
+    waiting_room_kp: float = Field(
+        default=0.5, ge=0, le=5, validation_alias="CODEDROP_WAITING_ROOM_KP"
+    )
+
+    @property
+    def ticket_signing_key(self) -> str:
+        if self.ticket_secret is not None:
+            return self.ticket_secret.get_secret_value()
+        return f"demo-only-ticket-key-{self.project_id}"  # demo- projects only (validated)
+
     @property
     def import_ramp_enabled(self) -> bool:
         if self.import_ramp is not None:
@@ -98,7 +117,7 @@ class Settings(BaseSettings):
         return data
 
     @model_validator(mode="after")
-    def _emulator_auth_only_for_demo_projects(self) -> Settings:
+    def _production_safety(self) -> Settings:
         # Emulator-format ID tokens are unsigned: accepting them in a real project would let
         # anyone claim as anyone. The demo- prefix guarantees no real resource exists.
         if self.auth_emulator_host and not self.project_id.startswith("demo-"):
@@ -107,6 +126,10 @@ class Settings(BaseSettings):
                 f"{self.project_id!r} does not start with 'demo-': refusing to accept "
                 "unsigned emulator tokens outside a demo project"
             )
+        if self.ticket_secret is None and not self.project_id.startswith("demo-"):
+            raise ValueError("CODEDROP_TICKET_SECRET is required outside demo- projects")
+        if self.ticket_secret is not None and len(self.ticket_secret.get_secret_value()) < 32:
+            raise ValueError("CODEDROP_TICKET_SECRET must be at least 32 characters")
         return self
 
     @property

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from google.cloud import firestore
 
 from shared import campaign_store, events
+from shared.errors import CampaignNotFound
 from shared.event_bus import EventBus
 from shared.models import (
     CampaignRecord,
@@ -54,7 +55,11 @@ class UsageService:
             extra={"event_id": event.event_id, "type": event.type.value},
         )
         if isinstance(event, events.CouponClaimed | events.CodesImported):
-            self.check_stock(event.campaign_id)
+            try:
+                self.check_stock(event.campaign_id)
+            except CampaignNotFound:
+                # Nothing to announce for a campaign that is gone; retrying would not help.
+                log.warning("event for an unknown campaign", extra={"event_id": event.event_id})
 
     def check_stock(self, campaign_id: str, *, force: bool = False) -> int | None:
         """Announce low stock and sold out (once each per pool size); returns remaining."""

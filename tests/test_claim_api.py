@@ -9,8 +9,8 @@ from flask.testing import FlaskClient
 from google.cloud import firestore
 
 from shared import campaign_store, claim_engine, claim_routes, coupon_store, runtime
-from shared.claim_service import ClaimService
 from shared.audit import audit_campaign
+from shared.claim_service import ClaimService
 from shared.clock import utcnow
 from shared.firestore_db import campaign_ref
 from shared.settings import Settings
@@ -267,7 +267,13 @@ def test_contended_is_503_with_retry_after_and_loses_nothing(
     assert this_instance.claim(campaign_id=campaign_id, user_id="first").created
     taken_elsewhere = other_instance.claim(campaign_id=campaign_id, user_id="second")
     assert taken_elsewhere.created
-    service = ClaimService(engine=this_instance, bus=runtime.get_bus(), clock=utcnow)
+    service = ClaimService(
+        engine=this_instance,
+        bus=runtime.get_bus(),
+        room=runtime.get_room(),
+        usage=runtime.get_usage(),
+        clock=utcnow,
+    )
     monkeypatch.setattr(claim_routes, "get_claims", lambda: service)
 
     response = claim(claim_client, campaign_id, "third")

@@ -25,9 +25,25 @@ def test_demo_project_may_use_emulator_tokens(monkeypatch: pytest.MonkeyPatch) -
 
 def test_production_project_without_emulators_is_fine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "acme-prod")
+    monkeypatch.setenv("CODEDROP_TICKET_SECRET", "s" * 40)
     monkeypatch.delenv("FIREBASE_AUTH_EMULATOR_HOST", raising=False)
 
     assert not Settings().is_local
+
+
+@pytest.mark.parametrize(("secret", "message"), [(None, "required"), ("short", "32 characters")])
+def test_production_needs_a_real_ticket_secret(
+    monkeypatch: pytest.MonkeyPatch, secret: str | None, message: str
+) -> None:
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "acme-prod")
+    monkeypatch.delenv("FIREBASE_AUTH_EMULATOR_HOST", raising=False)
+    if secret is None:
+        monkeypatch.delenv("CODEDROP_TICKET_SECRET", raising=False)
+    else:
+        monkeypatch.setenv("CODEDROP_TICKET_SECRET", secret)
+
+    with pytest.raises(ValidationError, match=message):
+        Settings()
 
 
 def test_cors_origins_are_a_comma_separated_list(monkeypatch: pytest.MonkeyPatch) -> None:
