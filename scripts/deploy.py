@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import shlex
 import shutil
 import subprocess
@@ -325,6 +326,9 @@ def check_staged_import(
         and not key.startswith("CODEDROP_")
     }
     env.update(runtime_env)
+    # The real key is mounted from Secret Manager at run time; the probe only needs a value
+    # that passes the settings check.
+    env["CODEDROP_TICKET_SECRET"] = secrets.token_urlsafe(32)
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # keep __pycache__ out of the upload
     result = subprocess.run(
         [sys.executable, "-c", _PROBE, *entry_points],
@@ -426,6 +430,9 @@ def trigger_flags(
     return flags
 
 
+DEFAULT_TICKET_SECRET = "codedrop-ticket-secret"  # noqa: S105 (a secret's name, not its value)
+
+
 def build_command(
     spec: FunctionSpec,
     *,
@@ -438,6 +445,7 @@ def build_command(
     events_topic: str,
     service_account: str | None = None,
     trigger_location: str | None = None,
+    ticket_secret: str = DEFAULT_TICKET_SECRET,
 ) -> list[str]:
     function_env = {**env, "THREADS": str(spec.concurrency)}
     _check_env(function_env)
@@ -467,6 +475,9 @@ def build_command(
     if service_account:
         command.append(f"--run-service-account={service_account}")
     command.append(env_vars_flag(function_env))
+    # Every function validates the settings at start-up, and outside demo- projects the
+    # waiting-room ticket key is required: it comes from Secret Manager, never from the source.
+    command.append(f"--set-secrets=CODEDROP_TICKET_SECRET={ticket_secret}:latest")
     return command
 
 
@@ -526,6 +537,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated landing-page origins allowed by claim_api",
     )
     parser.add_argument("--service-account", help="runtime service account of the functions")
+    parser.add_argument(
+        "--ticket-secret",
+        default=DEFAULT_TICKET_SECRET,
+        help="Secret Manager secret holding CODEDROP_TICKET_SECRET (at least 32 characters)",
+    )
     parser.add_argument(
         "--env",
         action="append",
@@ -592,6 +608,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 imports_bucket=args.imports_bucket,
                 events_topic=args.events_topic,
                 service_account=args.service_account,
+                ticket_secret=args.ticket_secret,
                 trigger_location=args.imports_bucket_location,
             )
             for spec in specs
