@@ -7,7 +7,6 @@ import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
@@ -124,11 +123,3 @@ def find_unassigned(
             )
         )
     return candidates
-
-
-def count_unassigned(db: firestore.Client, *, campaign_id: str) -> int:
-    query: Any = coupons_collection(db, campaign_id).where(
-        filter=FieldFilter("assigned", "==", False)
-    )
-    results = query.count().get()  # the library's stubs type count() wrongly
-    return int(results[0][0].value)

@@ -33,6 +33,7 @@ class CodeRow:
 class InvalidRow:
     line: int
     reason: str
+    value: str = ""  # what the row held, for the report (see report_value)
 
 
 def invalid_reason(code: str) -> str | None:
@@ -52,6 +53,17 @@ def invalid_reason(code: str) -> str | None:
 def spreadsheet_safe(value: str) -> str:
     """Text for a CSV export or report that no spreadsheet will run as a formula."""
     return "'" + value if value.startswith(FORMULA_PREFIXES) else value
+
+
+def report_value(value: str, limit: int = 80) -> str:
+    """A row's value as a report may show it: invisible characters spelled out, shortened,
+    and never a formula a spreadsheet would run."""
+    visible = "".join(
+        ch if ch.isprintable() else ch.encode("unicode_escape").decode() for ch in value
+    )
+    if len(visible) > limit:
+        visible = visible[: limit - 1] + "…"
+    return spreadsheet_safe(visible)
 
 
 def decoded_lines(raw_lines: Iterable[bytes]) -> Iterator[str]:
@@ -95,4 +107,7 @@ def parse_rows(raw_lines: Iterable[bytes]) -> Iterator[CodeRow | InvalidRow]:
             continue
         code = cells[column].strip()
         reason = invalid_reason(code)
-        yield InvalidRow(line=line, reason=reason) if reason else CodeRow(line=line, code=code)
+        if reason:
+            yield InvalidRow(line=line, reason=reason, value=report_value(code))
+        else:
+            yield CodeRow(line=line, code=code)

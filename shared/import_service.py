@@ -159,7 +159,9 @@ class IntakeService:
                 if isinstance(row, InvalidRow):
                     job.invalid += 1
                     if len(job.errors) < MAX_JOB_ERRORS:
-                        job.errors.append(JobError(line=row.line, reason=row.reason))
+                        job.errors.append(
+                            JobError(line=row.line, reason=row.reason, value=row.value)
+                        )
                 else:
                     importer.add(row)
                 if time.monotonic() - last_progress > PROGRESS_EVERY_SECONDS:

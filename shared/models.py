@@ -242,6 +242,7 @@ MAX_JOB_ERRORS = 100
 class JobError(BaseModel):
     line: int
     reason: str
+    value: str = ""  # escaped for spreadsheets (csv_intake.report_value)
 
 
 class JobRecord(BaseModel):

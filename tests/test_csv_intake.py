@@ -14,6 +14,7 @@ from shared.csv_intake import (
     NotUtf8Error,
     invalid_reason,
     parse_rows,
+    report_value,
     spreadsheet_safe,
 )
 from shared.models import CODE_ALPHABET
@@ -41,17 +42,19 @@ def test_invalid_rows_keep_their_line_numbers() -> None:
 
     assert result == [
         CodeRow(2, "OK1"),
-        InvalidRow(3, "empty code"),
-        InvalidRow(4, "whitespace inside the code"),
-        InvalidRow(5, "whitespace inside the code"),
-        InvalidRow(6, f"code longer than {MAX_CODE_LENGTH} characters"),
-        InvalidRow(7, "control or invisible character in the code"),
+        InvalidRow(3, "empty code", ""),
+        InvalidRow(4, "whitespace inside the code", "A B"),
+        InvalidRow(5, "whitespace inside the code", "TAB\\tX"),
+        InvalidRow(
+            6, f"code longer than {MAX_CODE_LENGTH} characters", "Z" * (MAX_CODE_LENGTH + 1)
+        ),
+        InvalidRow(7, "control or invisible character in the code", "ZERO\\u200bWIDTH"),
     ]
 
 
 def test_a_quoted_field_spanning_lines_reports_its_first_line() -> None:
     assert rows('code\n"MULTI\nLINE"\nNEXT\n') == [
-        InvalidRow(2, "whitespace inside the code"),
+        InvalidRow(2, "whitespace inside the code", "MULTI\\nLINE"),
         CodeRow(4, "NEXT"),
     ]
 
@@ -65,6 +68,8 @@ def test_missing_code_column_in_a_short_row() -> None:
 
 def test_formula_like_codes_are_kept_as_text_but_escaped_for_spreadsheets() -> None:
     assert rows("=SUM(A1)\n@cmd\n") == [CodeRow(1, "=SUM(A1)"), CodeRow(2, "@cmd")]
+    # An invalid row's value in the job report never reaches a spreadsheet as a formula.
+    assert rows("=1+2 x\n") == [InvalidRow(1, "whitespace inside the code", "'=1+2 x")]
     assert spreadsheet_safe("=SUM(A1)") == "'=SUM(A1)"
     assert spreadsheet_safe("-1+2") == "'-1+2"
     assert spreadsheet_safe("SAFE-1") == "SAFE-1"
@@ -77,6 +82,12 @@ def test_non_utf8_stops_at_the_broken_line_after_handing_on_the_rows_before() ->
         seen.extend(parse_rows(io.BytesIO(b"A1\nA2\nCaf\xe9\nA4\n")))
 
     assert seen == [CodeRow(1, "A1"), CodeRow(2, "A2")]
+
+
+def test_report_values_are_shortened_and_spell_out_invisible_characters() -> None:
+    assert report_value("x" * 100) == "x" * 79 + "…"
+    assert report_value("a\x00b") == "a\\x00b"
+    assert report_value("+cmd|' /C calc'!A0") == "'+cmd|' /C calc'!A0"
 
 
 @pytest.mark.parametrize("code", ["ABC-123", "x" * MAX_CODE_LENGTH, "ÄÖÜ-ß"])

@@ -85,8 +85,8 @@ def test_a_real_world_csv_is_imported_with_a_report(
     assert job["duplicates"] == 1
     assert job["invalid"] == 2
     assert job["errors"] == [
-        {"line": 6, "reason": "empty code"},
-        {"line": 7, "reason": "whitespace inside the code"},
+        {"line": 6, "reason": "empty code", "value": ""},
+        {"line": 7, "reason": "whitespace inside the code", "value": "BAD CODE"},
     ]
     assert job["duration_seconds"] is not None
     codes = stored_codes(db, campaign_id)
