@@ -7,6 +7,12 @@ functions-framework, prints the URLs and then `codedrop local stack ready`. Ctrl
 SIGHUP stop everything it started (functions first, then emulators, each by process group); so
 does any child that dies, after which it exits non-zero with that child's name and log tail.
 
+Uploads: the Storage emulator sends no notifications, so while import_codes runs a watcher
+(scripts/storage_notifier.py) polls the imports bucket and POSTs the object-finalized CloudEvent
+of every new object generation to import_codes, as Eventarc does in the cloud: a CSV dropped at
+imports/{campaign_id}/NAME.csv with any client is imported (./scripts/upload_codes does it and
+follows the job). Objects already in the bucket when the stack starts are not announced.
+
 --demo   also creates campaign `demo` through admin_api, writes 100 codes and prints a curl
          command that claims one.
 --check  starts everything, runs the demo and one claim over HTTP, expects 201, then stops.
@@ -612,10 +618,20 @@ class Watcher(Protocol):
     def stop(self) -> None: ...
 
 
-# HOOK: the Storage emulator sends no object-finalized notifications, so import_codes gets no
-# events locally. A later change appends a factory here that returns a bucket poller delivering
-# those CloudEvents to import_codes (return None when import_codes is not running).
-WATCHERS: list[Callable[[StackInfo], Watcher | None]] = []
+def storage_notifier(info: StackInfo) -> Watcher | None:
+    """The Storage emulator sends no object-finalized notifications: poll the imports bucket and
+    deliver those CloudEvents to import_codes (None when import_codes is not running)."""
+    url = info.function_urls.get("import_codes")
+    if url is None:
+        return None
+    from scripts.storage_notifier import StorageNotifier, emulator_client
+
+    client = emulator_client(info.env["STORAGE_EMULATOR_HOST"], project=info.project)
+    return StorageNotifier(client=client, bucket=info.bucket, target_url=f"{url}/")
+
+
+# Factories of the helpers that run beside the functions, in start order.
+WATCHERS: list[Callable[[StackInfo], Watcher | None]] = [storage_notifier]
 
 
 # --- Pub/Sub and Storage resources ------------------------------------------------------------
@@ -772,7 +788,10 @@ class LocalStack:
         for factory in WATCHERS:
             watcher = factory(info)
             if watcher is not None:
-                watcher.start()
+                try:
+                    watcher.start()
+                except Exception as exc:
+                    raise StackError(f"watcher {watcher.name} did not start: {exc}") from exc
                 self.watchers.append(watcher)
                 log.info("watcher started", extra={"watcher": watcher.name})
         self.timings["total"] = time.monotonic() - started
@@ -830,6 +849,8 @@ class LocalStack:
         say(f"  Storage emulator    {env['STORAGE_EMULATOR_HOST']}  (bucket {config.bucket})")
         for running in self.functions:
             say(f"  {running.name:<19} {running.url}")
+        for watcher in self.watchers:
+            say(f"  {watcher.name:<19} {watcher}")
         missing = [f.name for f in FUNCTIONS if f.name not in {r.name for r in self.functions}]
         if missing:
             say(f"  not in functions/main.py yet: {', '.join(missing)}")
