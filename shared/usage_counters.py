@@ -112,27 +112,42 @@ class UsageCounters:
         return count
 
     def grow(self, campaign_id: str, *, seen: int) -> int:
-        """Double the shards (once per contended size, however many writers saw it)."""
-        wanted = min(seen * 2, self._settings.counter_max_shards)
-        ref = self._config_ref(campaign_id)
+        """Double the shards (once per contended size, however many writers saw it).
 
-        @firestore.transactional
-        def apply(transaction: firestore.Transaction) -> int:
-            snapshot = ref.get(transaction=transaction)
+        Lock-free on purpose: a transaction here would be the very hot spot it is meant to cure.
+        The write is guarded by the config's update time; a writer that loses the race simply
+        adopts what the winner wrote. Growth is best effort: it never fails a delivery.
+        """
+        ref = self._config_ref(campaign_id)
+        wanted = min(seen * 2, self._settings.counter_max_shards)
+        try:
+            snapshot = ref.get()
             current = int(
                 (snapshot.to_dict() or {}).get("shards", self._settings.counter_initial_shards)
             )
-            if current >= wanted:
-                return current
-            transaction.set(ref, {"shards": wanted, "grown_at": self._clock()})
-            return wanted
-
-        count: int = apply(self._db.transaction())
+            count = current
+            if current < wanted:
+                fields = {"shards": wanted, "grown_at": self._clock()}
+                if snapshot.exists:
+                    ref.update(
+                        fields, option=self._db.write_option(last_update_time=snapshot.update_time)
+                    )
+                else:
+                    ref.create(fields)
+                count = wanted
+                self.growths += 1
+                log.info(
+                    "counter shards grown", extra={"campaign_id": campaign_id, "shards": count}
+                )
+        except (gexc.FailedPrecondition, gexc.AlreadyExists):
+            count = int((ref.get().to_dict() or {}).get("shards", seen))  # another writer grew it
+        except gexc.GoogleAPICallError as exc:
+            log.warning(
+                "counter growth failed", extra={"campaign_id": campaign_id, "error": repr(exc)}
+            )
+            return seen
         with self._lock:
             self._shard_counts[campaign_id] = (count, time.monotonic())
-        if count > seen:
-            self.growths += 1
-            log.info("counter shards grown", extra={"campaign_id": campaign_id, "shards": count})
         return count
 
     # --- writing ------------------------------------------------------------------------------
