@@ -25,6 +25,7 @@ from shared.clock import utcnow
 from shared.coupon_store import Candidate
 from shared.errors import CampaignNotActive, CampaignNotFound, Contended, SoldOut
 from shared.models import CampaignRecord, CampaignStatus, ClaimRecord
+from shared.read_coalescer import ReadCoalescer
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,9 @@ class ClaimEngine:
         self._pools: dict[str, CandidatePool] = {}
         self._pools_lock = threading.Lock()
         self._cache: dict[str, tuple[CampaignRecord, float]] = {}
+        self._refreshing: set[str] = set()
         self.counters = EngineCounters()
+        self._reader = ReadCoalescer(db=db, on_read=lambda n: self.counters.add(doc_reads=n))
 
     def pool(self, campaign_id: str) -> CandidatePool:
         with self._pools_lock:
@@ -135,19 +138,18 @@ class ClaimEngine:
 
     def _held(self, campaign: CampaignRecord, user_id: str) -> list[ClaimRecord]:
         slots = _slots(campaign)
-        self.counters.add(doc_reads=slots)
         return claim_store.held_claims(
-            self._db, campaign_id=campaign.campaign_id, user_id=user_id, slots=slots
+            self._reader, campaign_id=campaign.campaign_id, user_id=user_id, slots=slots
         )
 
     def _fresh_with_held(
         self, campaign_id: str, user_id: str, slots: int
     ) -> tuple[CampaignRecord, list[ClaimRecord]]:
-        """The campaign and the shopper's claims, fetched together in one round trip."""
+        """The campaign and the shopper's claims, read after this request arrived. Concurrent
+        requests share the read (the campaign is fetched once for all of them)."""
         snapshot, held = claim_store.campaign_with_held_claims(
-            self._db, campaign_id=campaign_id, user_id=user_id, slots=slots
+            self._reader, campaign_id=campaign_id, user_id=user_id, slots=slots
         )
-        self.counters.add(doc_reads=1 + slots)
         if snapshot is None:
             raise CampaignNotFound(f"Campaign {campaign_id!r} does not exist.")
         record = campaign_store.record_from_snapshot(snapshot)

@@ -15,6 +15,7 @@ from google.cloud import firestore
 from shared.coupon_store import Candidate
 from shared.firestore_db import Snapshot, campaign_ref, claims_collection, coupons_collection
 from shared.models import ClaimRecord
+from shared.read_coalescer import ReadCoalescer
 
 
 def user_key(user_id: str) -> str:
@@ -31,30 +32,35 @@ def _record(snapshot: Snapshot) -> ClaimRecord:
 
 
 def held_claims(
-    db: firestore.Client, *, campaign_id: str, user_id: str, slots: int
+    reader: ReadCoalescer | firestore.Client, *, campaign_id: str, user_id: str, slots: int
 ) -> list[ClaimRecord]:
     """The shopper's claims, oldest first, read by reference (no query)."""
+    db = reader.db if isinstance(reader, ReadCoalescer) else reader
     collection = claims_collection(db, campaign_id)
     refs = [collection.document(claim_id_for(user_id, slot)) for slot in range(slots)]
-    found = [_record(s) for s in db.get_all(refs) if s.exists]
+    if isinstance(reader, ReadCoalescer):
+        snapshots = list(reader.get(refs).values())
+    else:
+        snapshots = list(db.get_all(refs))
+    found = [_record(s) for s in snapshots if s.exists]
     return sorted(found, key=lambda c: (c.claimed_at, c.slot))
 
 
 def campaign_with_held_claims(
-    db: firestore.Client, *, campaign_id: str, user_id: str, slots: int
+    reader: ReadCoalescer, *, campaign_id: str, user_id: str, slots: int
 ) -> tuple[Snapshot | None, list[ClaimRecord]]:
-    """The campaign document and the shopper's claims in one round trip."""
+    """The campaign document and the shopper's claims in one (shared) round trip."""
+    db = reader.db
     campaign = campaign_ref(db, campaign_id)
     collection = claims_collection(db, campaign_id)
     refs = [campaign, *(collection.document(claim_id_for(user_id, s)) for s in range(slots))]
-    campaign_snapshot: Snapshot | None = None
-    held = []
-    for snapshot in db.get_all(refs):
-        if snapshot.reference.path == campaign.path:
-            campaign_snapshot = snapshot if snapshot.exists else None
-        elif snapshot.exists:
-            held.append(_record(snapshot))
-    return campaign_snapshot, sorted(held, key=lambda c: (c.claimed_at, c.slot))
+    snapshots = reader.get(refs)
+    campaign_snapshot = snapshots[campaign.path]
+    held = [_record(s) for path, s in snapshots.items() if path != campaign.path and s.exists]
+    return (
+        campaign_snapshot if campaign_snapshot.exists else None,
+        sorted(held, key=lambda c: (c.claimed_at, c.slot)),
+    )
 
 
 def commit_claim(
