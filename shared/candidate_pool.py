@@ -31,6 +31,8 @@ from shared.coupon_store import Candidate
 log = logging.getLogger(__name__)
 
 RANGE_COUNT = 10
+# This many candidates in a row found taken by another instance flush the pool.
+STALE_RUN_FLUSH = 16
 
 
 class Exhausted(Enum):
@@ -72,6 +74,7 @@ class PoolCounters:
     queries: int = 0
     docs_read: int = 0
     proofs: int = 0
+    flushes: int = 0
 
 
 @dataclass
@@ -85,6 +88,7 @@ class CandidatePool:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._refilling = False
+        self._stale_run = 0
         self._low_water = max(1, self.refill_size // 2)
         self._items: deque[Candidate] = deque()
         self._leased: set[str] = set()
@@ -170,11 +174,26 @@ class CandidatePool:
             self._items.appendleft(candidate)
             self._changed.notify_all()
 
-    def settle(self, candidate: Candidate) -> None:
-        """The coupon is assigned now (to us or, on a failed precondition, to someone else)."""
+    def settle(self, candidate: Candidate, *, taken_elsewhere: bool = False) -> None:
+        """The coupon is assigned now: by us, or (a failed precondition) by another instance.
+
+        A run of candidates taken elsewhere means this pool has gone stale (another instance
+        worked the same ranges): drop it and read afresh, instead of letting every request
+        spend its attempts on codes that are gone.
+        """
         with self._lock:
             self._leased.discard(candidate.coupon_id)
             self._known.discard(candidate.coupon_id)
+            self._stale_run = self._stale_run + 1 if taken_elsewhere else 0
+            if self._stale_run >= STALE_RUN_FLUSH and self._items:
+                self.counters.flushes += 1
+                self._stale_run = 0
+                for dropped in self._items:
+                    self._known.discard(dropped.coupon_id)
+                self._items.clear()
+                # Dropped candidates may come from drained ranges: every range is read again.
+                for r in self._ranges:
+                    r.reset()
             self._changed.notify_all()
 
     # --- refilling ----------------------------------------------------------------------------

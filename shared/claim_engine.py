@@ -200,7 +200,9 @@ class ClaimEngine:
         def prove() -> Sequence[Candidate] | Exhausted:
             return self._prove_sold_out(campaign_id, pool)
 
-        for _attempt in range(self._settings.claim_attempts):
+        attempts_left = self._settings.claim_attempts
+        while attempts_left > 0:
+            attempts_left -= 1
             if time.monotonic() >= deadline:
                 break
             try:
@@ -228,8 +230,10 @@ class ClaimEngine:
                     idempotency_key=idempotency_key,
                 )
             except gexc.FailedPrecondition:
-                pool.settle(candidate)  # another instance assigned it
+                pool.settle(candidate, taken_elsewhere=True)
                 self.counters.add(commits=1, conflicts=1)
+                # A lost race costs one fast commit and no attempt: the deadline bounds these.
+                attempts_left += 1
                 continue
             except gexc.AlreadyExists:
                 pool.release(candidate)  # still free: the shopper's slot was the problem

@@ -40,7 +40,7 @@ class Settings(BaseSettings):
 
     # Claim engine tuning (see README "The claim engine").
     pool_refill_size: int = Field(
-        default=64, ge=1, le=500, validation_alias="CODEDROP_POOL_REFILL_SIZE"
+        default=500, ge=1, le=1000, validation_alias="CODEDROP_POOL_REFILL_SIZE"
     )
     claim_attempts: int = Field(
         default=24, ge=1, le=200, validation_alias="CODEDROP_CLAIM_ATTEMPTS"

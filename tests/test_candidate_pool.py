@@ -193,3 +193,29 @@ def test_take_gives_up_at_the_deadline_while_a_refill_is_stuck() -> None:
         pool.take(deadline=time.monotonic() + 0.1, prove=_never)
     release.set()
     stuck.join()
+
+
+def test_a_run_of_candidates_taken_elsewhere_flushes_the_pool() -> None:
+    coupons = FakeCoupons(100)
+    pool = CandidatePool(fetch=coupons.fetch, refill_size=100)
+    pool.observe_generation(0)
+    first = pool.take(deadline=_deadline(), prove=_never)
+    assert first is not None
+    # Another instance takes 60 codes this pool still holds.
+    for coupon_id in list(coupons.free)[:60]:
+        coupons.assign(coupon_id)
+
+    seen_stale = 0
+    while True:
+        candidate = pool.take(deadline=_deadline(), prove=lambda: Exhausted.SOLD_OUT)
+        if candidate is None:
+            break
+        if coupons.assign(candidate.coupon_id):
+            pool.settle(candidate)
+        else:
+            seen_stale += 1
+            pool.settle(candidate, taken_elsewhere=True)
+
+    assert pool.counters.flushes >= 1
+    assert seen_stale < 60  # the flush spared the rest of the stale candidates
+    assert not coupons.free
