@@ -201,6 +201,8 @@ def test_a_run_of_candidates_taken_elsewhere_flushes_the_pool() -> None:
     pool.observe_generation(0)
     first = pool.take(deadline=_deadline(), prove=_never)
     assert first is not None
+    assert coupons.assign(first.coupon_id)
+    pool.settle(first)
     # Another instance takes 60 codes this pool still holds.
     for coupon_id in list(coupons.free)[:60]:
         coupons.assign(coupon_id)
