@@ -197,6 +197,7 @@ def test_take_gives_up_at_the_deadline_while_a_refill_is_stuck() -> None:
 
 def test_a_run_of_candidates_taken_elsewhere_flushes_the_pool() -> None:
     coupons = FakeCoupons(100)
+    coupons.free = {k: v / 10 for k, v in coupons.free.items()}  # all in one range: one query
     pool = CandidatePool(fetch=coupons.fetch, refill_size=100)
     pool.observe_generation(0)
     first = pool.take(deadline=_deadline(), prove=_never)
