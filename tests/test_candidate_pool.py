@@ -204,8 +204,8 @@ def test_a_run_of_candidates_taken_elsewhere_flushes_the_pool() -> None:
     assert first is not None
     assert coupons.assign(first.coupon_id)
     pool.settle(first)
-    # Another instance takes 60 codes this pool still holds.
-    for coupon_id in list(coupons.free)[:60]:
+    # Another instance worked the same range first: it took the next 60 in the same order.
+    for coupon_id in sorted(coupons.free, key=coupons.free.__getitem__)[:60]:
         coupons.assign(coupon_id)
 
     seen_stale = 0
