@@ -7,7 +7,7 @@ import re
 import flask
 from pydantic import BaseModel, ConfigDict
 
-from shared import campaign_service, campaign_store, claim_store
+from shared import campaign_service, claim_store
 from shared.auth import authenticate
 from shared.clock import utcnow
 from shared.errors import ClaimNotFound, RequestValidationFailed, WaitingRoom
@@ -21,7 +21,7 @@ from shared.http_edge import (
     parse_body,
 )
 from shared.models import ClaimPublic, HeldClaim, HeldClaims
-from shared.runtime import get_claims, get_room, get_usage
+from shared.runtime import get_claims, get_engine, get_room, get_usage
 from shared.settings import get_settings
 from shared.waiting_room import InvalidTicket
 
@@ -51,7 +51,8 @@ def _idempotency_key(request: flask.Request) -> str | None:
 
 @router.route("/v1/campaigns/<campaign_id>", methods=["GET"])
 def get_campaign(request: flask.Request, campaign_id: str) -> flask.Response:
-    campaign = campaign_store.get_campaign(get_db(), campaign_id=campaign_id_param(campaign_id))
+    # The engine's copy (at most campaign_cache_seconds old): landing pages poll this.
+    campaign = get_engine().campaign(campaign_id_param(campaign_id))
     remaining = get_usage().remaining(campaign)
     room = get_room().status(campaign)
     view = campaign_service.public_view(campaign, now=utcnow(), remaining=remaining, room=room)
@@ -105,10 +106,9 @@ def _keep_ticket(response: flask.Response, cookie: str, ticket: object) -> None:
 @router.route("/v1/campaigns/<campaign_id>/claims/me", methods=["GET"])
 def my_claims(request: flask.Request, campaign_id: str) -> flask.Response:
     principal = authenticate(request.headers.get("Authorization"), settings=get_settings())
-    db = get_db()
-    campaign = campaign_store.get_campaign(db, campaign_id=campaign_id_param(campaign_id))
+    campaign = get_engine().campaign(campaign_id_param(campaign_id))
     held = claim_store.held_claims(
-        db,
+        get_db(),
         campaign_id=campaign.campaign_id,
         user_id=principal.user_id,
         slots=max(campaign.max_per_user, campaign.slots_ceiling),

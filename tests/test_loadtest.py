@@ -1,0 +1,296 @@
+"""Tests for the flash-sale load test (scripts/loadtest, scripts/locustfile.py,
+scripts/loadtest_report.py).
+
+The emulator test runs the small scenario end to end, exactly as a person would: its own local
+stack on free ports, a campaign through admin_api, 150 codes through the bucket and import_codes,
+300 locust shoppers at once, the audit against Firestore. It asserts invariants, never timings.
+The other tests feed the audit made-up sales to show that it catches each violation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from emulator import EmulatorUnavailable, check_prerequisites
+from scripts import loadtest
+from scripts import loadtest_report as report
+from shared.audit import AuditReport
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "loadtest.py"
+# About 30 s on an idle two-core machine (stack start included); the rest is headroom for a
+# loaded CI machine. Exceeding it fails the test.
+TIMEOUT = 300
+
+
+def _clean_env() -> dict[str, str]:
+    """This environment without what points at other emulators or tunes other servers (the
+    suite's fixtures may have set those in this process)."""
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("CODEDROP_", "LOCUST_"))
+        and not name.endswith("_EMULATOR_HOST")
+        and name not in ("GOOGLE_CLOUD_PROJECT", "WORKERS", "THREADS")
+    }
+
+
+@pytest.mark.emulator
+def test_small_sale_has_no_violation_and_issues_every_code(tmp_path: Path) -> None:
+    try:
+        check_prerequisites()
+    except EmulatorUnavailable as exc:
+        pytest.fail(f"the load test cannot run here: {exc}", pytrace=False)
+    out = tmp_path / "report"
+    env = _clean_env()
+    # One claim_api process starts faster; 300 shoppers need no more.
+    env["CODEDROP_CLAIM_API_WORKERS"] = "1"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--shoppers",
+            "300",
+            "--codes",
+            "150",
+            "--pattern",
+            "burst",
+            "--double-click-share",
+            "0.2",
+            "--free-ports",
+            "--report-dir",
+            str(out),
+        ],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        output, _ = process.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGINT)  # it stops its stack on the way out
+        output, _ = process.communicate(timeout=90)
+        pytest.fail(f"the load test did not finish in {TIMEOUT} s:\n{output}")
+
+    assert process.returncode == 0, output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["violations"] == 0, output
+    assert [c["name"] for c in summary["audit"] if c["count"]] == [], output
+    assert summary["database"]["codes_total"] == 150
+    assert summary["database"]["assigned"] == 150
+    assert summary["database"]["unassigned"] == 0
+    shoppers = summary["shoppers"]
+    assert shoppers["finished_journey"] == 300
+    assert shoppers["got_a_code"] == 150
+    assert shoppers["told_sold_out"] == 150
+    assert shoppers["double_clickers"] > 0
+    assert summary["counters"]["settled"] is True
+    assert summary["counters"]["stats"]["claimed"] == 150
+    # Every response was recorded, and the page is there with its charts.
+    records = report.load_records(out / "responses.jsonl")
+    assert sum(1 for r in records if r["kind"] == "journey") == 300
+    assert sum(1 for r in records if r["kind"] == "claim" and r["status"] == 201) >= 1
+    page = (out / "report.html").read_text()
+    assert "Pool draining" in page
+    assert "<svg" in page
+
+
+# --- the audit catches each violation ---------------------------------------------------------
+
+T0 = 1_800_000_000.0
+
+
+def _claim(shopper: str, status: int, *, at: float, code: str | None = None) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "t": T0 + at,
+        "shopper": shopper,
+        "kind": "claim",
+        "ms": 50.0,
+        "attempt": 1,
+        "status": status,
+    }
+    if code:
+        record["code"] = code
+    return record
+
+
+def _journey(shopper: str, outcome: str, *, at: float, code: str | None = None) -> dict[str, Any]:
+    return {
+        "t": T0 + at,
+        "shopper": shopper,
+        "kind": "journey",
+        "ms": 100.0,
+        "outcome": outcome,
+        "status": {"code": 201, "sold_out": 410}.get(outcome, 0),
+        "code": code,
+        "attempts": 1,
+        "first_claim_at": T0 + at,
+        "answered_at": T0 + at + 0.05,
+        "double_click": False,
+    }
+
+
+def _truth(
+    codes_by_user: dict[str, list[str]], *, codes_total: int, **lists: list[str]
+) -> loadtest.Truth:
+    claims = sum(len(c) for c in codes_by_user.values())
+    audit = AuditReport(
+        campaign_id="c",
+        codes_total=codes_total,
+        assigned=min(claims, codes_total),
+        unassigned=max(codes_total - claims, 0),
+        claims=claims,
+        shoppers=len(codes_by_user),
+        max_per_user=1,
+        **lists,
+    )
+    return loadtest.Truth(audit=audit, codes_by_user=codes_by_user, claimed_at=[])
+
+
+def _violations(
+    records: list[dict[str, Any]], truth: loadtest.Truth, *, shoppers: int, claimed: int
+) -> dict[str, int]:
+    counters = {
+        "stats": {"claimed": claimed, "codes_total": truth.audit.codes_total},
+        "seconds_to_settle": 0.1,
+    }
+    checks, _ = loadtest.audit_sale(records, truth, counters, shoppers=shoppers, max_per_user=1)
+    return {c.name: c.count for c in checks if c.count}
+
+
+def test_a_clean_sale_passes() -> None:
+    records = [
+        _claim("a", 201, at=0.0, code="X1"),
+        _journey("a", "code", at=0.0, code="X1"),
+        _claim("b", 410, at=0.5),
+        _journey("b", "sold_out", at=0.5),
+    ]
+    truth = _truth({"a": ["X1"]}, codes_total=1)
+    assert _violations(records, truth, shoppers=2, claimed=1) == {}
+
+
+def test_one_code_answered_to_two_shoppers_is_caught() -> None:
+    records = [
+        _claim("a", 201, at=0.0, code="X1"),
+        _claim("b", 201, at=0.1, code="X1"),
+        _journey("a", "code", at=0.0, code="X1"),
+        _journey("b", "code", at=0.1, code="X1"),
+    ]
+    truth = _truth({"a": ["X1"]}, codes_total=2)
+    found = _violations(records, truth, shoppers=2, claimed=1)
+    assert found["codes_held_twice"] == 1
+    assert found["responses_disagree_with_db"] == 1  # b holds nothing in the database
+
+
+def test_sold_out_while_a_code_was_left_is_caught() -> None:
+    records = [
+        _claim("a", 410, at=0.0),
+        _journey("a", "sold_out", at=0.0),
+    ]
+    truth = _truth({}, codes_total=1)  # the one code is still unassigned
+    assert _violations(records, truth, shoppers=1, claimed=0) == {
+        "sold_out_while_codes_remained": 1
+    }
+
+
+def test_sold_out_before_a_later_request_got_a_code_is_caught() -> None:
+    records = [
+        _claim("a", 410, at=0.0),
+        _claim("b", 201, at=1.0, code="X1"),
+        _journey("a", "sold_out", at=0.0),
+        _journey("b", "code", at=1.0, code="X1"),
+    ]
+    truth = _truth({"b": ["X1"]}, codes_total=1)
+    assert _violations(records, truth, shoppers=2, claimed=1) == {
+        "sold_out_while_codes_remained": 1
+    }
+
+
+def test_over_issue_and_a_shopper_over_the_limit_are_caught() -> None:
+    records = [
+        _claim("a", 201, at=0.0, code="X1"),
+        _claim("a", 201, at=0.0, code="X2"),
+        _journey("a", "code", at=0.0, code="X1"),
+    ]
+    truth = _truth({"a": ["X1", "X2"]}, codes_total=1, shoppers_over_limit=["a"])
+    found = _violations(records, truth, shoppers=1, claimed=2)
+    assert found["over_issued"] == 1
+    assert found["shoppers_over_limit"] == 1
+
+
+def test_unanswered_and_missing_shoppers_are_caught() -> None:
+    records = [
+        _claim("a", 503, at=0.0),
+        _journey("a", "unanswered", at=0.0),
+        {**_claim("b", 200, at=0.0), "kind": "campaign"},  # opened the page, then the run ended
+    ]
+    truth = _truth({}, codes_total=0)
+    found = _violations(records, truth, shoppers=3, claimed=0)
+    # a gave up, b never finished, the third never sent anything
+    assert found == {"shoppers_without_answer": 3}
+
+
+def test_a_read_back_that_differs_and_counters_that_lag_are_caught() -> None:
+    records = [
+        _claim("a", 201, at=0.0, code="X1"),
+        {**_claim("a", 200, at=0.1), "kind": "me", "codes": ["X9"]},
+        _journey("a", "code", at=0.0, code="X1"),
+    ]
+    truth = _truth({"a": ["X1"]}, codes_total=1)
+    found = _violations(records, truth, shoppers=1, claimed=0)
+    assert found == {"responses_disagree_with_db": 1, "counters_disagree": 1}
+
+
+# --- figures and the page ---------------------------------------------------------------------
+
+
+def test_figures_and_series_come_from_the_records() -> None:
+    records = [
+        {**_claim("a", 503, at=0.0), "ms": 100.0},
+        {**_claim("a", 201, at=1.2, code="X1"), "ms": 300.0, "attempt": 2},
+        {**_claim("b", 410, at=1.4), "ms": 200.0},
+        _journey("a", "code", at=0.0, code="X1"),
+        _journey("b", "sold_out", at=1.4),
+    ]
+    figures = report.analyse(records, claimed_at=[T0 + 1.4], codes_total=1)
+    assert figures["requests"] == 3
+    assert figures["claim_status"] == {"201": 1, "410": 1, "503": 1}
+    assert figures["latency_ms"]["claim"]["p50"] == 200.0
+    assert figures["latency_ms"]["claim"]["max"] == 300.0
+    series = figures["series"]
+    assert series["seconds"] == [0, 1]
+    assert series["requests"]["all"] == [1, 2]
+    assert series["remaining"] == [1, 0]
+    assert series["claim_answers"]["503 contended"] == [1, 0]
+    assert series["claim_answers"]["201 new code"] == [0, 1]
+    assert series["shoppers_answered"][-1] == 2
+
+
+def test_the_page_is_self_contained(tmp_path: Path) -> None:
+    records = [_claim("a", 201, at=0.0, code="X1"), _journey("a", "code", at=0.0, code="X1")]
+    summary = {
+        "scenario": {"shoppers": 1, "codes": 1, "pattern": "burst", "campaign_id": "c"},
+        "figures": report.analyse(records, claimed_at=[T0], codes_total=1),
+        "violations": 0,
+        "audit": [{"name": "x", "title": "x", "description": "<b>", "count": 0, "examples": []}],
+        "targets": [],
+        "cpu": {"cores": 2, "components": {"locust": {}}, "series": {"locust": [10.0, 20.0]}},
+    }
+    json_path, html_path = report.write_report(summary, tmp_path)
+    page = html_path.read_text()
+    assert json.loads(json_path.read_text())["violations"] == 0
+    assert page.count("<svg") == 2  # the overview and the CPU chart
+    assert "&lt;b&gt;" in page  # text is escaped
+    assert "<script" not in page
+    assert "http://" not in page.replace("http://www.w3.org/2000/svg", "")
