@@ -126,7 +126,7 @@ class Function:
 # claim_api takes the flash-sale burst: two processes keep claims flowing while one collects
 # garbage, and its claims wait mostly on Firestore, hence many threads.
 FUNCTIONS: tuple[Function, ...] = (
-    Function("claim_api", "http", workers=2, threads=32),
+    Function("claim_api", "http", workers=2, threads=8),
     Function("admin_api", "http", workers=1, threads=8),
     Function("count_usage", "cloudevent", workers=1, threads=8),
     Function("import_codes", "cloudevent", workers=1, threads=4),

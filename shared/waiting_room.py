@@ -22,8 +22,10 @@ from itsdangerous import BadSignature, SignatureExpired, URLSafeTimedSerializer
 
 from shared.errors import RequestValidationFailed
 
-# Tickets are counted in slots of this many seconds of first-attempt time.
-SLOT_SECONDS = 0.05
+# Tickets are counted in slots of this many seconds of first-attempt time. The threshold can
+# stop inside a slot (its tickets taken as spread evenly over it), so the slot only bounds how
+# far that assumption can be off: finer slots, closer counts, a longer scan for estimates.
+SLOT_SECONDS = 0.01
 
 
 class InvalidTicket(RequestValidationFailed):
@@ -75,8 +77,10 @@ class LeakyBucket:
         self._at = now
 
     def take(self, now: float) -> bool:
-        self._level = max(0.0, self._level - (now - self._at) * self.rate)
-        self._at = now
+        # Concurrent callers may bring clocks read a moment apart: never leak backwards.
+        if now > self._at:
+            self._level = max(0.0, self._level - (now - self._at) * self.rate)
+            self._at = now
         if self._level + 1 <= self.capacity:
             self._level += 1
             return True
@@ -100,7 +104,7 @@ class AdmissionController:
         self._tick_started = now
         self._admitted_this_tick = 0
         self._last_admitted_rate = 0.0
-        # (slot start, tickets issued in that slot) for tickets after the threshold, in order.
+        # [slot start, tickets still after the threshold, tickets issued in the slot], in order.
         self._waiting: deque[list[float]] = deque()
         self._bucket = LeakyBucket(rate=rate, capacity=max(1.0, rate * tick_seconds), now=now)
 
@@ -112,14 +116,15 @@ class AdmissionController:
 
     @property
     def backlog(self) -> int:
-        return int(sum(count for _, count in self._waiting))
+        return int(sum(slot[1] for slot in self._waiting))
 
     def record_issued(self, first_attempt: float) -> None:
         slot = math.floor(first_attempt / SLOT_SECONDS) * SLOT_SECONDS
         if self._waiting and self._waiting[-1][0] == slot:
             self._waiting[-1][1] += 1
+            self._waiting[-1][2] += 1
         else:
-            self._waiting.append([slot, 1.0])
+            self._waiting.append([slot, 1.0, 1.0])
 
     def _advance(self, now: float) -> None:
         while now - self._tick_started >= self.tick:
@@ -141,16 +146,22 @@ class AdmissionController:
             taken = min(quota, slot[1])
             quota -= taken
             slot[1] -= taken
-            self.threshold = max(self.threshold, slot[0] + SLOT_SECONDS)
             if slot[1] <= 1e-9:
+                self.threshold = max(self.threshold, slot[0] + SLOT_SECONDS)
                 self._waiting.popleft()
+            else:
+                # Part of a slot: open only the part the quota covers (its tickets are taken
+                # as spread evenly over it), not the whole slot, whose rest is charged again
+                # to the next tick's quota.
+                opened = SLOT_SECONDS * (1.0 - slot[1] / slot[2])
+                self.threshold = max(self.threshold, slot[0] + opened)
         if not self._waiting:
             self.threshold = max(self.threshold, limit)
 
     def estimated_wait(self, first_attempt: float) -> float:
         if first_attempt <= self.threshold:
             return 0.0
-        ahead = sum(count for slot, count in self._waiting if slot < first_attempt)
+        ahead = sum(slot[1] for slot in self._waiting if slot[0] < first_attempt)
         return ahead / self.rate if self.rate > 0 else math.inf
 
     def arrive(self, now: float) -> Decision:

@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from google.api_core.exceptions import GoogleAPIError
 from google.cloud import firestore
 
 from shared.errors import WaitingRoom
@@ -32,8 +33,9 @@ from shared.waiting_room import AdmissionController, Ticket, TicketSigner
 HEARTBEAT_SECONDS = 2.0
 LIVE_SECONDS = 6.0
 # Admissions of the last STOCK_WINDOW seconds may not exceed this instance's share of the
-# remaining codes (admitted shoppers are expected to claim within that time).
-STOCK_WINDOW_SECONDS = 10.0
+# remaining codes. Short, because an admitted shopper claims at once and the counters catch up
+# within about a second; after that the claim is in `remaining` and must not count twice.
+STOCK_WINDOW_SECONDS = 2.0
 STOCK_SLACK = 1.1
 
 
@@ -67,6 +69,7 @@ class WaitingRoomService:
         self._rooms: dict[str, _Room] = {}
         self._rooms_lock = threading.Lock()
         self._instances: dict[str, tuple[int, float]] = {}
+        self._refreshing: dict[str, threading.Lock] = {}
 
     @property
     def signer(self) -> TicketSigner:
@@ -87,20 +90,41 @@ class WaitingRoomService:
             return room
 
     def live_instances(self, campaign_id: str, now: float) -> int:
-        """Instances serving this campaign's room, from heartbeats (this one included)."""
+        """Instances serving this campaign's room, from heartbeats (this one included).
+
+        One request per instance and campaign refreshes the count while the others go on with
+        the last one (only the very first requests wait for it): without that, every request
+        arriving after the count expires writes the same heartbeat document at once, and under
+        a burst those writes abort on contention and fail the shoppers' claims."""
         cached = self._instances.get(campaign_id)
         if cached is not None and now - cached[1] < HEARTBEAT_SECONDS:
             return cached[0]
-        beats = campaign_ref(self._db, campaign_id).collection("room_instances")
-        beats.document(self._instance_id).set({"seen_at": now})
-        live = sum(
-            1
-            for s in beats.stream()
-            if now - float((s.to_dict() or {}).get("seen_at", 0)) < LIVE_SECONDS
-        )
-        count = max(live, 1)
-        self._instances[campaign_id] = (count, now)
-        return count
+        with self._rooms_lock:
+            refresh = self._refreshing.setdefault(campaign_id, threading.Lock())
+        if not refresh.acquire(blocking=cached is None):
+            assert cached is not None
+            return cached[0]  # another request is refreshing it
+        try:
+            cached = self._instances.get(campaign_id)
+            if cached is not None and now - cached[1] < HEARTBEAT_SECONDS:
+                return cached[0]
+            beats = campaign_ref(self._db, campaign_id).collection("room_instances")
+            try:
+                beats.document(self._instance_id).set({"seen_at": now})
+                live = sum(
+                    1
+                    for s in beats.stream()
+                    if now - float((s.to_dict() or {}).get("seen_at", 0)) < LIVE_SECONDS
+                )
+            except GoogleAPIError:
+                if cached is None:
+                    raise
+                return cached[0]  # keep the last count; the next request tries again
+            count = max(live, 1)
+            self._instances[campaign_id] = (count, now)
+            return count
+        finally:
+            refresh.release()
 
     def admit(
         self,
@@ -122,6 +146,9 @@ class WaitingRoomService:
         instances = self.live_instances(campaign.campaign_id, now)
         room = self._room(campaign.campaign_id, now)
         with room.lock:
+            # Read again under the lock: the heartbeat above may have taken a while, and the
+            # controller must see time in the order it decides (its bucket, its slots).
+            now = self._clock()
             room.controller.set_rate(campaign.admissions_per_second / instances)
             if ticket is None:
                 ticket = Ticket(campaign.campaign_id, user_id, first_attempt=now)

@@ -1,0 +1,457 @@
+"""Waiting-room benchmark: a discrete-event simulation of a flash-sale burst, on a virtual clock.
+
+    .venv/bin/python scripts/bench_waiting_room.py [--shoppers 20000] [--arrival-seconds 10]
+        [--arrivals uniform|burst] [--rate 200] [--tick 1.0] [--kp 0.5]
+        [--jitter-low 0.5] [--jitter-high 1.0] [--instances 1] [--seed 7]
+        [--json PATH] [--check]
+
+No sleeping and no network: time is a number the simulation advances from event to event.
+`--shoppers` shoppers arrive within `--arrival-seconds` (uniformly, or `burst`: front-loaded,
+exponentially decaying with a fifth of the window as time constant, truncated to the window).
+Every shopper polls at once on arrival, then again after Retry-After, which is, as in
+shared/waiting_room_service.py, uniform in [jitter-low, jitter-high] ticks; until admitted.
+Capacity is `--rate` admissions per second in total. Every policy sees the same arrivals, and
+each poll goes to an instance drawn at random (a load balancer), with `--instances` instances
+each given rate / instances, as the service shares the rate among live instances.
+
+  random      Shopify's first attempt: a leaky bucket (shared.waiting_room.LeakyBucket, capacity
+              one tick of the instance's rate) takes whoever polls while it has room; no order.
+  fair        shared.waiting_room.AdmissionController used directly: arrive(now) on a shopper's
+              first poll (the ticket then carries that time), decide(first_attempt, now) after.
+              Tick `--tick`, gain `--kp` (the service's defaults: 1.0 s, 0.5).
+  ideal-fifo  a reference, not a policy: one central queue admitting in exact arrival order,
+              as early as the same total bucket allows, with no polling delay. It bounds what
+              any order-keeping policy can reach on these arrivals.
+
+Reported per policy (time in queue = admission time - arrival time):
+  queue p50 / p95, p95/p50   over all shoppers of the sale.
+  per-tick p95/p50           Shopify's chart: p95/p50 of the time in queue of the shoppers
+                             admitted in the same tick-long window; the median and the worst
+                             over the settled windows (those holding >= 20 admissions).
+  rate                       admissions per 1-second window over the middle 80% of the
+                             admission period (first to last admission): mean, max deviation.
+  order                      a violation is a shopper admitted more than one tick after the
+                             earliest admission among shoppers who arrived later; count and the
+                             worst lag (own admission - earliest later-arrival's admission).
+  total                      time from the first arrival until everyone is admitted.
+  polls                      requests served, per shopper and per second (load on the service).
+
+On the overall p95/p50: when a burst exceeds capacity, any policy that keeps the order admits
+the k-th shopper at about k / rate, so the time in queue grows linearly with the rank and is
+close to uniform between 0 and the drain time: p95/p50 is then about 1.9 however fair the queue
+(the ideal-fifo row shows it). The figure that separates fair from random is the spread among
+the shoppers admitted together (Shopify's chart), and the ordering count. `--check` (exit 1
+on a miss) therefore checks the fair queue on: per-tick p95/p50 (worst settled window) <= 1.5,
+the settled rate within 10% of the target (mean, and every window), no ordering violation,
+everyone admitted; the whole-sale ratio is printed beside the ideal FIFO's, not checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import heapq
+import json
+import math
+import random
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Protocol
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from shared.waiting_room import AdmissionController, LeakyBucket  # noqa: E402
+
+SETTLED_FRACTION = 0.8  # the middle 80% of the admission period
+MIN_WINDOW_ADMISSIONS = 20  # per-tick ratios of emptier windows are noise
+RATE_TOLERANCE = 0.10
+RATIO_TARGET = 1.5
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    shoppers: int
+    arrival_seconds: float
+    arrivals: str
+    rate: float
+    tick: float
+    kp: float
+    jitter_low: float
+    jitter_high: float
+    instances: int
+    seed: int
+    horizon_seconds: float
+
+
+class Policy(Protocol):
+    def first(self, instance: int, now: float) -> bool: ...
+
+    def poll(self, instance: int, first_attempt: float, now: float) -> bool: ...
+
+
+class RandomPolicy:
+    """Whoever polls while the instance's bucket has room gets in."""
+
+    def __init__(self, cfg: Config) -> None:
+        share = cfg.rate / cfg.instances
+        self._buckets = [
+            LeakyBucket(rate=share, capacity=max(1.0, share * cfg.tick), now=0.0)
+            for _ in range(cfg.instances)
+        ]
+
+    def first(self, instance: int, now: float) -> bool:
+        return self._buckets[instance].take(now)
+
+    def poll(self, instance: int, first_attempt: float, now: float) -> bool:
+        return self._buckets[instance].take(now)
+
+
+class FairPolicy:
+    """The service's controller, one per instance, each with its share of the rate."""
+
+    def __init__(self, cfg: Config) -> None:
+        share = cfg.rate / cfg.instances
+        self.controllers = [
+            AdmissionController(rate=share, tick_seconds=cfg.tick, kp=cfg.kp, now=0.0)
+            for _ in range(cfg.instances)
+        ]
+
+    def first(self, instance: int, now: float) -> bool:
+        return self.controllers[instance].arrive(now).admitted
+
+    def poll(self, instance: int, first_attempt: float, now: float) -> bool:
+        return self.controllers[instance].decide(first_attempt, now).admitted
+
+
+def make_arrivals(cfg: Config) -> list[float]:
+    rng = random.Random(cfg.seed)
+    if cfg.arrivals == "uniform":
+        times = [rng.uniform(0.0, cfg.arrival_seconds) for _ in range(cfg.shoppers)]
+    else:  # burst: exponential decay, time constant a fifth of the window, truncated to it
+        scale = cfg.arrival_seconds / 5
+        cut = 1.0 - math.exp(-cfg.arrival_seconds / scale)
+        times = [-scale * math.log(1.0 - rng.random() * cut) for _ in range(cfg.shoppers)]
+    times.sort()
+    return times
+
+
+@dataclass(slots=True)
+class Run:
+    admitted_at: list[float]  # per shopper (index in arrival order); inf if never admitted
+    polls: int
+    cpu_seconds: float
+
+
+def simulate(policy: Policy, arrivals: Sequence[float], cfg: Config, *, seed: int) -> Run:
+    """Every shopper polls on arrival and then at Retry-After until admitted."""
+    rng = random.Random(seed)
+    started = time.process_time()
+    admitted_at = [math.inf] * len(arrivals)
+    # First polls come from the sorted arrivals, retries (time, shopper) from a heap.
+    retries: list[tuple[float, int]] = []
+    next_arrival = 0
+    polls = 0
+    low, high = cfg.jitter_low * cfg.tick, cfg.jitter_high * cfg.tick
+    instances = cfg.instances
+    while next_arrival < len(arrivals) or retries:
+        if retries and (next_arrival >= len(arrivals) or retries[0][0] < arrivals[next_arrival]):
+            now, shopper = heapq.heappop(retries)
+            first = False
+        else:
+            shopper = next_arrival
+            now = arrivals[shopper]
+            next_arrival += 1
+            first = True
+        if now > cfg.horizon_seconds:
+            break
+        polls += 1
+        instance = rng.randrange(instances) if instances > 1 else 0
+        # The ticket carries the first attempt: the arrival time.
+        ok = policy.first(instance, now) if first else policy.poll(instance, arrivals[shopper], now)
+        if ok:
+            admitted_at[shopper] = now
+        else:
+            heapq.heappush(retries, (now + rng.uniform(low, high), shopper))
+    return Run(admitted_at=admitted_at, polls=polls, cpu_seconds=time.process_time() - started)
+
+
+def ideal_fifo(arrivals: Sequence[float], cfg: Config) -> Run:
+    """Exact arrival order at the total bucket's pace, no polling delay (a bound, not a design)."""
+    started = time.process_time()
+    capacity = max(1.0, cfg.rate * cfg.tick)
+    level, at = 0.0, 0.0
+    admitted_at: list[float] = []
+    for arrival in arrivals:
+        now = max(arrival, at)
+        level = max(0.0, level - (now - at) * cfg.rate)
+        if level + 1 > capacity:
+            now += (level + 1 - capacity) / cfg.rate
+            level = capacity - 1
+        at = now
+        level += 1
+        admitted_at.append(now)
+    return Run(admitted_at=admitted_at, polls=0, cpu_seconds=time.process_time() - started)
+
+
+def percentile(ordered: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default) on sorted data."""
+    if not ordered:
+        return math.nan
+    pos = (len(ordered) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def ratio(p95: float, p50: float) -> float:
+    return p95 / p50 if p50 > 0 else math.inf
+
+
+@dataclass(frozen=True, slots=True)
+class Metrics:
+    policy: str
+    admitted: int
+    never_admitted: int
+    queue_p50_s: float
+    queue_p95_s: float
+    queue_max_s: float
+    p95_over_p50: float
+    tick_ratio_median: float
+    tick_ratio_worst: float
+    tick_windows: int
+    rate_mean: float
+    rate_min: float
+    rate_max: float
+    rate_max_deviation: float  # fraction of the target
+    rate_windows: int
+    rate_windows_within: int  # of rate_windows, those within RATE_TOLERANCE of the target
+    order_violations: int
+    order_worst_lag_s: float
+    total_seconds: float
+    polls: int
+    polls_per_shopper: float
+    polls_per_second: float
+    cpu_seconds: float
+
+
+def measure(name: str, run: Run, arrivals: Sequence[float], cfg: Config) -> Metrics:
+    done = [i for i, t in enumerate(run.admitted_at) if math.isfinite(t)]
+    waits = sorted(run.admitted_at[i] - arrivals[i] for i in done)
+    times = sorted(run.admitted_at[i] for i in done)
+    start, end = (times[0], times[-1]) if times else (0.0, 0.0)
+    margin = (end - start) * (1 - SETTLED_FRACTION) / 2
+    lo, hi = start + margin, end - margin
+
+    # Admitted rate in whole 1-second windows inside the settled period.
+    counts: list[int] = []
+    w = lo
+    while w + 1.0 <= hi + 1e-9:
+        counts.append(bisect.bisect_left(times, w + 1.0) - bisect.bisect_left(times, w))
+        w += 1.0
+    deviation = max((abs(c - cfg.rate) / cfg.rate for c in counts), default=math.nan)
+
+    # Shopify's chart: the spread of time in queue among those admitted in the same tick.
+    by_window: dict[int, list[float]] = {}
+    for i in done:
+        t = run.admitted_at[i]
+        if lo <= t < hi:
+            by_window.setdefault(math.floor((t - lo) / cfg.tick), []).append(t - arrivals[i])
+    ratios = sorted(
+        ratio(percentile(v, 0.95), percentile(v, 0.5))
+        for v in (sorted(ws) for ws in by_window.values())
+        if len(v) >= MIN_WINDOW_ADMISSIONS
+    )
+
+    # Ordering: compare each shopper with the earliest admission among later arrivals.
+    violations, worst_lag = 0, -math.inf
+    earliest_later = math.inf
+    for i in range(len(arrivals) - 1, -1, -1):
+        own = run.admitted_at[i]
+        if math.isfinite(earliest_later):
+            lag = own - earliest_later  # inf when never admitted: a violation too
+            worst_lag = max(worst_lag, lag)
+            if lag > cfg.tick + 1e-9:
+                violations += 1
+        earliest_later = min(earliest_later, own)
+
+    total = end - arrivals[0] if times else math.nan
+    return Metrics(
+        policy=name,
+        admitted=len(done),
+        never_admitted=len(arrivals) - len(done),
+        queue_p50_s=percentile(waits, 0.5),
+        queue_p95_s=percentile(waits, 0.95),
+        queue_max_s=waits[-1] if waits else math.nan,
+        p95_over_p50=ratio(percentile(waits, 0.95), percentile(waits, 0.5)),
+        tick_ratio_median=percentile(ratios, 0.5),
+        tick_ratio_worst=ratios[-1] if ratios else math.nan,
+        tick_windows=len(ratios),
+        rate_mean=sum(counts) / len(counts) if counts else math.nan,
+        rate_min=float(min(counts, default=0)),
+        rate_max=float(max(counts, default=0)),
+        rate_max_deviation=deviation,
+        rate_windows=len(counts),
+        rate_windows_within=sum(abs(c - cfg.rate) <= RATE_TOLERANCE * cfg.rate for c in counts),
+        order_violations=violations,
+        order_worst_lag_s=max(worst_lag, 0.0),
+        total_seconds=total,
+        polls=run.polls,
+        polls_per_shopper=run.polls / len(arrivals) if run.polls else 0.0,
+        polls_per_second=run.polls / total if run.polls and total > 0 else 0.0,
+        cpu_seconds=run.cpu_seconds,
+    )
+
+
+def targets(m: Metrics, cfg: Config) -> dict[str, bool]:
+    return {
+        "per-tick p95/p50 <= 1.5 (worst settled tick)": m.tick_ratio_worst <= RATIO_TARGET,
+        "settled rate: mean within 10% of target": (
+            abs(m.rate_mean - cfg.rate) <= RATE_TOLERANCE * cfg.rate
+        ),
+        "settled rate: every 1 s window within 10% of target": (
+            m.rate_max_deviation <= RATE_TOLERANCE
+        ),
+        "no shopper admitted > 1 tick after a later arrival": m.order_violations == 0,
+        "everyone admitted": m.never_admitted == 0,
+    }
+
+
+def _fmt(value: float, digits: int = 2) -> str:
+    if isinstance(value, int):
+        return str(value)
+    if math.isnan(value):
+        return "-"
+    if math.isinf(value):
+        return "inf"
+    return f"{value:.{digits}f}"
+
+
+ROWS: list[tuple[str, Callable[[Metrics], str]]] = [
+    ("admitted / never", lambda m: f"{m.admitted} / {m.never_admitted}"),
+    ("queue p50 (s)", lambda m: _fmt(m.queue_p50_s, 1)),
+    ("queue p95 (s)", lambda m: _fmt(m.queue_p95_s, 1)),
+    ("queue max (s)", lambda m: _fmt(m.queue_max_s, 1)),
+    ("p95/p50, whole sale", lambda m: _fmt(m.p95_over_p50)),
+    ("p95/p50 per tick: median", lambda m: _fmt(m.tick_ratio_median, 3)),
+    ("p95/p50 per tick: worst", lambda m: _fmt(m.tick_ratio_worst, 3)),
+    ("settled rate mean (/s)", lambda m: _fmt(m.rate_mean, 1)),
+    ("settled rate min..max", lambda m: f"{m.rate_min:.0f}..{m.rate_max:.0f}"),
+    ("settled rate max dev", lambda m: f"{_fmt(100 * m.rate_max_deviation, 1)}%"),
+    ("settled windows within 10%", lambda m: f"{m.rate_windows_within}/{m.rate_windows}"),
+    ("order violations (>1 tick)", lambda m: str(m.order_violations)),
+    ("order worst lag (s)", lambda m: _fmt(m.order_worst_lag_s)),
+    ("time to admit all (s)", lambda m: _fmt(m.total_seconds, 1)),
+    ("polls per shopper", lambda m: _fmt(m.polls_per_shopper, 1)),
+    ("polls per second", lambda m: _fmt(m.polls_per_second, 0)),
+    ("sim CPU (s)", lambda m: _fmt(m.cpu_seconds, 1)),
+]
+
+
+def render(results: Sequence[Metrics], cfg: Config) -> str:
+    names = [m.policy for m in results]
+    width = max(len(label) for label, _ in ROWS)
+    col = max(12, *(len(n) for n in names))
+    lines = [
+        f"{cfg.shoppers} shoppers, {cfg.arrivals} arrivals over {cfg.arrival_seconds:g} s, "
+        f"target {cfg.rate:g}/s over {cfg.instances} instance(s), tick {cfg.tick:g} s, "
+        f"kp {cfg.kp:g}, retry {cfg.jitter_low:g}-{cfg.jitter_high:g} tick, seed {cfg.seed}",
+        "",
+        f"{'':<{width}}  " + "  ".join(f"{n:>{col}}" for n in names),
+    ]
+    for label, cell in ROWS:
+        lines.append(f"{label:<{width}}  " + "  ".join(f"{cell(m):>{col}}" for m in results))
+    fair = next((m for m in results if m.policy == "fair"), None)
+    if fair is not None:
+        lines.append("")
+        lines.append("fair queue targets:")
+        for what, ok in targets(fair, cfg).items():
+            lines.append(f"  [{'ok' if ok else 'MISS'}] {what}")
+        ideal = next((m for m in results if m.policy == "ideal-fifo"), None)
+        floor = f"; ideal FIFO {_fmt(ideal.p95_over_p50)}" if ideal is not None else ""
+        lines.append(
+            f"  [n/a] whole-sale p95/p50 <= 1.5: {_fmt(fair.p95_over_p50)}{floor} "
+            "(time in queue grows with rank in any order-keeping queue; see --help)"
+        )
+    return "\n".join(lines)
+
+
+def _finite(row: dict[str, object]) -> dict[str, object]:
+    """Strict JSON: NaN and infinities (no data, never admitted) become null."""
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--shoppers", type=int, default=20_000)
+    p.add_argument("--arrival-seconds", type=float, default=10.0)
+    p.add_argument("--arrivals", choices=["uniform", "burst"], default="uniform")
+    p.add_argument("--rate", type=float, default=200.0, help="target admissions per second")
+    p.add_argument("--tick", type=float, default=1.0, help="controller tick (s)")
+    p.add_argument("--kp", type=float, default=0.5, help="proportional gain")
+    p.add_argument("--jitter-low", type=float, default=0.5, help="Retry-After low, in ticks")
+    p.add_argument("--jitter-high", type=float, default=1.0, help="Retry-After high, in ticks")
+    p.add_argument("--instances", type=int, default=1)
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument(
+        "--horizon-seconds",
+        type=float,
+        default=0.0,
+        help="stop the clock here (default: 5x the ideal drain time)",
+    )
+    p.add_argument("--policies", default="random,fair,ideal-fifo")
+    p.add_argument("--json", type=Path, help="write config and metrics here")
+    p.add_argument("--check", action="store_true", help="exit 1 if the fair queue misses a target")
+    args = p.parse_args(argv)
+    if args.shoppers < 2 or args.rate <= 0 or args.tick <= 0 or args.instances < 1:
+        p.error("need --shoppers >= 2, --rate > 0, --tick > 0, --instances >= 1")
+    if not 0 < args.jitter_low <= args.jitter_high:
+        p.error("need 0 < --jitter-low <= --jitter-high")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    horizon = args.horizon_seconds or 5 * (args.arrival_seconds + args.shoppers / args.rate) + 60
+    cfg = Config(
+        shoppers=args.shoppers,
+        arrival_seconds=args.arrival_seconds,
+        arrivals=args.arrivals,
+        rate=args.rate,
+        tick=args.tick,
+        kp=args.kp,
+        jitter_low=args.jitter_low,
+        jitter_high=args.jitter_high,
+        instances=args.instances,
+        seed=args.seed,
+        horizon_seconds=horizon,
+    )
+    arrivals = make_arrivals(cfg)
+    results: list[Metrics] = []
+    for name in [n.strip() for n in args.policies.split(",") if n.strip()]:
+        if name == "random":
+            run = simulate(RandomPolicy(cfg), arrivals, cfg, seed=cfg.seed + 1)
+        elif name == "fair":
+            run = simulate(FairPolicy(cfg), arrivals, cfg, seed=cfg.seed + 1)
+        elif name == "ideal-fifo":
+            run = ideal_fifo(arrivals, cfg)
+        else:
+            print(f"unknown policy {name!r}", file=sys.stderr)
+            return 2
+        results.append(measure(name, run, arrivals, cfg))
+    print(render(results, cfg))
+    if args.json:
+        payload = {"config": asdict(cfg), "results": [_finite(asdict(m)) for m in results]}
+        args.json.write_text(json.dumps(payload, indent=2, allow_nan=False) + "\n")
+    fair = next((m for m in results if m.policy == "fair"), None)
+    if args.check and fair is not None and not all(targets(fair, cfg).values()):
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
