@@ -304,3 +304,28 @@ def test_shard_growth_is_shared_by_concurrent_writers(
         results = list(pool.map(lambda _: grow(), range(8)))
 
     assert set(results) == {2}  # doubled once, not eight times
+
+
+def test_the_reconcile_command_reports_then_repairs(
+    db: firestore.Client, make_campaign: MakeCampaign, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from scripts import reconcile as command
+
+    campaign_id = make_campaign(codes=3)
+    shard = campaign_ref(db, campaign_id).collection(SHARDS).document("0")
+    shard.set({"claimed": firestore.Increment(2)}, merge=True)
+
+    dry = command.main([campaign_id, "--dry-run"])
+    dry_report = json.loads(capsys.readouterr().out)
+    fixed = command.main([campaign_id])
+    again = command.main([campaign_id, "--dry-run"])
+    unknown = command.main(["no-such-campaign"])
+
+    assert dry == 1
+    assert dry_report["claimed"] == {"counted": 0, "counters": 2, "difference": -2}
+    assert fixed == 0
+    assert again == 0
+    assert unknown == 2
+    assert counters().totals(campaign_id).claimed == 0
