@@ -12,7 +12,10 @@ in flight.
 
 from __future__ import annotations
 
+import logging
+import random
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -27,6 +30,8 @@ from shared.campaign_store import record_pool_growth
 from shared.coupon_store import coupon_fields, coupon_id_for
 from shared.csv_intake import CodeRow
 from shared.firestore_db import coupons_collection
+
+log = logging.getLogger(__name__)
 
 # A batch whose codes keep appearing under it (a concurrent import of the same codes) is
 # re-read and retried; after this many rounds something is badly wrong.
@@ -131,6 +136,12 @@ class CodeImporter:
                 batch.commit()
             except gexc.AlreadyExists:
                 pending = self._classify(pending, counts)
+                continue
+            except (gexc.Aborted, gexc.DeadlineExceeded, gexc.ServiceUnavailable) as exc:
+                # Every batch also bumps the campaign document, so parallel batches can time out
+                # on its lock. A failed atomic batch wrote nothing: the same batch is retried.
+                log.warning("import batch contended; retrying", extra={"error": repr(exc)})
+                time.sleep(random.uniform(0.05, 0.2))
                 continue
             counts.imported += len(pending)
             return counts
