@@ -103,7 +103,7 @@ class CodeImporter:
     def _submit(self) -> None:
         if not self._chunk:
             return
-        rows = list(self._chunk.values())
+        rows = list(self._chunk.items())
         self._chunk = {}
         # Bounded: a slow database slows the reader instead of filling memory.
         while len(self._in_flight) >= self._parallel * 2:
@@ -115,7 +115,7 @@ class CodeImporter:
         with self._lock:
             self.counts.add(result)
 
-    def _write(self, rows: list[CodeRow]) -> ImportCounts:
+    def _write(self, rows: list[tuple[str, CodeRow]]) -> ImportCounts:
         counts = ImportCounts()
         pending = rows
         for _ in range(MAX_ROUNDS):
@@ -123,9 +123,9 @@ class CodeImporter:
                 return counts
             now = self._clock()
             batch = self._db.batch()
-            for row in pending:
+            for coupon_id, row in pending:
                 batch.create(
-                    self._collection.document(coupon_id_for(row.code)),
+                    self._collection.document(coupon_id),
                     coupon_fields(code=row.code, now=now, job_id=self._job_id, line=row.line),
                 )
             record_pool_growth(
@@ -147,19 +147,21 @@ class CodeImporter:
             return counts
         raise RuntimeError(f"codes kept colliding after {MAX_ROUNDS} rounds; retry the import")
 
-    def _classify(self, rows: list[CodeRow], counts: ImportCounts) -> list[CodeRow]:
+    def _classify(
+        self, rows: list[tuple[str, CodeRow]], counts: ImportCounts
+    ) -> list[tuple[str, CodeRow]]:
         """Count the rows whose coupon exists; return the rest, still to be written."""
-        refs = [self._collection.document(coupon_id_for(row.code)) for row in rows]
+        refs = [self._collection.document(coupon_id) for coupon_id, _ in rows]
         existing = {
             s.id: s.to_dict() or {}
             for s in self._db.get_all(refs, field_paths=["job_id", "line"])
             if s.exists
         }
         still_new = []
-        for row in rows:
-            found = existing.get(coupon_id_for(row.code))
+        for coupon_id, row in rows:
+            found = existing.get(coupon_id)
             if found is None:
-                still_new.append(row)
+                still_new.append((coupon_id, row))
             elif found.get("job_id") == self._job_id and found.get("line") == row.line:
                 counts.imported += 1  # written by an earlier attempt of this same import
             elif found.get("job_id") == self._job_id:
