@@ -1,4 +1,5 @@
-"""Cloud Functions entry points. Each only hands its trigger to the shared package."""
+"""Cloud Functions entry points. Each hands its trigger to the shared package, with this
+instance's service container."""
 
 from __future__ import annotations
 
@@ -6,29 +7,32 @@ import flask
 import functions_framework
 from cloudevents.http import CloudEvent
 
-from shared import admin_routes, claim_routes, intake_trigger, usage_trigger
-from shared.settings import get_settings
-from shared.structured_logging import configure_logging
+from shared.container import instance_services
+from shared.http import admin_api as admin_routes
+from shared.http import claim_api as claim_routes
+from shared.intake import trigger as intake_trigger
+from shared.logs import configure_logging
+from shared.usage import trigger as usage_trigger
 
 configure_logging()
-get_settings()  # a wrong configuration fails the instance at start-up, not a shopper's request
+instance_services()  # a wrong configuration fails the instance at start-up, not a request
 
 
 @functions_framework.http
 def claim_api(request: flask.Request) -> flask.Response:
-    return claim_routes.handle(request)
+    return claim_routes.router.dispatch(request, instance_services())
 
 
 @functions_framework.http
 def admin_api(request: flask.Request) -> flask.Response:
-    return admin_routes.handle(request)
+    return admin_routes.router.dispatch(request, instance_services())
 
 
 @functions_framework.cloud_event
 def import_codes(event: CloudEvent) -> None:
-    intake_trigger.handle(event)
+    intake_trigger.handle(event, instance_services().intake)
 
 
 @functions_framework.cloud_event
 def count_usage(event: CloudEvent) -> None:
-    usage_trigger.handle(event)
+    usage_trigger.handle(event, instance_services().usage)

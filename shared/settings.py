@@ -22,10 +22,6 @@ class Settings(BaseSettings):
     firestore_emulator_host: str | None = Field(
         default=None, validation_alias="FIRESTORE_EMULATOR_HOST"
     )
-    pubsub_emulator_host: str | None = Field(default=None, validation_alias="PUBSUB_EMULATOR_HOST")
-    storage_emulator_host: str | None = Field(
-        default=None, validation_alias="STORAGE_EMULATOR_HOST"
-    )
     auth_emulator_host: str | None = Field(
         default=None, validation_alias="FIREBASE_AUTH_EMULATOR_HOST"
     )

@@ -4,38 +4,30 @@ registered before they are written."""
 
 from __future__ import annotations
 
-import copy
 import json
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
-from functions_framework import create_app
 from google.cloud import firestore
 from google.cloud.storage import Client as StorageClient
 
 from emulator import EmulatorStack, EmulatorUnavailable, check_prerequisites
-from emulator.tokens import emulator_id_token
-
-ROOT = Path(__file__).resolve().parent.parent
-MAIN = str(ROOT / "functions" / "main.py")
-PROJECT = "demo-codedrop-test"
-BUCKET = "codedrop-imports-test"
-CORS_ORIGIN = "https://shop.example"
-
-
-# Settings, the Firestore client and the claim engine are process singletons built on first
-# use: they must be rebuilt whenever the environment they were built from changes.
-def _reset_singletons() -> None:
-    from shared import firestore_db, runtime, settings
-
-    settings.get_settings.cache_clear()
-    firestore_db.get_db.cache_clear()
-    runtime.reset()
+from tests.support.api import function_client
+from tests.support.cloudevents import deliver, published_event
+from tests.support.stack import (
+    BUCKET,
+    CORS_ORIGIN,
+    EVENTS_TOPIC,
+    PROJECT,
+    PUMP_SUBSCRIPTION,
+    MakeCampaign,
+    Pump,
+    reset_instance,
+)
 
 
 @pytest.fixture(scope="session")
@@ -64,14 +56,10 @@ def emulators(
         mp.setenv("CODEDROP_IMPORTS_BUCKET", BUCKET)
         # Tests pause and resume campaigns and expect the next claim to see it at once.
         mp.setenv("CODEDROP_CAMPAIGN_CACHE_SECONDS", "0")
-        _reset_singletons()
+        reset_instance()
         _create_topic_and_pump_subscription()
         yield stack
-    _reset_singletons()
-
-
-EVENTS_TOPIC = "coupon-events"
-PUMP_SUBSCRIPTION = "test-pump"
+    reset_instance()
 
 
 def _create_topic_and_pump_subscription() -> None:
@@ -87,27 +75,19 @@ def _create_topic_and_pump_subscription() -> None:
 
 @pytest.fixture(scope="session")
 def db(emulators: EmulatorStack) -> firestore.Client:
-    from shared.firestore_db import get_db
+    from shared.container import instance_services
 
-    return get_db()
+    return instance_services().db
 
 
 @pytest.fixture(scope="session")
 def claim_client(emulators: EmulatorStack) -> FlaskClient:
-    return create_app("claim_api", MAIN).test_client()
+    return function_client("claim_api")
 
 
 @pytest.fixture(scope="session")
 def admin_client(emulators: EmulatorStack) -> FlaskClient:
-    return create_app("admin_api", MAIN).test_client()
-
-
-def auth(user_id: str, *, admin: bool = False, **kwargs: Any) -> dict[str, str]:
-    token = emulator_id_token(user_id, project=PROJECT, admin=admin, **kwargs)
-    return {"Authorization": f"Bearer {token}"}
-
-
-ADMIN = auth("operator-1", admin=True)
+    return function_client("admin_api")
 
 
 @pytest.fixture
@@ -118,16 +98,14 @@ def cleanup() -> Iterator[list[Callable[[], object]]]:
         callback()
 
 
-MakeCampaign = Callable[..., str]
-
-
 @pytest.fixture
 def make_campaign(db: firestore.Client, cleanup: list[Callable[[], object]]) -> MakeCampaign:
     """Create a campaign (active now unless told otherwise) holding `codes` coupons."""
-    from shared import campaign_service, coupon_store
+    from scripts.support import codes as fixture_codes
+    from shared.campaigns import service as campaign_service
+    from shared.campaigns.models import CampaignCreate
     from shared.clock import utcnow
-    from shared.firestore_db import campaign_ref
-    from shared.models import CampaignCreate
+    from shared.gcp.firestore import campaign_ref
 
     def make(*, codes: int | list[str] = 0, **fields: Any) -> str:
         now = utcnow()
@@ -145,7 +123,7 @@ def make_campaign(db: firestore.Client, cleanup: list[Callable[[], object]]) -> 
             [f"{campaign_id}-{i:05d}" for i in range(codes)] if isinstance(codes, int) else codes
         )
         if listed:
-            coupon_store.add_codes(db, campaign_id=campaign_id, codes=listed, now=now)
+            fixture_codes.add_codes(db, campaign_id=campaign_id, codes=listed, now=now)
         return campaign_id
 
     return make
@@ -153,67 +131,19 @@ def make_campaign(db: firestore.Client, cleanup: list[Callable[[], object]]) -> 
 
 @pytest.fixture(scope="session")
 def storage_client(emulators: EmulatorStack) -> StorageClient:
-    from shared.storage_objects import get_storage
+    from shared.container import instance_services
 
-    return get_storage()
+    return instance_services().storage
 
 
 @pytest.fixture(scope="session")
 def import_client(emulators: EmulatorStack) -> FlaskClient:
-    return create_app("import_codes", MAIN, "cloudevent").test_client()
-
-
-FINALIZED_EVENT = json.loads(
-    (ROOT / "tests" / "fixtures" / "storage_object_finalized.json").read_text()
-)
-
-
-def finalized_event(
-    *, bucket: str, name: str, generation: int | str | None, metadata: dict[str, str] | None = None
-) -> dict[str, Any]:
-    """The object-finalized CloudEvent exactly as Cloud Storage sends it, for another object."""
-    event = copy.deepcopy(FINALIZED_EVENT)
-    event["id"] = uuid.uuid4().hex
-    event["source"] = f"//storage.googleapis.com/projects/_/buckets/{bucket}"
-    event["subject"] = f"objects/{name}"
-    event["data"].update(bucket=bucket, name=name, generation=str(generation))
-    event["data"]["id"] = f"{bucket}/{name}/{generation}"
-    if metadata:
-        event["data"]["metadata"] = metadata
-    return event
-
-
-def deliver(client: FlaskClient, event: dict[str, Any]) -> int:
-    response = client.post("/", data=json.dumps(event), content_type="application/cloudevents+json")
-    return response.status_code
+    return function_client("import_codes", "cloudevent")
 
 
 @pytest.fixture(scope="session")
 def usage_client(emulators: EmulatorStack) -> FlaskClient:
-    return create_app("count_usage", MAIN, "cloudevent").test_client()
-
-
-PUBLISHED_EVENT = json.loads(
-    (ROOT / "tests" / "fixtures" / "pubsub_message_published.json").read_text()
-)
-
-
-def published_event(payload: bytes, *, message_id: str | None = None) -> dict[str, Any]:
-    """A Pub/Sub push delivery as count_usage receives it: a messagePublished CloudEvent."""
-    import base64
-
-    event = copy.deepcopy(PUBLISHED_EVENT)
-    message_id = message_id or uuid.uuid4().hex
-    event["id"] = message_id
-    event["source"] = f"//pubsub.googleapis.com/projects/{PROJECT}/topics/{EVENTS_TOPIC}"
-    event["data"]["message"].update(
-        data=base64.b64encode(payload).decode(), messageId=message_id, message_id=message_id
-    )
-    event["data"]["subscription"] = f"projects/{PROJECT}/subscriptions/{PUMP_SUBSCRIPTION}"
-    return event
-
-
-Pump = Callable[[], list[dict[str, Any]]]
+    return function_client("count_usage", "cloudevent")
 
 
 @pytest.fixture

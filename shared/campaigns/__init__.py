@@ -1,0 +1,2 @@
+"""Campaigns: their settings, window and status, stored in `campaigns/{id}`, and the views the
+two APIs return."""

@@ -1,0 +1,150 @@
+"""Campaign models: what the admin API accepts, the stored record, and the views both APIs
+return."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Self
+
+from pydantic import AwareDatetime, BaseModel, Field, StringConstraints, model_validator
+
+from shared.types import CampaignId, RequestBody, UtcTime
+
+MAX_CODES_PER_USER = 10
+DEFAULT_ADMISSIONS_PER_SECOND = 100.0
+
+Title = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+
+
+class CampaignStatus(StrEnum):
+    SCHEDULED = "scheduled"
+    ACTIVE = "active"
+    PAUSED = "paused"
+    ENDED = "ended"
+    SOLD_OUT = "sold_out"
+
+
+class CampaignCreate(RequestBody):
+    campaign_id: CampaignId | None = None
+    title: Title
+    starts_at: AwareDatetime
+    ends_at: AwareDatetime
+    max_per_user: int = Field(default=1, ge=1, le=MAX_CODES_PER_USER)
+    low_stock_threshold: int | None = Field(default=None, ge=0)
+    waiting_room_enabled: bool = False
+    admissions_per_second: float = Field(default=DEFAULT_ADMISSIONS_PER_SECOND, gt=0, le=100_000)
+
+    @model_validator(mode="after")
+    def _window(self) -> Self:
+        if self.ends_at <= self.starts_at:
+            raise ValueError("ends_at must be after starts_at")
+        return self
+
+
+class CampaignUpdate(RequestBody):
+    title: Title | None = None
+    starts_at: AwareDatetime | None = None
+    ends_at: AwareDatetime | None = None
+    max_per_user: int | None = Field(default=None, ge=1, le=MAX_CODES_PER_USER)
+    low_stock_threshold: int | None = Field(default=None, ge=0)
+    paused: bool | None = None
+    waiting_room_enabled: bool | None = None
+    admissions_per_second: float | None = Field(default=None, gt=0, le=100_000)
+
+    @model_validator(mode="after")
+    def _something(self) -> Self:
+        if not self.model_fields_set:
+            raise ValueError("nothing to update")
+        for name in (
+            "title",
+            "starts_at",
+            "ends_at",
+            "max_per_user",
+            "paused",
+            "waiting_room_enabled",
+            "admissions_per_second",
+        ):
+            if name in self.model_fields_set and getattr(self, name) is None:
+                raise ValueError(f"{name} cannot be null")
+        return self
+
+
+class CampaignRecord(BaseModel):
+    """A campaign as stored in `campaigns/{campaign_id}`."""
+
+    campaign_id: str
+    title: str
+    starts_at: datetime
+    ends_at: datetime
+    max_per_user: int = 1
+    low_stock_threshold: int | None = None
+    paused: bool = False
+    waiting_room_enabled: bool = False
+    admissions_per_second: float = DEFAULT_ADMISSIONS_PER_SECOND
+    # Set only by a claimer that proved no unassigned code exists; cleared by every import.
+    sold_out: bool = False
+    sold_out_at: datetime | None = None
+    # Bumped by every import so a claimer's proof of "sold out" is invalidated by new codes.
+    pool_generation: int = 0
+    codes_total: int = 0
+    # The widest max_per_user ever set: a shopper may hold claims in slots up to it.
+    slots_ceiling: int = 1
+    created_at: datetime
+    updated_at: datetime
+
+    def status_at(self, now: datetime) -> CampaignStatus:
+        if now >= self.ends_at:
+            return CampaignStatus.ENDED
+        if self.paused:
+            return CampaignStatus.PAUSED
+        if now < self.starts_at:
+            return CampaignStatus.SCHEDULED
+        if self.sold_out:
+            return CampaignStatus.SOLD_OUT
+        return CampaignStatus.ACTIVE
+
+
+class WaitingRoomStatus(BaseModel):
+    enabled: bool
+    # Engaged: shoppers are waiting right now; a new arrival would wait about this long.
+    engaged: bool
+    estimated_wait_seconds: float
+
+
+class CampaignPublic(BaseModel):
+    campaign_id: str
+    title: str
+    starts_at: UtcTime
+    ends_at: UtcTime
+    status: CampaignStatus
+    remaining: int
+    waiting_room: WaitingRoomStatus
+
+
+class CampaignStats(BaseModel):
+    codes_total: int
+    claimed: int
+    remaining: int
+    claims_last_minute: int = 0
+    projected_sold_out_at: UtcTime | None = None
+
+
+class CampaignAdmin(BaseModel):
+    campaign_id: str
+    title: str
+    starts_at: UtcTime
+    ends_at: UtcTime
+    status: CampaignStatus
+    max_per_user: int
+    low_stock_threshold: int | None
+    paused: bool
+    waiting_room_enabled: bool
+    admissions_per_second: float
+    created_at: UtcTime
+    updated_at: UtcTime
+    stats: CampaignStats | None = None
+
+
+class CampaignList(BaseModel):
+    campaigns: list[CampaignAdmin]

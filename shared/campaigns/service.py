@@ -1,0 +1,91 @@
+"""Campaign use cases: create, read, list, update, and the views the two APIs return."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from datetime import datetime
+
+from google.cloud import firestore
+
+from shared.campaigns import store as campaign_store
+from shared.campaigns.models import (
+    CampaignAdmin,
+    CampaignCreate,
+    CampaignPublic,
+    CampaignRecord,
+    CampaignStats,
+    CampaignStatus,
+    CampaignUpdate,
+    WaitingRoomStatus,
+)
+
+
+def new_campaign_id(title: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")[:40].strip("-") or "campaign"
+    return f"{slug}-{secrets.token_hex(3)}"
+
+
+def create_campaign(db: firestore.Client, *, data: CampaignCreate, now: datetime) -> CampaignRecord:
+    record = CampaignRecord(
+        campaign_id=data.campaign_id or new_campaign_id(data.title),
+        title=data.title,
+        starts_at=data.starts_at,
+        ends_at=data.ends_at,
+        max_per_user=data.max_per_user,
+        slots_ceiling=data.max_per_user,
+        low_stock_threshold=data.low_stock_threshold,
+        waiting_room_enabled=data.waiting_room_enabled,
+        admissions_per_second=data.admissions_per_second,
+        created_at=now,
+        updated_at=now,
+    )
+    return campaign_store.create_campaign(db, record=record)
+
+
+def update_campaign(
+    db: firestore.Client, *, campaign_id: str, data: CampaignUpdate, now: datetime
+) -> CampaignRecord:
+    changes = data.model_dump(include=data.model_fields_set)
+    return campaign_store.update_campaign(db, campaign_id=campaign_id, changes=changes, now=now)
+
+
+def public_view(
+    campaign: CampaignRecord, *, now: datetime, remaining: int, room: WaitingRoomStatus
+) -> CampaignPublic:
+    return CampaignPublic(
+        waiting_room=room,
+        campaign_id=campaign.campaign_id,
+        title=campaign.title,
+        starts_at=campaign.starts_at,
+        ends_at=campaign.ends_at,
+        status=campaign.status_at(now),
+        remaining=remaining,
+    )
+
+
+def admin_view(
+    campaign: CampaignRecord, *, now: datetime, stats: CampaignStats | None
+) -> CampaignAdmin:
+    return CampaignAdmin(
+        campaign_id=campaign.campaign_id,
+        title=campaign.title,
+        starts_at=campaign.starts_at,
+        ends_at=campaign.ends_at,
+        status=campaign.status_at(now),
+        max_per_user=campaign.max_per_user,
+        low_stock_threshold=campaign.low_stock_threshold,
+        paused=campaign.paused,
+        waiting_room_enabled=campaign.waiting_room_enabled,
+        admissions_per_second=campaign.admissions_per_second,
+        created_at=campaign.created_at,
+        updated_at=campaign.updated_at,
+        stats=stats,
+    )
+
+
+def list_campaigns(
+    db: firestore.Client, *, status: CampaignStatus | None, now: datetime
+) -> list[CampaignRecord]:
+    campaigns = campaign_store.list_campaigns(db)
+    return [c for c in campaigns if status is None or c.status_at(now) is status]

@@ -1,0 +1,336 @@
+"""The claim engine: give a shopper a code of their own, under any concurrency.
+
+Invariants: no code to two shoppers (guarded commit), never more than the pool (a coupon is
+assigned once), never more than the campaign allows a shopper (claim slots created in the same
+commit), never SOLD_OUT while an unassigned code exists (proof query + guarded campaign write),
+and a retry or double click gets the code already held.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from enum import Enum
+
+from google.api_core import exceptions as gexc
+from google.cloud import firestore
+
+from shared.campaigns import store as campaign_store
+from shared.campaigns.models import CampaignRecord, CampaignStatus
+from shared.claims import store as claim_store
+from shared.claims.batched_reads import ReadCoalescer
+from shared.claims.candidate_pool import CandidatePool, Exhausted, PoolTimeout
+from shared.claims.models import ClaimRecord
+from shared.clock import utcnow
+from shared.coupons import store as coupon_store
+from shared.coupons.store import Candidate
+from shared.errors import CampaignNotActive, CampaignNotFound, Contended, SoldOut
+from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+
+# Errors after which the coupon is still free and the same request may try again.
+TRANSIENT = (
+    gexc.Aborted,
+    gexc.DeadlineExceeded,
+    gexc.ServiceUnavailable,
+    gexc.InternalServerError,
+    gexc.ResourceExhausted,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimOutcome:
+    claim: ClaimRecord
+    # True: a new code was assigned by this request (or it replays one with the same
+    # Idempotency-Key); False: the shopper already held every code the campaign allows.
+    created: bool
+
+
+@dataclass
+class _Attempt:
+    """One claim request on its way through the pool."""
+
+    campaign: CampaignRecord
+    user_id: str
+    idempotency_key: str | None
+    slot: int
+    deadline: float
+
+
+class _Retry(Enum):
+    FREE = "free"  # lost a race to another instance: costs no attempt
+    COUNTED = "counted"
+
+
+@dataclass
+class ClaimMetrics:
+    """How the engine's claims went, for the benchmark and for logs. Firestore reads and
+    writes are not counted here: benchmarks count them where the client sends them."""
+
+    claims: int = 0
+    commits: int = 0
+    conflicts: int = 0  # guarded commit lost: the coupon was taken by another instance
+    slot_taken: int = 0  # the shopper's slot existed: a double click
+    transient: int = 0
+    sold_out_answers: int = 0
+    contended_answers: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, **deltas: int) -> None:
+        with self._lock:
+            for name, delta in deltas.items():
+                setattr(self, name, getattr(self, name) + delta)
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "_lock"}
+
+
+class ClaimEngine:
+    def __init__(
+        self,
+        *,
+        db: firestore.Client,
+        settings: Settings,
+        clock: Callable[[], datetime] = utcnow,
+        on_sold_out: Callable[[str, int], None] | None = None,
+    ) -> None:
+        self._db = db
+        self._on_sold_out = on_sold_out
+        self._settings = settings
+        self._clock = clock
+        self._pools: dict[str, CandidatePool] = {}
+        self._pools_lock = threading.Lock()
+        self._cache: dict[str, tuple[CampaignRecord, float]] = {}
+        self._refreshing: set[str] = set()
+        self.metrics = ClaimMetrics()
+        self._reader = ReadCoalescer(db=db)
+
+    def pool(self, campaign_id: str) -> CandidatePool:
+        with self._pools_lock:
+            pool = self._pools.get(campaign_id)
+            if pool is None:
+                pool = CandidatePool(
+                    fetch=lambda low, inclusive, high, limit: coupon_store.find_unassigned(
+                        self._db,
+                        campaign_id=campaign_id,
+                        low=low,
+                        low_inclusive=inclusive,
+                        high=high,
+                        limit=limit,
+                    ),
+                    refill_size=self._settings.pool_refill_size,
+                )
+                self._pools[campaign_id] = pool
+            return pool
+
+    # --- reads --------------------------------------------------------------------------------
+    def _campaign(self, campaign_id: str) -> tuple[CampaignRecord, datetime]:
+        """A fresh read of the campaign, also refreshing the cache."""
+        snapshot = campaign_store.get_campaign_snapshot(self._db, campaign_id=campaign_id)
+        if snapshot is None:
+            raise CampaignNotFound(f"Campaign {campaign_id!r} does not exist.")
+        record = campaign_store.record_from_snapshot(snapshot)
+        self._cache[campaign_id] = (record, time.monotonic())
+        return record, snapshot.update_time
+
+    def _campaign_cached(self, campaign_id: str) -> CampaignRecord:
+        """The campaign as read at most campaign_cache_seconds ago.
+
+        Saves a read on every claim; a pause or window change takes effect within that time.
+        It never decides SOLD_OUT on its own: that answer is always given on a fresh read.
+        """
+        cached = self._cache.get(campaign_id)
+        if (
+            cached is not None
+            and time.monotonic() - cached[1] < self._settings.campaign_cache_seconds
+        ):
+            return cached[0]
+        return self._campaign(campaign_id)[0]
+
+    def _held(self, campaign: CampaignRecord, user_id: str) -> list[ClaimRecord]:
+        slots = _slots(campaign)
+        return claim_store.held_claims(
+            self._reader, campaign_id=campaign.campaign_id, user_id=user_id, slots=slots
+        )
+
+    def _fresh_with_held(
+        self, campaign_id: str, user_id: str, slots: int
+    ) -> tuple[CampaignRecord, list[ClaimRecord]]:
+        """The campaign and the shopper's claims, read after this request arrived. Concurrent
+        requests share the read (the campaign is fetched once for all of them)."""
+        snapshot, held = claim_store.campaign_with_held_claims(
+            self._reader, campaign_id=campaign_id, user_id=user_id, slots=slots
+        )
+        if snapshot is None:
+            raise CampaignNotFound(f"Campaign {campaign_id!r} does not exist.")
+        record = campaign_store.record_from_snapshot(snapshot)
+        self._cache[campaign_id] = (record, time.monotonic())
+        return record, held
+
+    def campaign(self, campaign_id: str) -> CampaignRecord:
+        """The campaign as the engine sees it (cached for campaign_cache_seconds)."""
+        return self._campaign_cached(campaign_id)
+
+    def sold_out(self, campaign_id: str) -> bool:
+        return self._campaign_cached(campaign_id).sold_out or self.pool(campaign_id).sold_out
+
+    # --- the claim ----------------------------------------------------------------------------
+    def claim(
+        self, *, campaign_id: str, user_id: str, idempotency_key: str | None = None
+    ) -> ClaimOutcome:
+        deadline = time.monotonic() + self._settings.claim_deadline_seconds
+        self.metrics.add(claims=1)
+        campaign = self._campaign_cached(campaign_id)
+        pool = self.pool(campaign_id)
+        held: list[ClaimRecord] | None = None
+
+        if campaign.sold_out or pool.sold_out:
+            # Sold out answers come from a fresh read: an import may have added codes since.
+            campaign, held = self._fresh_with_held(campaign_id, user_id, _slots(campaign))
+        elif idempotency_key is not None or campaign.max_per_user > 1:
+            held = self._held(campaign, user_id)
+        # With one code per shopper and no key, slot 0 is the only slot: no read is needed
+        # before the commit, whose create() of the slot tells whether the shopper holds it.
+        if held is not None and (answer := _held_answer(held, campaign, idempotency_key)):
+            return answer
+
+        status = campaign.status_at(self._clock())
+        if status not in (CampaignStatus.ACTIVE, CampaignStatus.SOLD_OUT):
+            raise CampaignNotActive(f"Campaign {campaign_id!r} is {status.value}.")
+        pool.observe_generation(campaign.pool_generation)
+        if status is CampaignStatus.SOLD_OUT:
+            self.metrics.add(sold_out_answers=1)
+            raise SoldOut(f"Every code of campaign {campaign_id!r} has been claimed.")
+        attempt = _Attempt(
+            campaign=campaign,
+            user_id=user_id,
+            idempotency_key=idempotency_key,
+            slot=_free_slot(held or []),
+            deadline=deadline,
+        )
+        return self._claim_from_pool(attempt, pool)
+
+    def _claim_from_pool(self, attempt: _Attempt, pool: CandidatePool) -> ClaimOutcome:
+        campaign_id = attempt.campaign.campaign_id
+
+        def prove() -> Sequence[Candidate] | Exhausted:
+            return self._prove_sold_out(campaign_id, pool)
+
+        attempts_left = self._settings.claim_attempts
+        while attempts_left > 0 and time.monotonic() < attempt.deadline:
+            attempts_left -= 1
+            try:
+                candidate = pool.take(deadline=attempt.deadline, prove=prove)
+            except PoolTimeout:
+                break
+            if candidate is None:
+                # Proven and recorded: this instance found no unassigned code anywhere.
+                campaign, held = self._fresh_with_held(
+                    campaign_id, attempt.user_id, _slots(attempt.campaign)
+                )
+                if held and len(held) >= campaign.max_per_user:
+                    return ClaimOutcome(claim=held[-1], created=False)
+                if campaign.sold_out:
+                    self.metrics.add(sold_out_answers=1)
+                    raise SoldOut(f"Every code of campaign {campaign_id!r} has been claimed.")
+                pool.observe_generation(campaign.pool_generation)
+                continue
+            outcome = self._commit(attempt, pool, candidate)
+            if isinstance(outcome, ClaimOutcome):
+                return outcome
+            if outcome is _Retry.FREE:
+                attempts_left += 1
+
+        self.metrics.add(contended_answers=1)
+        raise Contended(retry_after=self._settings.contended_retry_after_seconds)
+
+    def _commit(
+        self, attempt: _Attempt, pool: CandidatePool, candidate: Candidate
+    ) -> ClaimOutcome | _Retry:
+        try:
+            claim = claim_store.commit_claim(
+                self._db,
+                campaign_id=attempt.campaign.campaign_id,
+                candidate=candidate,
+                user_id=attempt.user_id,
+                slot=attempt.slot,
+                now=self._clock(),
+                idempotency_key=attempt.idempotency_key,
+            )
+        except gexc.FailedPrecondition:
+            pool.settle(candidate, taken_elsewhere=True)
+            self.metrics.add(commits=1, conflicts=1)
+            # A lost race costs one fast commit and no attempt: the deadline bounds these.
+            return _Retry.FREE
+        except gexc.AlreadyExists:
+            pool.release(candidate)  # still free: the shopper's slot was the problem
+            self.metrics.add(commits=1, slot_taken=1)
+            held = self._held(attempt.campaign, attempt.user_id)
+            if answer := _held_answer(held, attempt.campaign, attempt.idempotency_key):
+                return answer
+            attempt.slot = _free_slot(held)
+            return _Retry.COUNTED
+        except TRANSIENT as exc:
+            pool.release(candidate)
+            self.metrics.add(commits=1, transient=1)
+            log.warning("claim commit failed transiently", extra={"error": repr(exc)})
+            time.sleep(random.uniform(0.005, 0.02))
+            return _Retry.COUNTED
+        pool.settle(candidate)
+        self.metrics.add(commits=1)
+        return ClaimOutcome(claim=claim, created=True)
+
+    def _prove_sold_out(
+        self, campaign_id: str, pool: CandidatePool
+    ) -> Sequence[Candidate] | Exhausted:
+        """Run once per instance when every range looks empty: look at the whole collection
+        after reading the campaign, and record sold_out guarded by that read, so an import that
+        lands in between (it bumps the campaign) makes the write fail instead of lying."""
+        campaign, read_at = self._campaign(campaign_id)
+        pool.observe_generation(campaign.pool_generation)
+        if campaign.sold_out:
+            return Exhausted.SOLD_OUT
+        found = coupon_store.find_unassigned(
+            self._db, campaign_id=campaign_id, limit=self._settings.pool_refill_size
+        )
+        if found:
+            return found
+        if campaign_store.mark_sold_out(
+            self._db, campaign_id=campaign_id, read_at=read_at, now=self._clock()
+        ):
+            self._cache.pop(campaign_id, None)
+            log.info("campaign sold out", extra={"campaign_id": campaign_id})
+            if self._on_sold_out is not None:
+                self._on_sold_out(campaign_id, campaign.codes_total)
+            return Exhausted.SOLD_OUT
+        return Exhausted.LOOK_AGAIN
+
+
+def _slots(campaign: CampaignRecord) -> int:
+    return max(campaign.max_per_user, campaign.slots_ceiling)
+
+
+def _held_answer(
+    held: list[ClaimRecord], campaign: CampaignRecord, idempotency_key: str | None
+) -> ClaimOutcome | None:
+    """The answer the shopper's own claims give: a replay of the same Idempotency-Key (201
+    again), or the code already held when the campaign allows no more (200)."""
+    if idempotency_key is not None:
+        replay = next((c for c in held if c.idempotency_key == idempotency_key), None)
+        if replay is not None:
+            return ClaimOutcome(claim=replay, created=True)
+    if len(held) >= campaign.max_per_user:
+        return ClaimOutcome(claim=held[-1], created=False)
+    return None
+
+
+def _free_slot(held: list[ClaimRecord]) -> int:
+    taken = {c.slot for c in held}
+    return next(slot for slot in range(len(taken) + 1) if slot not in taken)

@@ -1,0 +1,63 @@
+"""A claim as the API performs it: the engine's atomic assignment, then its event."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from shared.claims.engine import ClaimEngine, ClaimOutcome
+from shared.claims.models import coupon_claimed
+from shared.events.bus import EventBus
+from shared.usage.service import UsageService
+from shared.waiting_room.service import RoomPass, WaitingRoomService
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    outcome: ClaimOutcome
+    ticket: str | None  # the waiting-room ticket to keep, when the room is enabled
+
+
+class ClaimService:
+    def __init__(
+        self,
+        *,
+        engine: ClaimEngine,
+        bus: EventBus,
+        room: WaitingRoomService,
+        usage: UsageService,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self.engine = engine
+        self._bus = bus
+        self._room = room
+        self._usage = usage
+        self._clock = clock
+
+    def claim(
+        self,
+        *,
+        campaign_id: str,
+        user_id: str,
+        idempotency_key: str | None = None,
+        ticket: str | None = None,
+    ) -> ClaimResult:
+        campaign = self.engine.campaign(campaign_id)
+        room_pass = RoomPass(ticket=None)
+        if campaign.waiting_room_enabled:
+            remaining = self._usage.remaining(campaign)
+            # Once no code is left, nobody waits for one: the engine answers at once (SOLD_OUT,
+            # or the code a holder already has).
+            if remaining > 0 and not self.engine.sold_out(campaign_id):
+                room_pass = self._room.admit(
+                    campaign=campaign, user_id=user_id, ticket_token=ticket, remaining=remaining
+                )
+        outcome = self.engine.claim(
+            campaign_id=campaign_id, user_id=user_id, idempotency_key=idempotency_key
+        )
+        if outcome.created:
+            # Awaited; on failure the event waits in the outbox and the shopper still gets
+            # the code (the claim is committed). A replay publishes the same event id again.
+            self._bus.publish(coupon_claimed(outcome.claim), now=self._clock())
+        return ClaimResult(outcome=outcome, ticket=room_pass.ticket)

@@ -1,0 +1,104 @@
+"""Firestore access for claims: the atomic commit that assigns a coupon, and a shopper's claims.
+
+A shopper's claims live at deterministic ids (user key + slot 0..max_per_user-1), so the
+per-user limit is enforced by `create()` in the very commit that assigns the coupon: two
+concurrent requests of one shopper cannot both create the same slot.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+
+from google.cloud import firestore
+
+from shared.claims.batched_reads import ReadCoalescer
+from shared.claims.models import ClaimRecord
+from shared.coupons.store import Candidate
+from shared.gcp.firestore import Snapshot, campaign_ref, claims_collection, coupons_collection
+
+
+def user_key(user_id: str) -> str:
+    # Firebase uids may hold characters a document id cannot; a hash is safe and fixed-length.
+    return hashlib.sha256(user_id.encode("utf-8")).hexdigest()[:32]
+
+
+def claim_id_for(user_id: str, slot: int) -> str:
+    return f"{user_key(user_id)}-{slot}"
+
+
+def _record(snapshot: Snapshot) -> ClaimRecord:
+    return ClaimRecord(claim_id=snapshot.id, **(snapshot.to_dict() or {}))
+
+
+def held_claims(
+    reader: ReadCoalescer | firestore.Client, *, campaign_id: str, user_id: str, slots: int
+) -> list[ClaimRecord]:
+    """The shopper's claims, oldest first, read by reference (no query)."""
+    db = reader.db if isinstance(reader, ReadCoalescer) else reader
+    collection = claims_collection(db, campaign_id)
+    refs = [collection.document(claim_id_for(user_id, slot)) for slot in range(slots)]
+    if isinstance(reader, ReadCoalescer):
+        snapshots = list(reader.get(refs).values())
+    else:
+        snapshots = list(db.get_all(refs))
+    found = [_record(s) for s in snapshots if s.exists]
+    return sorted(found, key=lambda c: (c.claimed_at, c.slot))
+
+
+def campaign_with_held_claims(
+    reader: ReadCoalescer, *, campaign_id: str, user_id: str, slots: int
+) -> tuple[Snapshot | None, list[ClaimRecord]]:
+    """The campaign document and the shopper's claims in one (shared) round trip."""
+    db = reader.db
+    campaign = campaign_ref(db, campaign_id)
+    collection = claims_collection(db, campaign_id)
+    refs = [campaign, *(collection.document(claim_id_for(user_id, s)) for s in range(slots))]
+    snapshots = reader.get(refs)
+    campaign_snapshot = snapshots[campaign.path]
+    held = [_record(s) for path, s in snapshots.items() if path != campaign.path and s.exists]
+    return (
+        campaign_snapshot if campaign_snapshot.exists else None,
+        sorted(held, key=lambda c: (c.claimed_at, c.slot)),
+    )
+
+
+def commit_claim(
+    db: firestore.Client,
+    *,
+    campaign_id: str,
+    candidate: Candidate,
+    user_id: str,
+    slot: int,
+    now: datetime,
+    idempotency_key: str | None,
+) -> ClaimRecord:
+    """Assign the candidate to the shopper in one atomic batch of two writes.
+
+    The coupon update is guarded by the update time it was read with (FailedPrecondition if
+    anybody touched it since) and the claim slot is created (AlreadyExists if the shopper already
+    holds that slot). Either failure leaves nothing written. Nothing is read and nothing is
+    locked, so a loser fails at once instead of waiting for a lock timeout.
+    """
+    claim = ClaimRecord(
+        claim_id=claim_id_for(user_id, slot),
+        campaign_id=campaign_id,
+        user_id=user_id,
+        coupon_id=candidate.coupon_id,
+        code=candidate.code,
+        slot=slot,
+        claimed_at=now,
+        idempotency_key=idempotency_key,
+    )
+    batch = db.batch()
+    batch.update(
+        coupons_collection(db, campaign_id).document(candidate.coupon_id),
+        {"assigned": True, "assigned_to": user_id, "claim_id": claim.claim_id, "assigned_at": now},
+        option=db.write_option(last_update_time=candidate.read_at),
+    )
+    batch.create(
+        claims_collection(db, campaign_id).document(claim.claim_id),
+        claim.model_dump(exclude={"claim_id"}),
+    )
+    batch.commit()
+    return claim

@@ -1,0 +1,162 @@
+"""The service container: one per function instance, built from one Settings object.
+
+Every service is built on first use (a count_usage instance never builds a claim engine) and
+exactly once, under a lock: two claim engines in one instance would mean two candidate pools.
+Handlers receive the container from the router; tests build their own from their settings.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any, TypeVar
+
+from google.cloud import firestore
+from google.cloud.storage import Client as StorageClient
+
+from shared.claims.engine import ClaimEngine
+from shared.claims.service import ClaimService
+from shared.clock import utcnow
+from shared.events.bus import EventBus
+from shared.events.models import sold_out
+from shared.gcp import firestore as gcp_firestore
+from shared.gcp import pubsub as gcp_pubsub
+from shared.gcp import storage as gcp_storage
+from shared.intake.models import JobRecord, JobState, codes_imported
+from shared.intake.service import IntakeService
+from shared.maintenance.sweep import Sweeper
+from shared.settings import Settings, get_settings
+from shared.usage.counters import ShardedCounters
+from shared.usage.service import UsageService
+from shared.waiting_room.service import WaitingRoomService
+
+T = TypeVar("T")
+
+
+class Services:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        db: firestore.Client | None = None,
+        storage: StorageClient | None = None,
+        publisher: Any | None = None,
+    ) -> None:
+        self.settings = settings
+        self._built: dict[str, Any] = {}
+        self._lock = threading.RLock()
+        if db is not None:
+            self._built["db"] = db
+        if storage is not None:
+            self._built["storage"] = storage
+        if publisher is not None:
+            self._built["publisher"] = publisher
+
+    def _once(self, name: str, build: Callable[[], T]) -> T:
+        built = self._built.get(name)
+        if built is None:
+            with self._lock:
+                built = self._built.get(name)
+                if built is None:
+                    built = self._built[name] = build()
+        result: T = built
+        return result
+
+    # --- Google Cloud clients -----------------------------------------------------------------
+    @property
+    def db(self) -> firestore.Client:
+        return self._once("db", lambda: gcp_firestore.make_client(self.settings.project_id))
+
+    @property
+    def storage(self) -> StorageClient:
+        return self._once("storage", lambda: gcp_storage.make_client(self.settings.project_id))
+
+    @property
+    def publisher(self) -> Any:
+        return self._once("publisher", gcp_pubsub.make_publisher)
+
+    # --- features -----------------------------------------------------------------------------
+    @property
+    def bus(self) -> EventBus:
+        return self._once(
+            "bus",
+            lambda: EventBus(
+                db=self.db,
+                publisher=self.publisher,
+                project_id=self.settings.project_id,
+                topic=self.settings.events_topic,
+            ),
+        )
+
+    @property
+    def engine(self) -> ClaimEngine:
+        return self._once(
+            "engine",
+            lambda: ClaimEngine(
+                db=self.db, settings=self.settings, on_sold_out=self._announce_sold_out
+            ),
+        )
+
+    @property
+    def room(self) -> WaitingRoomService:
+        return self._once("room", lambda: WaitingRoomService(db=self.db, settings=self.settings))
+
+    @property
+    def claims(self) -> ClaimService:
+        return self._once(
+            "claims",
+            lambda: ClaimService(
+                engine=self.engine, bus=self.bus, room=self.room, usage=self.usage, clock=utcnow
+            ),
+        )
+
+    @property
+    def intake(self) -> IntakeService:
+        return self._once(
+            "intake",
+            lambda: IntakeService(
+                db=self.db,
+                storage_client=self.storage,
+                settings=self.settings,
+                clock=utcnow,
+                on_job_finished=self._announce_import,
+            ),
+        )
+
+    @property
+    def counters(self) -> ShardedCounters:
+        return self._once(
+            "counters", lambda: ShardedCounters(db=self.db, settings=self.settings, clock=utcnow)
+        )
+
+    @property
+    def usage(self) -> UsageService:
+        return self._once(
+            "usage",
+            lambda: UsageService(db=self.db, counters=self.counters, bus=self.bus, clock=utcnow),
+        )
+
+    @property
+    def sweeper(self) -> Sweeper:
+        return self._once(
+            "sweeper", lambda: Sweeper(db=self.db, bus=self.bus, usage=self.usage, clock=utcnow)
+        )
+
+    # --- announcements ------------------------------------------------------------------------
+    def _announce_sold_out(self, campaign_id: str, codes_total: int) -> None:
+        now = utcnow()
+        self.bus.announce_once(
+            sold_out(campaign_id=campaign_id, codes_total=codes_total, now=now), now=now
+        )
+
+    def _announce_import(self, job: JobRecord) -> None:
+        if job.state is JobState.DONE or job.imported:
+            now = utcnow()
+            self.bus.announce_once(codes_imported(job, now=now), now=now)
+
+
+@lru_cache(maxsize=1)
+def instance_services() -> Services:
+    """This function instance's container, built from the environment on first use."""
+    return Services(get_settings())

@@ -1,0 +1,84 @@
+"""Coupon documents: their ids and fields, and the query for unassigned candidates."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+
+from google.cloud import firestore
+from google.cloud.firestore_v1.base_query import FieldFilter
+
+from shared.gcp.firestore import coupons_collection
+
+
+def coupon_id_for(code: str) -> str:
+    """The document id is derived from the code, so a code can never exist twice in a campaign."""
+    return hashlib.sha256(code.encode("utf-8")).hexdigest()[:40]
+
+
+def random_float() -> float:
+    # 53 random bits: uniform in [0, 1) like random.random(), but not predictable.
+    return secrets.randbits(53) / (1 << 53)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """An unassigned coupon as last read, with the update time its claim is guarded by."""
+
+    coupon_id: str
+    code: str
+    random_float: float
+    read_at: datetime
+
+
+def coupon_fields(
+    *, code: str, now: datetime, job_id: str | None, line: int | None = None
+) -> dict[str, object]:
+    """A new, unassigned coupon. `job_id` and `line` say where it came from, so a re-run of the
+    same import recognises its own rows."""
+    return {
+        "code": code,
+        "random_float": random_float(),
+        "assigned": False,
+        "assigned_to": None,
+        "claim_id": None,
+        "assigned_at": None,
+        "created_at": now,
+        "job_id": job_id,
+        "line": line,
+    }
+
+
+def find_unassigned(
+    db: firestore.Client,
+    *,
+    campaign_id: str,
+    limit: int,
+    low: float | None = None,
+    low_inclusive: bool = True,
+    high: float | None = None,
+) -> list[Candidate]:
+    """Unassigned coupons above `low` and below `high`, in random_float order.
+
+    Without bounds it is the proof query for "sold out": any unassigned coupon at all.
+    """
+    query = coupons_collection(db, campaign_id).where(filter=FieldFilter("assigned", "==", False))
+    if low is not None:
+        query = query.where(filter=FieldFilter("random_float", ">=" if low_inclusive else ">", low))
+    if high is not None:
+        query = query.where(filter=FieldFilter("random_float", "<", high))
+    query = query.order_by("random_float").select(["code", "random_float"]).limit(limit)
+    candidates = []
+    for snapshot in query.stream():
+        data = snapshot.to_dict() or {}
+        candidates.append(
+            Candidate(
+                coupon_id=snapshot.id,
+                code=data["code"],
+                random_float=data["random_float"],
+                read_at=snapshot.update_time,
+            )
+        )
+    return candidates

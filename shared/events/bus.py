@@ -1,0 +1,114 @@
+"""Publishing events to Pub/Sub without losing them.
+
+`publish` awaits the publish future; if Pub/Sub cannot be reached the event is written to the
+`outbox` collection and `flush_outbox` (run by the scheduled sweep) publishes it later.
+`announce_once` is for facts that must be told exactly once (low stock, sold out, an import
+finished): a marker and an outbox entry are written in one atomic batch before publishing, so a
+crash after the marker still leaves the outbox entry for the sweeper, and a second announcer
+finds the marker and stays silent. Claims do not pay for a marker (two writes per claim is the
+budget): for them the claim document itself is the durable record, and the sweep re-publishes
+any recent claim whose event the counters never saw (shared/claims/recovery.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from google.api_core import exceptions as gexc
+from google.cloud import firestore
+
+from shared.events import models as events
+from shared.gcp.firestore import announcement_ref, outbox_collection
+from shared.gcp.pubsub import topic_path
+
+log = logging.getLogger(__name__)
+
+PUBLISH_TIMEOUT_SECONDS = 10.0
+# What a failed publish can raise: the API's errors, the future's timeout, a dead channel.
+PUBLISH_ERRORS = (gexc.GoogleAPIError, FutureTimeout, OSError, RuntimeError)
+
+
+@dataclass
+class OutboxReport:
+    published: int = 0
+    failures: list[str] = field(default_factory=list)
+
+
+class EventBus:
+    def __init__(
+        self,
+        *,
+        db: firestore.Client,
+        publisher: Any,
+        project_id: str,
+        topic: str,
+    ) -> None:
+        self._db = db
+        self._publisher = publisher
+        self._topic = topic_path(project_id, topic)
+
+    def send(self, event: events.Event) -> None:
+        """Publish and wait for the acknowledgement; raises one of PUBLISH_ERRORS."""
+        future = self._publisher.publish(
+            self._topic, events.encode_event(event), event_id=event.event_id, type=event.type.value
+        )
+        future.result(timeout=PUBLISH_TIMEOUT_SECONDS)
+
+    def _outbox_fields(self, event: events.Event, now: datetime) -> dict[str, Any]:
+        return {"event": event.model_dump(mode="json"), "recorded_at": now}
+
+    def publish(self, event: events.Event, *, now: datetime) -> bool:
+        """True when published; False when kept in the outbox for the sweeper."""
+        try:
+            self.send(event)
+        except PUBLISH_ERRORS as exc:
+            log.warning(
+                "publish failed; event kept in the outbox",
+                extra={"event_id": event.event_id, "error": repr(exc)},
+            )
+            outbox_collection(self._db).document(event.event_id).set(
+                self._outbox_fields(event, now)
+            )
+            return False
+        return True
+
+    def announce_once(self, event: events.Event, *, now: datetime) -> bool:
+        """Publish a fact exactly once across all instances; False if already announced."""
+        marker = announcement_ref(self._db, event.campaign_id, event.event_id)
+        outbox = outbox_collection(self._db).document(event.event_id)
+        batch = self._db.batch()
+        batch.create(marker, {"announced_at": now, "type": event.type.value})
+        batch.set(outbox, self._outbox_fields(event, now))
+        try:
+            batch.commit()
+        except gexc.AlreadyExists:
+            return False
+        try:
+            self.send(event)
+        except PUBLISH_ERRORS as exc:
+            log.warning(
+                "announcement kept in the outbox",
+                extra={"event_id": event.event_id, "error": repr(exc)},
+            )
+            return True
+        outbox.delete()
+        log.info("announced", extra={"event_id": event.event_id, "type": event.type.value})
+        return True
+
+    def flush_outbox(self, *, limit: int = 1000) -> OutboxReport:
+        """Publish what the outbox holds (events whose first publish failed)."""
+        report = OutboxReport()
+        for snapshot in outbox_collection(self._db).limit(limit).stream():
+            event = events.event_from_dict((snapshot.to_dict() or {})["event"])
+            try:
+                self.send(event)
+            except PUBLISH_ERRORS as exc:
+                report.failures.append(f"{event.event_id}: {exc!r}")
+                continue
+            snapshot.reference.delete()
+            report.published += 1
+        return report

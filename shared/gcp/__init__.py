@@ -1,0 +1,1 @@
+"""Google Cloud access: the Firestore client and every collection path, Storage, Pub/Sub."""

@@ -1,0 +1,97 @@
+"""The Firestore client and every collection path, in one place.
+
+campaigns/{campaign_id}                                  settings, sold_out, pool_generation
+campaigns/{campaign_id}/coupons/{coupon_id}              coupon_id derived from the code
+campaigns/{campaign_id}/claims/{claim_id}                user key + slot, one per code held
+campaigns/{campaign_id}/counter_shards/{n}               usage counters
+campaigns/{campaign_id}/counters/config                  how many shards
+campaigns/{campaign_id}/processed_events/{event_id}      count_usage's idempotency markers
+campaigns/{campaign_id}/announcements/{event_id}         facts announced exactly once
+campaigns/{campaign_id}/room_instances/{instance_id}     waiting-room heartbeats
+jobs/{job_id}                                            import and generation jobs
+outbox/{event_id}                                        events waiting to be published
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.cloud import firestore
+
+# The client library's snapshot type is generic over its reference type.
+Snapshot = firestore.DocumentSnapshot[Any]
+Client = firestore.Client
+
+CAMPAIGNS = "campaigns"
+COUPONS = "coupons"
+CLAIMS = "claims"
+COUNTER_SHARDS = "counter_shards"
+COUNTERS = "counters"
+PROCESSED_EVENTS = "processed_events"
+ANNOUNCEMENTS = "announcements"
+ROOM_INSTANCES = "room_instances"
+JOBS = "jobs"
+OUTBOX = "outbox"
+
+
+def make_client(project_id: str) -> firestore.Client:
+    # With FIRESTORE_EMULATOR_HOST set the client talks to the emulator.
+    return firestore.Client(project=project_id)
+
+
+def campaigns_collection(db: firestore.Client) -> firestore.CollectionReference:
+    return db.collection(CAMPAIGNS)
+
+
+def campaign_ref(db: firestore.Client, campaign_id: str) -> firestore.DocumentReference:
+    return db.collection(CAMPAIGNS).document(campaign_id)
+
+
+def _sub(db: firestore.Client, campaign_id: str, name: str) -> firestore.CollectionReference:
+    collection: firestore.CollectionReference = campaign_ref(db, campaign_id).collection(name)
+    return collection
+
+
+def coupons_collection(db: firestore.Client, campaign_id: str) -> firestore.CollectionReference:
+    return _sub(db, campaign_id, COUPONS)
+
+
+def claims_collection(db: firestore.Client, campaign_id: str) -> firestore.CollectionReference:
+    return _sub(db, campaign_id, CLAIMS)
+
+
+def counter_shards_collection(
+    db: firestore.Client, campaign_id: str
+) -> firestore.CollectionReference:
+    return _sub(db, campaign_id, COUNTER_SHARDS)
+
+
+def counter_config_ref(db: firestore.Client, campaign_id: str) -> firestore.DocumentReference:
+    return _sub(db, campaign_id, COUNTERS).document("config")
+
+
+def processed_event_ref(
+    db: firestore.Client, campaign_id: str, event_id: str
+) -> firestore.DocumentReference:
+    """The consumer's idempotency marker for an event."""
+    return _sub(db, campaign_id, PROCESSED_EVENTS).document(event_id)
+
+
+def announcement_ref(
+    db: firestore.Client, campaign_id: str, event_id: str
+) -> firestore.DocumentReference:
+    return _sub(db, campaign_id, ANNOUNCEMENTS).document(event_id)
+
+
+def room_instances_collection(
+    db: firestore.Client, campaign_id: str
+) -> firestore.CollectionReference:
+    return _sub(db, campaign_id, ROOM_INSTANCES)
+
+
+def jobs_collection(db: firestore.Client) -> firestore.CollectionReference:
+    return db.collection(JOBS)
+
+
+def outbox_collection(db: firestore.Client) -> firestore.CollectionReference:
+    return db.collection(OUTBOX)

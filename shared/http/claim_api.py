@@ -1,0 +1,118 @@
+"""claim_api: the public endpoints a landing page calls."""
+
+from __future__ import annotations
+
+import re
+
+import flask
+
+from shared.campaigns import service as campaign_service
+from shared.claims import store as claim_store
+from shared.claims.models import ClaimPublic, HeldClaim, HeldClaims
+from shared.clock import utcnow
+from shared.errors import ClaimNotFound, RequestValidationFailed, WaitingRoom
+from shared.http.routing import (
+    Access,
+    Call,
+    Router,
+    campaign_id_param,
+    error_response,
+    json_response,
+    parse_body,
+)
+from shared.types import RequestBody
+from shared.waiting_room.admission import InvalidTicket
+
+# Visible ASCII, as the IETF Idempotency-Key draft and Stripe-style clients send it.
+_IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
+
+TICKET_HEADER = "X-Waiting-Room-Ticket"
+TICKET_COOKIE_PREFIX = "codedrop_ticket_"
+
+router = Router(cors=True)
+
+
+class ClaimCreate(RequestBody):
+    """A claim takes no fields today; unknown ones are refused rather than silently ignored."""
+
+
+def _idempotency_key(request: flask.Request) -> str | None:
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return None
+    if not _IDEMPOTENCY_KEY.match(key):
+        raise RequestValidationFailed("Idempotency-Key must be 1-255 visible ASCII characters.")
+    return key
+
+
+@router.route("/v1/campaigns/<campaign_id>", methods=["GET"], access=Access.PUBLIC)
+def get_campaign(call: Call, campaign_id: str) -> flask.Response:
+    # The engine's copy (at most campaign_cache_seconds old): landing pages poll this.
+    services = call.services
+    campaign = services.engine.campaign(campaign_id_param(campaign_id))
+    remaining = services.usage.remaining(campaign)
+    room = services.room.status(campaign)
+    view = campaign_service.public_view(campaign, now=utcnow(), remaining=remaining, room=room)
+    return json_response(view)
+
+
+@router.route("/v1/campaigns/<campaign_id>/claims", methods=["POST"], access=Access.SHOPPER)
+def create_claim(call: Call, campaign_id: str) -> flask.Response:
+    request = call.request
+    parse_body(request, ClaimCreate)
+    key = _idempotency_key(request)
+    campaign_id = campaign_id_param(campaign_id)
+    cookie = _ticket_cookie(campaign_id)
+    ticket = request.headers.get(TICKET_HEADER) or request.cookies.get(cookie)
+    max_age = call.services.settings.ticket_max_age_seconds
+    try:
+        result = call.services.claims.claim(
+            campaign_id=campaign_id,
+            user_id=call.user.user_id,
+            idempotency_key=key,
+            ticket=ticket,
+        )
+    except WaitingRoom as exc:
+        response = error_response(exc)
+        _keep_ticket(response, cookie, exc.details.get("ticket"), max_age)
+        return response
+    except InvalidTicket as exc:
+        response = error_response(exc)
+        # A bad ticket in the cookie would be sent forever: drop it, so the next try starts over.
+        response.delete_cookie(cookie, secure=True, httponly=True, samesite="None")
+        return response
+    body = ClaimPublic.model_validate(result.outcome.claim, from_attributes=True)
+    response = json_response(body, 201 if result.outcome.created else 200)
+    _keep_ticket(response, cookie, result.ticket, max_age)
+    return response
+
+
+def _ticket_cookie(campaign_id: str) -> str:
+    # One cookie per campaign (named, not path-scoped: the function's public URL has a prefix
+    # this code cannot see).
+    return f"{TICKET_COOKIE_PREFIX}{campaign_id}"
+
+
+def _keep_ticket(response: flask.Response, cookie: str, ticket: object, max_age: int) -> None:
+    # For browsers; a landing page may also send the ticket back in X-Waiting-Room-Ticket.
+    # The cookie lives exactly as long as the ticket it carries is valid.
+    if isinstance(ticket, str):
+        response.set_cookie(
+            cookie, ticket, httponly=True, secure=True, samesite="None", max_age=max_age
+        )
+
+
+@router.route("/v1/campaigns/<campaign_id>/claims/me", methods=["GET"], access=Access.SHOPPER)
+def my_claims(call: Call, campaign_id: str) -> flask.Response:
+    services = call.services
+    campaign = services.engine.campaign(campaign_id_param(campaign_id))
+    held = claim_store.held_claims(
+        services.db,
+        campaign_id=campaign.campaign_id,
+        user_id=call.user.user_id,
+        slots=max(campaign.max_per_user, campaign.slots_ceiling),
+    )
+    if not held:
+        raise ClaimNotFound(f"You hold no code in campaign {campaign.campaign_id!r}.")
+    claims = [HeldClaim.model_validate(c, from_attributes=True) for c in held]
+    return json_response(HeldClaims(claims=claims))

@@ -1,0 +1,171 @@
+"""Writes codes into a campaign in large atomic batches, several in flight at once.
+
+Each batch creates coupons (document id derived from the code, so a duplicate can never become a
+second document) and bumps the campaign's pool generation in the same commit, which invalidates
+any claimer's "sold out" proof. `create()` never touches an existing coupon, so a re-run can never
+reset a claimed code. When a batch hits a code that exists, the batch is re-read and classified:
+written by this very job at this very line (an earlier attempt of the same import: counted as
+imported), by this job at another line (a duplicate within the file), or by anything else (a
+duplicate already in the campaign). Memory stays flat: one batch being filled, a bounded number
+in flight.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from google.api_core import exceptions as gexc
+from google.cloud import firestore
+
+from shared.campaigns.store import record_pool_growth
+from shared.coupons.store import coupon_fields, coupon_id_for
+from shared.gcp.firestore import coupons_collection
+from shared.intake.csv_rows import CodeRow
+
+log = logging.getLogger(__name__)
+
+# A batch whose codes keep appearing under it (a concurrent import of the same codes) is
+# re-read and retried; after this many rounds something is badly wrong.
+MAX_ROUNDS = 8
+
+
+class WriteLimiter(Protocol):
+    def acquire(self, writes: int) -> None: ...
+
+
+@dataclass
+class ImportCounts:
+    imported: int = 0
+    duplicates_in_file: int = 0
+    duplicates_in_campaign: int = 0
+
+    def add(self, other: ImportCounts) -> None:
+        self.imported += other.imported
+        self.duplicates_in_file += other.duplicates_in_file
+        self.duplicates_in_campaign += other.duplicates_in_campaign
+
+
+class CodeImporter:
+    def __init__(
+        self,
+        *,
+        db: firestore.Client,
+        campaign_id: str,
+        job_id: str,
+        batch_size: int,
+        parallel_commits: int,
+        limiter: WriteLimiter,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self._db = db
+        self._campaign_id = campaign_id
+        self._job_id = job_id
+        self._batch_size = batch_size
+        self._parallel = parallel_commits
+        self._limiter = limiter
+        self._clock = clock
+        self._collection = coupons_collection(db, campaign_id)
+        self._executor = ThreadPoolExecutor(parallel_commits, thread_name_prefix="import")
+        self._in_flight: deque[Future[ImportCounts]] = deque()
+        self._chunk: dict[str, CodeRow] = {}
+        self._lock = threading.Lock()
+        self.counts = ImportCounts()  # of finished batches, plus duplicates seen in a chunk
+
+    def add(self, row: CodeRow) -> None:
+        coupon_id = coupon_id_for(row.code)
+        if coupon_id in self._chunk:
+            with self._lock:
+                self.counts.duplicates_in_file += 1
+            return
+        self._chunk[coupon_id] = row
+        if len(self._chunk) >= self._batch_size:
+            self._submit()
+
+    def finish(self) -> ImportCounts:
+        """Write what is left and wait for every batch; re-raises a batch's failure."""
+        try:
+            self._submit()
+            while self._in_flight:
+                self._collect(self._in_flight.popleft())
+        finally:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+        return self.counts
+
+    def _submit(self) -> None:
+        if not self._chunk:
+            return
+        rows = list(self._chunk.items())
+        self._chunk = {}
+        # Bounded: a slow database slows the reader instead of filling memory.
+        while len(self._in_flight) >= self._parallel * 2:
+            self._collect(self._in_flight.popleft())
+        self._in_flight.append(self._executor.submit(self._write, rows))
+
+    def _collect(self, future: Future[ImportCounts]) -> None:
+        result = future.result()
+        with self._lock:
+            self.counts.add(result)
+
+    def _write(self, rows: list[tuple[str, CodeRow]]) -> ImportCounts:
+        counts = ImportCounts()
+        pending = rows
+        for _ in range(MAX_ROUNDS):
+            if not pending:
+                return counts
+            now = self._clock()
+            batch = self._db.batch()
+            for coupon_id, row in pending:
+                batch.create(
+                    self._collection.document(coupon_id),
+                    coupon_fields(code=row.code, now=now, job_id=self._job_id, line=row.line),
+                )
+            record_pool_growth(
+                batch, self._db, campaign_id=self._campaign_id, added=len(pending), now=now
+            )
+            self._limiter.acquire(len(pending) + 1)
+            try:
+                batch.commit()
+            except gexc.AlreadyExists:
+                pending = self._classify(pending, counts)
+                continue
+            except (gexc.Aborted, gexc.DeadlineExceeded, gexc.ServiceUnavailable) as exc:
+                # Every batch also bumps the campaign document, so parallel batches can time out
+                # on its lock. A failed atomic batch wrote nothing: the same batch is retried.
+                log.warning("import batch contended; retrying", extra={"error": repr(exc)})
+                time.sleep(random.uniform(0.05, 0.2))
+                continue
+            counts.imported += len(pending)
+            return counts
+        raise RuntimeError(f"codes kept colliding after {MAX_ROUNDS} rounds; retry the import")
+
+    def _classify(
+        self, rows: list[tuple[str, CodeRow]], counts: ImportCounts
+    ) -> list[tuple[str, CodeRow]]:
+        """Count the rows whose coupon exists; return the rest, still to be written."""
+        refs = [self._collection.document(coupon_id) for coupon_id, _ in rows]
+        existing = {
+            s.id: s.to_dict() or {}
+            for s in self._db.get_all(refs, field_paths=["job_id", "line"])
+            if s.exists
+        }
+        still_new = []
+        for coupon_id, row in rows:
+            found = existing.get(coupon_id)
+            if found is None:
+                still_new.append((coupon_id, row))
+            elif found.get("job_id") == self._job_id and found.get("line") == row.line:
+                counts.imported += 1  # written by an earlier attempt of this same import
+            elif found.get("job_id") == self._job_id:
+                counts.duplicates_in_file += 1
+            else:
+                counts.duplicates_in_campaign += 1
+        return still_new

@@ -1,0 +1,145 @@
+"""Firestore access for import and generation jobs (`jobs/{job_id}`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from google.cloud import firestore
+from google.cloud.firestore_v1.base_query import FieldFilter
+
+from shared.errors import JobNotFound
+from shared.gcp.firestore import jobs_collection
+from shared.intake.models import JobRecord, JobState
+
+
+def job_ref(db: firestore.Client, job_id: str) -> firestore.DocumentReference:
+    return jobs_collection(db).document(job_id)
+
+
+def _record(snapshot: Any) -> JobRecord:
+    return JobRecord(job_id=snapshot.id, **(snapshot.to_dict() or {}))
+
+
+def get_job(db: firestore.Client, *, job_id: str) -> JobRecord:
+    snapshot = job_ref(db, job_id).get()
+    if not snapshot.exists:
+        raise JobNotFound(f"Job {job_id!r} does not exist.")
+    return _record(snapshot)
+
+
+def find_job(db: firestore.Client, *, job_id: str) -> JobRecord | None:
+    snapshot = job_ref(db, job_id).get()
+    return _record(snapshot) if snapshot.exists else None
+
+
+def create_job(db: firestore.Client, *, job: JobRecord) -> None:
+    job_ref(db, job.job_id).create(job.model_dump(mode="python", exclude={"job_id"}))
+
+
+def start_or_resume(db: firestore.Client, *, job: JobRecord, now: datetime) -> JobRecord | None:
+    """Create the job, or take over one left running by a crashed attempt.
+
+    Returns None when the job already finished: a redelivered event has nothing to do.
+    """
+    ref = job_ref(db, job.job_id)
+
+    @firestore.transactional
+    def claim(transaction: firestore.Transaction) -> JobRecord | None:
+        snapshot = ref.get(transaction=transaction)
+        if not snapshot.exists:
+            transaction.create(ref, job.model_dump(mode="python", exclude={"job_id"}))
+            return job
+        existing = _record(snapshot)
+        if existing.state is not JobState.RUNNING:
+            return None
+        transaction.update(ref, {"attempts": existing.attempts + 1, "updated_at": now})
+        return existing.model_copy(update={"attempts": existing.attempts + 1})
+
+    result: JobRecord | None = claim(db.transaction())
+    return result
+
+
+def save_progress(db: firestore.Client, *, job: JobRecord) -> None:
+    ref = job_ref(db, job.job_id)
+    ref.update(
+        job.model_dump(mode="python", exclude={"job_id", "created_at", "kind", "campaign_id"})
+    )
+
+
+@dataclass(frozen=True)
+class Finished:
+    job: JobRecord
+    # The generation job this import belongs to, as updated by it (None for a plain upload).
+    parent: JobRecord | None
+
+
+def finish_job(db: firestore.Client, *, job: JobRecord, now: datetime) -> Finished | None:
+    """Record the final state once; add a generated file's counts to its generation job.
+
+    Returns None when the job was already finished (another delivery got there first). When
+    a generation job still lacks codes (collisions), its round is advanced for the next file.
+    """
+    ref = job_ref(db, job.job_id)
+    parent_ref = job_ref(db, job.parent_job_id) if job.parent_job_id else None
+
+    @firestore.transactional
+    def apply(transaction: firestore.Transaction) -> Finished | None:
+        snapshot = ref.get(transaction=transaction)
+        parent_snapshot = parent_ref.get(transaction=transaction) if parent_ref else None
+        if snapshot.exists and _record(snapshot).state is not JobState.RUNNING:
+            return None
+        transaction.set(ref, job.model_dump(mode="python", exclude={"job_id"}))
+        if parent_ref is None or parent_snapshot is None or not parent_snapshot.exists:
+            return Finished(job=job, parent=None)
+        parent = _record(parent_snapshot)
+        update: dict[str, Any] = {
+            "rows_read": parent.rows_read + job.rows_read,
+            "imported": parent.imported + job.imported,
+            "duplicates_in_file": parent.duplicates_in_file + job.duplicates_in_file,
+            "duplicates_in_campaign": parent.duplicates_in_campaign + job.duplicates_in_campaign,
+            "invalid": parent.invalid + job.invalid,
+            "files": [*parent.files, job.source] if job.source else parent.files,
+            "updated_at": now,
+        }
+        if job.state is JobState.FAILED:
+            update |= {"state": JobState.FAILED, "failure_reason": job.failure_reason}
+            update["finished_at"] = now
+        elif parent.requested is not None and update["imported"] >= parent.requested:
+            update |= {"state": JobState.DONE, "finished_at": now}
+        else:
+            update["rounds"] = parent.rounds + 1  # collisions: another file of fresh codes
+        transaction.update(parent_ref, update)
+        return Finished(job=job, parent=parent.model_copy(update=update))
+
+    result: Finished | None = apply(db.transaction())
+    return result
+
+
+def next_round(db: firestore.Client, *, job_id: str, now: datetime) -> JobRecord:
+    """Start a generation job's first round exactly once, however often its request arrives."""
+    ref = job_ref(db, job_id)
+
+    @firestore.transactional
+    def apply(transaction: firestore.Transaction) -> JobRecord:
+        job = _record(ref.get(transaction=transaction))
+        if job.rounds == 0:
+            transaction.update(ref, {"rounds": 1, "updated_at": now})
+            job = job.model_copy(update={"rounds": 1})
+        return job
+
+    result: JobRecord = apply(db.transaction())
+    return result
+
+
+def list_campaign_jobs(
+    db: firestore.Client, *, campaign_id: str, limit: int = 100
+) -> list[JobRecord]:
+    query = (
+        jobs_collection(db)
+        .where(filter=FieldFilter("campaign_id", "==", campaign_id))
+        .order_by("created_at", direction=firestore.Query.DESCENDING)
+        .limit(limit)
+    )
+    return [_record(s) for s in query.stream()]

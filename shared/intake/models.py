@@ -1,0 +1,119 @@
+"""Intake models: import and generation jobs, and the generation request."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import BaseModel, Field, StringConstraints
+
+from shared.events.models import CodesImported
+from shared.types import RequestBody, UtcTime
+
+
+class JobKind(StrEnum):
+    IMPORT = "import"
+    GENERATE = "generate"
+
+
+class JobState(StrEnum):
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+MAX_JOB_ERRORS = 100
+
+
+class JobError(BaseModel):
+    line: int
+    reason: str
+    value: str = ""  # escaped for spreadsheets (csv_intake.report_value)
+
+
+class JobRecord(BaseModel):
+    """An import or generation job as stored in `jobs/{job_id}`."""
+
+    job_id: str
+    kind: JobKind
+    campaign_id: str
+    state: JobState = JobState.RUNNING
+    source: str | None = None  # gs://bucket/object#generation
+    parent_job_id: str | None = None
+    requested: int | None = None  # generation: how many codes were asked for
+    code_length: int | None = None
+    code_prefix: str | None = None
+    rounds: int = 0  # generation: CSV files written so far (collisions cause another round)
+    rows_read: int = 0
+    imported: int = 0
+    duplicates_in_file: int = 0
+    duplicates_in_campaign: int = 0
+    invalid: int = 0
+    errors: list[JobError] = Field(default_factory=list)
+    failure_reason: str | None = None
+    attempts: int = 1
+    files: list[str] = Field(default_factory=list)
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None = None
+
+
+class JobPublic(BaseModel):
+    job_id: str
+    kind: JobKind
+    campaign_id: str
+    state: JobState
+    source: str | None
+    parent_job_id: str | None
+    requested: int | None
+    rows_read: int
+    imported: int
+    duplicates: int
+    duplicates_in_file: int
+    duplicates_in_campaign: int
+    invalid: int
+    errors: list[JobError]
+    failure_reason: str | None
+    files: list[str]
+    created_at: UtcTime
+    updated_at: UtcTime
+    finished_at: UtcTime | None
+    duration_seconds: float | None
+
+    @classmethod
+    def of(cls, job: JobRecord) -> JobPublic:
+        duration = (job.finished_at - job.created_at).total_seconds() if job.finished_at else None
+        return cls(
+            **job.model_dump(exclude={"attempts", "code_length", "code_prefix", "rounds"}),
+            duplicates=job.duplicates_in_file + job.duplicates_in_campaign,
+            duration_seconds=duration,
+        )
+
+
+class JobList(BaseModel):
+    jobs: list[JobPublic]
+
+
+class JobAccepted(BaseModel):
+    job_id: str
+
+
+# Letters and digits a shopper cannot confuse when typing a code: no 0/O, 1/I/L.
+CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
+
+
+class GenerateCodes(RequestBody):
+    count: int = Field(ge=1, le=1_000_000)
+    length: int = Field(default=10, ge=6, le=32)
+    prefix: Annotated[str, StringConstraints(pattern=r"^[A-Z0-9-]{0,16}$")] = ""
+
+
+def codes_imported(job: JobRecord, *, now: datetime) -> CodesImported:
+    return CodesImported(
+        event_id=f"imported.{job.job_id}",
+        campaign_id=job.campaign_id,
+        occurred_at=job.finished_at or now,
+        count=job.imported,
+        job_id=job.job_id,
+    )

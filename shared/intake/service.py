@@ -1,0 +1,299 @@
+"""Code intake: CSV files dropped in the imports bucket, and generated codes.
+
+Object-finalized events for the imports bucket arrive here:
+- `imports/{campaign_id}/{name}.csv` is imported into the campaign as one job per object
+  generation (a redelivered event finds its job finished and does nothing; a new upload under the
+  same name is a new generation and a new job);
+- `generate/{campaign_id}/{job_id}.json` is a generation request written by the admin API; it is
+  answered by writing a CSV of fresh codes into `imports/…`, which is then imported like any
+  upload, so the marketer can download exactly what was issued. Codes that collide are
+  regenerated in another round until the job holds as many new codes as were asked for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import logging
+import re
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from google.api_core import exceptions as gexc
+from google.cloud import firestore
+from google.cloud.storage import Client as StorageClient
+
+from shared.campaigns import store as campaign_store
+from shared.errors import CampaignNotFound
+from shared.gcp import storage as storage_objects
+from shared.intake import jobs as job_store
+from shared.intake.csv_rows import InvalidRow, NotUtf8Error, parse_rows
+from shared.intake.generator import generate_codes
+from shared.intake.importer import CodeImporter
+from shared.intake.models import (
+    MAX_JOB_ERRORS,
+    GenerateCodes,
+    JobError,
+    JobKind,
+    JobRecord,
+    JobState,
+)
+from shared.intake.write_rate import RampLimiter, Unlimited
+from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+
+IMPORT_PATH = re.compile(r"^imports/(?P<campaign>[a-z0-9][a-z0-9_-]{0,62})/[^/]+\.csv$", re.I)
+GENERATE_PATH = re.compile(
+    r"^generate/(?P<campaign>[a-z0-9][a-z0-9_-]{0,62})/(?P<job>[\w-]+)\.json$"
+)
+PARENT_METADATA = "codedrop-generate-job"
+PROGRESS_EVERY_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """What an object-finalized CloudEvent says about the new object."""
+
+    bucket: str
+    name: str
+    generation: str | None
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def uri(self) -> str:
+        suffix = f"#{self.generation}" if self.generation else ""
+        return f"gs://{self.bucket}/{self.name}{suffix}"
+
+
+def import_job_id(obj: StoredObject) -> str:
+    """One job per object generation: the same event delivered twice names the same job."""
+    digest = hashlib.sha256(f"{obj.bucket}/{obj.name}#{obj.generation}".encode()).hexdigest()
+    return f"imp-{digest[:24]}"
+
+
+class IntakeService:
+    def __init__(
+        self,
+        *,
+        db: firestore.Client,
+        storage_client: StorageClient,
+        settings: Settings,
+        clock: Callable[[], datetime],
+        on_job_finished: Callable[[JobRecord], None] | None = None,
+    ) -> None:
+        self._db = db
+        self._storage = storage_client
+        self._settings = settings
+        self._clock = clock
+        self._on_job_finished = on_job_finished
+
+    # --- events ---------------------------------------------------------------------------
+    def handle_object_finalized(self, obj: StoredObject) -> JobRecord | None:
+        if obj.bucket != self._settings.imports_bucket:
+            log.warning("object in an unexpected bucket ignored", extra={"object": obj.uri})
+            return None
+        if match := IMPORT_PATH.match(obj.name):
+            return self.import_object(obj, campaign_id=match["campaign"])
+        if match := GENERATE_PATH.match(obj.name):
+            return self.run_generation_request(campaign_id=match["campaign"], job_id=match["job"])
+        log.info("object is not an import; ignored", extra={"object": obj.uri})
+        return None
+
+    # --- imports --------------------------------------------------------------------------
+    def import_object(self, obj: StoredObject, *, campaign_id: str) -> JobRecord | None:
+        now = self._clock()
+        fresh = JobRecord(
+            job_id=import_job_id(obj),
+            kind=JobKind.IMPORT,
+            campaign_id=campaign_id,
+            source=obj.uri,
+            parent_job_id=obj.metadata.get(PARENT_METADATA),
+            created_at=now,
+            updated_at=now,
+        )
+        job = job_store.start_or_resume(self._db, job=fresh, now=now)
+        if job is None:
+            log.info("import already finished; redelivery ignored", extra={"job_id": fresh.job_id})
+            if fresh.parent_job_id:
+                self._continue_generation(fresh.parent_job_id)
+            return None
+        try:
+            campaign_store.get_campaign(self._db, campaign_id=campaign_id)
+        except CampaignNotFound:
+            return self._finish(
+                job,
+                failure=f"campaign {campaign_id!r} does not exist; create it, then upload again",
+            )
+        log.info("import started", extra={"job_id": job.job_id, "source": obj.uri})
+        # Counts restart from zero on a resumed attempt: rows the crashed attempt wrote are
+        # recognised as this job's own and counted again, exactly once.
+        job = job.model_copy(
+            update={
+                "rows_read": 0,
+                "imported": 0,
+                "duplicates_in_file": 0,
+                "duplicates_in_campaign": 0,
+                "invalid": 0,
+                "errors": [],
+            }
+        )
+        importer = CodeImporter(
+            db=self._db,
+            campaign_id=campaign_id,
+            job_id=job.job_id,
+            batch_size=self._settings.import_batch_size,
+            parallel_commits=self._settings.import_parallel_commits,
+            limiter=RampLimiter() if self._settings.import_ramp_enabled else Unlimited(),
+            clock=self._clock,
+        )
+        failure: str | None = None
+        last_progress = time.monotonic()
+        try:
+            lines = storage_objects.object_lines(
+                self._storage, bucket=obj.bucket, name=obj.name, generation=obj.generation
+            )
+            for row in parse_rows(lines):
+                job.rows_read += 1
+                if isinstance(row, InvalidRow):
+                    job.invalid += 1
+                    if len(job.errors) < MAX_JOB_ERRORS:
+                        job.errors.append(
+                            JobError(line=row.line, reason=row.reason, value=row.value)
+                        )
+                else:
+                    importer.add(row)
+                if time.monotonic() - last_progress > PROGRESS_EVERY_SECONDS:
+                    last_progress = time.monotonic()
+                    self._save_progress(job, importer)
+        except NotUtf8Error as exc:
+            failure = f"{exc}; the rows before it were imported"
+        except gexc.NotFound:
+            failure = f"{obj.uri} no longer exists"
+        finally:
+            counts = importer.finish()
+        job = job.model_copy(update=counts.__dict__)
+        return self._finish(job, failure=failure)
+
+    def _save_progress(self, job: JobRecord, importer: CodeImporter) -> None:
+        snapshot = job.model_copy(update={**importer.counts.__dict__, "updated_at": self._clock()})
+        job_store.save_progress(self._db, job=snapshot)
+
+    def _finish(self, job: JobRecord, *, failure: str | None = None) -> JobRecord | None:
+        now = self._clock()
+        done = job.model_copy(
+            update={
+                "state": JobState.FAILED if failure else JobState.DONE,
+                "failure_reason": failure,
+                "updated_at": now,
+                "finished_at": now,
+            }
+        )
+        outcome = job_store.finish_job(self._db, job=done, now=now)
+        if outcome is None:
+            return None  # another delivery of the same event finished it first
+        log.info(
+            "import finished",
+            extra={
+                "job_id": done.job_id,
+                "state": done.state.value,
+                "imported": done.imported,
+                "duplicates": done.duplicates_in_file + done.duplicates_in_campaign,
+                "invalid": done.invalid,
+                "failure_reason": failure,
+            },
+        )
+        if self._on_job_finished is not None:
+            self._on_job_finished(done)
+        if outcome.parent is not None and outcome.parent.state is JobState.RUNNING:
+            self._write_generated_round(outcome.parent)
+        return done
+
+    # --- generation -----------------------------------------------------------------------
+    def request_generation(self, *, campaign_id: str, spec: GenerateCodes) -> JobRecord:
+        """Record the job and drop a request object; the import function does the work."""
+        campaign_store.get_campaign(self._db, campaign_id=campaign_id)
+        now = self._clock()
+        job_id = f"gen-{secrets.token_hex(8)}"
+        name = f"generate/{campaign_id}/{job_id}.json"
+        job = JobRecord(
+            job_id=job_id,
+            kind=JobKind.GENERATE,
+            campaign_id=campaign_id,
+            source=f"gs://{self._settings.imports_bucket}/{name}",
+            requested=spec.count,
+            code_length=spec.length,
+            code_prefix=spec.prefix,
+            created_at=now,
+            updated_at=now,
+        )
+        job_store.create_job(self._db, job=job)
+        storage_objects.write_json_if_absent(
+            self._storage,
+            bucket=self._settings.imports_bucket,
+            name=name,
+            body=spec.model_dump(),
+        )
+        log.info("code generation requested", extra={"job_id": job_id, "count": spec.count})
+        return job
+
+    def run_generation_request(self, *, campaign_id: str, job_id: str) -> JobRecord | None:
+        job = job_store.find_job(self._db, job_id=job_id)
+        if job is None or job.kind is not JobKind.GENERATE or job.campaign_id != campaign_id:
+            log.warning("generation request without its job; ignored", extra={"job_id": job_id})
+            return None
+        if job.state is not JobState.RUNNING:
+            return None
+        if job.rounds == 0:
+            job = job_store.next_round(self._db, job_id=job_id, now=self._clock())
+        self._write_generated_round(job)
+        return job
+
+    def _continue_generation(self, parent_id: str) -> None:
+        """A finished child import was redelivered: make sure the next round's file exists."""
+        parent = job_store.find_job(self._db, job_id=parent_id)
+        if parent is not None and parent.state is JobState.RUNNING and parent.rounds:
+            self._write_generated_round(parent)
+
+    def _write_generated_round(self, job: JobRecord) -> None:
+        """Write round `job.rounds` of the job's CSV (idempotent: never overwrites it)."""
+        if job.requested is None or job.code_length is None:
+            raise ValueError(f"job {job.job_id} is not a generation job")
+        wanted = job.requested - job.imported
+        if wanted <= 0:
+            return
+        name = f"imports/{job.campaign_id}/generated-{job.job_id}-{job.rounds:02d}.csv"
+        codes = generate_codes(wanted, length=job.code_length, prefix=job.code_prefix or "")
+        written = storage_objects.write_lines_if_absent(
+            self._storage,
+            bucket=self._settings.imports_bucket,
+            name=name,
+            lines=itertools.chain(["code\n"], (f"{code}\n" for code in codes)),
+            metadata={PARENT_METADATA: job.job_id},
+        )
+        log.info(
+            "generated codes written",
+            extra={"job_id": job.job_id, "object": name, "count": wanted, "new": written},
+        )
+
+
+def object_from_event(data: object) -> StoredObject:
+    """The object named by an object-finalized CloudEvent's data; ValueError if it names none."""
+    if not isinstance(data, dict):
+        raise ValueError("event data is not an object")
+    bucket, name = data.get("bucket"), data.get("name")
+    if not isinstance(bucket, str) or not bucket or not isinstance(name, str) or not name:
+        raise ValueError("event data has no bucket and name")
+    generation = data.get("generation")
+    metadata = data.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise ValueError("event metadata is not an object")
+    return StoredObject(
+        bucket=bucket,
+        name=name,
+        generation=str(generation) if generation is not None else None,
+        metadata={str(k): str(v) for k, v in metadata.items()},
+    )

@@ -1,0 +1,1 @@
+"""Scheduled maintenance: the sweep Cloud Scheduler calls every minute."""

@@ -1,0 +1,18 @@
+"""Maintenance models: the scheduled sweep's request and result."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from shared.types import RequestBody
+
+
+class SweepRequest(RequestBody):
+    window_minutes: int = Field(default=60, ge=1, le=7 * 24 * 60)
+    grace_seconds: int = Field(default=120, ge=0, le=3600)
+
+
+class SweepResult(BaseModel):
+    outbox_published: int
+    claims_republished: int
+    failures: list[str]

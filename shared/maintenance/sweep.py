@@ -1,0 +1,61 @@
+"""The sweep: what must happen even when an instance died at the wrong moment.
+
+It publishes the outbox, re-publishes recent claims whose event the counters never saw, and
+re-checks every recent campaign's stock so low-stock and sold-out announcements are never lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from google.cloud import firestore
+
+from shared.campaigns import store as campaign_store
+from shared.claims.recovery import republish_unseen_claims
+from shared.events.bus import EventBus
+from shared.maintenance.models import SweepRequest, SweepResult
+from shared.usage.service import UsageService
+
+
+class Sweeper:
+    def __init__(
+        self,
+        *,
+        db: firestore.Client,
+        bus: EventBus,
+        usage: UsageService,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self._db = db
+        self._bus = bus
+        self._usage = usage
+        self._clock = clock
+
+    def sweep(self, request: SweepRequest) -> SweepResult:
+        now = self._clock()
+        window = timedelta(minutes=request.window_minutes)
+        grace = timedelta(seconds=request.grace_seconds)
+        outbox = self._bus.flush_outbox()
+        failures = list(outbox.failures)
+        republished = 0
+        # Every campaign, page by page: a sweep that stopped at the first thousand would leave
+        # the others' lost events unpublished for good.
+        for campaign in campaign_store.iter_campaigns(self._db):
+            if campaign.ends_at <= now - window:
+                continue
+            report = republish_unseen_claims(
+                self._db,
+                self._bus,
+                campaign_id=campaign.campaign_id,
+                since=now - window,
+                until=now - grace,
+            )
+            republished += report.republished
+            failures += report.failures
+            self._usage.check_stock(campaign.campaign_id, force=True)
+        return SweepResult(
+            outbox_published=outbox.published,
+            claims_republished=republished,
+            failures=failures,
+        )

@@ -1,0 +1,192 @@
+"""Sharded usage counters per campaign, fed by events, exact under redelivery.
+
+Each event is applied in one atomic batch that creates the consumer's marker for its event_id
+and increments one shard picked at random: a redelivered event finds its marker and changes
+nothing. Shards start few and grow when writes contend (Bluecore's design): a commit that fails
+with a contention error, or takes longer than the contention threshold, doubles the shard count
+(up to `counter_max_shards`) and the failed increment is retried on a shard of the new set.
+Readers sum all shards.
+
+campaigns/{id}/counter_shards/{n}   claimed, imported, claimed_by_hour{YYYYMMDDHH},
+                                    claimed_by_minute{YYYYMMDDHHMM}, imported_by_hour{…}
+campaigns/{id}/counters/config      shards
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from google.api_core import exceptions as gexc
+from google.cloud import firestore
+
+from shared.events import models as events
+from shared.gcp.firestore import counter_config_ref, counter_shards_collection, processed_event_ref
+from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+
+CONFIG_CACHE_SECONDS = 5.0
+# Errors Firestore answers when writes to one document contend (or time out doing so).
+CONTENTION = (gexc.Aborted, gexc.ResourceExhausted, gexc.DeadlineExceeded)
+
+
+def hour_key(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y%m%d%H")
+
+
+def minute_key(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y%m%d%H%M")
+
+
+class CounterContended(Exception):
+    """Still contended after growing the shards: raise so Pub/Sub redelivers later."""
+
+
+@dataclass
+class CounterTotals:
+    claimed: int = 0
+    imported: int = 0
+    shards: int = 0
+    claimed_by_hour: Counter[str] = field(default_factory=Counter)
+    claimed_by_minute: Counter[str] = field(default_factory=Counter)
+    imported_by_hour: Counter[str] = field(default_factory=Counter)
+
+
+def _increments(event: events.Event) -> dict[str, Any] | None:
+    if isinstance(event, events.CouponClaimed):
+        at = event.occurred_at
+        return {
+            "claimed": firestore.Increment(1),
+            "claimed_by_hour": {hour_key(at): firestore.Increment(1)},
+            "claimed_by_minute": {minute_key(at): firestore.Increment(1)},
+        }
+    if isinstance(event, events.CodesImported):
+        return {
+            "imported": firestore.Increment(event.count),
+            "imported_by_hour": {hour_key(event.occurred_at): firestore.Increment(event.count)},
+        }
+    return None  # announcements change no counter
+
+
+class ShardedCounters:
+    def __init__(
+        self,
+        *,
+        db: firestore.Client,
+        settings: Settings,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self._db = db
+        self._settings = settings
+        self._clock = clock
+        self._shard_counts: dict[str, tuple[int, float]] = {}
+        self._lock = threading.Lock()
+        self.growths = 0
+
+    # --- shards -------------------------------------------------------------------------------
+    def _config_ref(self, campaign_id: str) -> firestore.DocumentReference:
+        return counter_config_ref(self._db, campaign_id)
+
+    def shard_count(self, campaign_id: str) -> int:
+        with self._lock:
+            cached = self._shard_counts.get(campaign_id)
+        if cached and time.monotonic() - cached[1] < CONFIG_CACHE_SECONDS:
+            return cached[0]
+        snapshot = self._config_ref(campaign_id).get()
+        count = int((snapshot.to_dict() or {}).get("shards", self._settings.counter_initial_shards))
+        with self._lock:
+            self._shard_counts[campaign_id] = (count, time.monotonic())
+        return count
+
+    def grow(self, campaign_id: str, *, seen: int) -> int:
+        """Double the shards (once per contended size, however many writers saw it).
+
+        Lock-free on purpose: a transaction here would be the very hot spot it is meant to cure.
+        The write is guarded by the config's update time; a writer that loses the race simply
+        adopts what the winner wrote. Growth is best effort: it never fails a delivery.
+        """
+        ref = self._config_ref(campaign_id)
+        wanted = min(seen * 2, self._settings.counter_max_shards)
+        try:
+            snapshot = ref.get()
+            current = int(
+                (snapshot.to_dict() or {}).get("shards", self._settings.counter_initial_shards)
+            )
+            count = current
+            if current < wanted:
+                fields = {"shards": wanted, "grown_at": self._clock()}
+                if snapshot.exists:
+                    ref.update(
+                        fields, option=self._db.write_option(last_update_time=snapshot.update_time)
+                    )
+                else:
+                    ref.create(fields)
+                count = wanted
+                self.growths += 1
+                log.info(
+                    "counter shards grown", extra={"campaign_id": campaign_id, "shards": count}
+                )
+        except (gexc.FailedPrecondition, gexc.AlreadyExists):
+            count = int((ref.get().to_dict() or {}).get("shards", seen))  # another writer grew it
+        except gexc.GoogleAPICallError as exc:
+            log.warning(
+                "counter growth failed", extra={"campaign_id": campaign_id, "error": repr(exc)}
+            )
+            return seen
+        with self._lock:
+            self._shard_counts[campaign_id] = (count, time.monotonic())
+        return count
+
+    # --- writing ------------------------------------------------------------------------------
+    def apply(self, event: events.Event) -> bool:
+        """Apply an event once. False when it had been applied before (a redelivery)."""
+        increments = _increments(event)
+        if increments is None:
+            return False
+        campaign_id = event.campaign_id
+        marker = processed_event_ref(self._db, campaign_id, event.event_id)
+        shards = counter_shards_collection(self._db, campaign_id)
+        for _ in range(self._settings.counter_max_attempts):
+            count = self.shard_count(campaign_id)
+            batch = self._db.batch()
+            batch.create(marker, {"type": event.type.value, "applied_at": self._clock()})
+            batch.set(shards.document(str(random.randrange(count))), increments, merge=True)
+            started = time.monotonic()
+            try:
+                batch.commit()
+            except gexc.AlreadyExists:
+                return False
+            except CONTENTION as exc:
+                log.info("counter write contended", extra={"error": repr(exc), "shards": count})
+                self.grow(campaign_id, seen=count)
+                continue
+            if time.monotonic() - started > self._settings.counter_contention_seconds:
+                self.grow(campaign_id, seen=count)
+            return True
+        raise CounterContended(f"counters of {campaign_id!r} stayed contended")
+
+    def add_correction(self, campaign_id: str, fields: dict[str, Any]) -> None:
+        """Reconciliation writes its corrections into shard 0 as plain increments."""
+        shard = counter_shards_collection(self._db, campaign_id).document("0")
+        shard.set(fields, merge=True)
+
+    # --- reading ------------------------------------------------------------------------------
+    def totals(self, campaign_id: str) -> CounterTotals:
+        totals = CounterTotals()
+        for snapshot in counter_shards_collection(self._db, campaign_id).stream():
+            data = snapshot.to_dict() or {}
+            totals.shards += 1
+            totals.claimed += int(data.get("claimed", 0))
+            totals.imported += int(data.get("imported", 0))
+            totals.claimed_by_hour.update(data.get("claimed_by_hour", {}))
+            totals.claimed_by_minute.update(data.get("claimed_by_minute", {}))
+            totals.imported_by_hour.update(data.get("imported_by_hour", {}))
+        return totals

@@ -1,0 +1,338 @@
+"""count_usage and the sharded counters on the emulators: exact under redelivery, reordering,
+concurrency and contention; lost publishes recovered by the sweeper; reconciliation."""
+
+from __future__ import annotations
+
+import random
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from flask.testing import FlaskClient
+from google.cloud import firestore
+
+from shared.claims.engine import ClaimEngine
+from shared.claims.models import coupon_claimed
+from shared.clock import utcnow
+from shared.container import instance_services
+from shared.events import models as events
+from shared.events.bus import EventBus
+from shared.gcp.firestore import counter_shards_collection
+from shared.settings import Settings, get_settings
+from shared.usage.counters import ShardedCounters
+from tests.support.api import ADMIN, auth
+from tests.support.cloudevents import deliver, published_event
+from tests.support.stack import PROJECT, MakeCampaign, Pump
+
+pytestmark = pytest.mark.emulator
+
+
+def claimed_event(campaign_id: str, n: int, *, hours_ago: int = 0) -> events.CouponClaimed:
+    return events.CouponClaimed(
+        event_id=f"claimed.{campaign_id}.test-{n}",
+        campaign_id=campaign_id,
+        occurred_at=utcnow() - timedelta(hours=hours_ago),
+        coupon_id=f"coupon-{n}",
+        user_id=f"user-{n}",
+        claim_id=f"claim-{n}",
+    )
+
+
+def send(client: FlaskClient, event: events.Event) -> int:
+    return deliver(client, published_event(events.encode_event(event)))
+
+
+def counters() -> ShardedCounters:
+    return instance_services().counters
+
+
+def test_a_redelivered_event_counts_once(
+    usage_client: FlaskClient, make_campaign: MakeCampaign
+) -> None:
+    campaign_id = make_campaign()
+    event = claimed_event(campaign_id, 1)
+
+    statuses = [send(usage_client, event) for _ in range(3)]
+
+    assert statuses == [200, 200, 200]
+    assert counters().totals(campaign_id).claimed == 1
+
+
+def test_out_of_order_delivery_lands_in_the_right_hours(
+    usage_client: FlaskClient, admin_client: FlaskClient, make_campaign: MakeCampaign
+) -> None:
+    campaign_id = make_campaign()
+    batch = [claimed_event(campaign_id, n, hours_ago=n % 3) for n in range(30)]
+    random.Random(3).shuffle(batch)
+
+    for event in batch:
+        assert send(usage_client, event) == 200
+
+    report = admin_client.get(
+        f"/v1/campaigns/{campaign_id}/report?granularity=hour", headers=ADMIN
+    ).get_json()
+    assert report["claimed"] == 30
+    assert [p["claimed"] for p in report["series"]] == [10, 10, 10]
+    assert all(p["period_start"].endswith(":00:00.000Z") for p in report["series"])
+    daily = admin_client.get(
+        f"/v1/campaigns/{campaign_id}/report?granularity=day", headers=ADMIN
+    ).get_json()
+    assert sum(p["claimed"] for p in daily["series"]) == 30
+    bad = admin_client.get(f"/v1/campaigns/{campaign_id}/report?granularity=week", headers=ADMIN)
+    assert bad.status_code == 400
+
+
+def test_concurrent_deliveries_with_duplicates_are_exact(
+    usage_client: FlaskClient, make_campaign: MakeCampaign
+) -> None:
+    campaign_id = make_campaign()
+    batch = [claimed_event(campaign_id, n) for n in range(200)]
+    deliveries = batch + batch[:50]  # 50 delivered twice, concurrently
+    random.Random(4).shuffle(deliveries)
+
+    with ThreadPoolExecutor(32) as pool:
+        statuses = list(pool.map(lambda e: send(usage_client, e), deliveries))
+
+    assert set(statuses) == {200}
+    assert counters().totals(campaign_id).claimed == 200
+
+
+def test_shards_grow_under_contention_and_the_count_stays_exact(
+    db: firestore.Client, usage_client: FlaskClient, make_campaign: MakeCampaign
+) -> None:
+    """A transaction holding shard 0 makes writes to it time out on the lock (real contention
+    on the emulator); the counter grows its shards and retries elsewhere."""
+    campaign_id = make_campaign()
+    shard_zero = counter_shards_collection(db, campaign_id).document("0")
+    shard_zero.set({"claimed": 0})
+    holder = db.transaction()
+    holder._begin()  # the client has no public "begin"; the lock is taken by the read
+    shard_zero.get(transaction=holder)
+    try:
+        statuses = [send(usage_client, claimed_event(campaign_id, n)) for n in range(3)]
+    finally:
+        holder._rollback()
+
+    assert statuses == [200, 200, 200]
+    totals = counters().totals(campaign_id)
+    assert totals.claimed == 3
+    assert counters().shard_count(campaign_id) >= 2
+
+
+def test_still_contended_counters_raise_so_pubsub_retries(
+    db: firestore.Client,
+    usage_client: FlaskClient,
+    make_campaign: MakeCampaign,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    campaign_id = make_campaign()
+    stubborn = ShardedCounters(
+        db=db, settings=Settings(counter_max_attempts=1, counter_max_shards=1), clock=utcnow
+    )
+    monkeypatch.setattr(instance_services().usage, "_counters", stubborn)
+    shard_zero = counter_shards_collection(db, campaign_id).document("0")
+    shard_zero.set({"claimed": 0})
+    holder = db.transaction()
+    holder._begin()
+    shard_zero.get(transaction=holder)
+    try:
+        status = send(usage_client, claimed_event(campaign_id, 1))
+    finally:
+        holder._rollback()
+
+    assert status == 500  # not acknowledged: Pub/Sub redelivers it
+    assert send(usage_client, claimed_event(campaign_id, 1)) == 200
+    assert counters().totals(campaign_id).claimed == 1
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"not json",
+        b"{}",
+        b'{"event_id": "x", "type": "coupon.exploded", "campaign_id": "c"}',
+        b"\xff",
+    ],
+)
+def test_malformed_messages_are_acknowledged(usage_client: FlaskClient, payload: bytes) -> None:
+    assert deliver(usage_client, published_event(payload)) == 200
+
+
+def test_a_message_without_data_is_acknowledged(usage_client: FlaskClient) -> None:
+    envelope = published_event(b"{}")
+    envelope["data"]["message"]["data"] = "***not base64***"
+    assert deliver(usage_client, envelope) == 200
+
+
+def test_claims_reach_the_counters_through_pubsub_and_stock_alerts_fire_once(
+    claim_client: FlaskClient,
+    admin_client: FlaskClient,
+    make_campaign: MakeCampaign,
+    pump_events: Pump,
+) -> None:
+    campaign_id = make_campaign(codes=4, low_stock_threshold=2)
+
+    for user in ("a", "b", "c", "d", "e"):
+        claim_client.post(f"/v1/campaigns/{campaign_id}/claims", headers=auth(user))
+    delivered = pump_events() + pump_events()
+
+    mine = [e for e in delivered if e["campaign_id"] == campaign_id]
+    types = sorted(e["type"] for e in mine)
+    assert types.count("coupon.claimed") == 4
+    assert types.count("campaign.low_stock") == 1
+    assert types.count("campaign.sold_out") == 1
+    public = claim_client.get(f"/v1/campaigns/{campaign_id}").get_json()
+    assert public["remaining"] == 0
+    stats = admin_client.get(f"/v1/campaigns/{campaign_id}", headers=ADMIN).get_json()["stats"]
+    assert (stats["claimed"], stats["remaining"], stats["claims_last_minute"]) == (4, 0, 4)
+
+
+def test_a_failed_publish_waits_in_the_outbox_until_the_sweep(
+    db: firestore.Client,
+    admin_client: FlaskClient,
+    make_campaign: MakeCampaign,
+    pump_events: Pump,
+) -> None:
+    campaign_id = make_campaign(codes=2)
+    broken = EventBus(
+        db=db, publisher=instance_services().publisher, project_id=PROJECT, topic="no-such-topic"
+    )
+    claim = ClaimEngine(db=db, settings=get_settings()).claim(campaign_id=campaign_id, user_id="u")
+    event = coupon_claimed(claim.claim)
+
+    assert broken.publish(event, now=utcnow()) is False
+    outbox = db.collection("outbox").document(event.event_id)
+    assert outbox.get().exists
+
+    swept = admin_client.post("/v1/maintenance/sweep", json={"grace_seconds": 0}, headers=ADMIN)
+    pump_events()
+
+    assert swept.status_code == 200
+    assert swept.get_json()["outbox_published"] >= 1
+    assert not outbox.get().exists
+    assert counters().totals(campaign_id).claimed == 1
+
+
+def test_a_claim_whose_instance_died_before_publishing_is_republished(
+    db: firestore.Client,
+    admin_client: FlaskClient,
+    make_campaign: MakeCampaign,
+    pump_events: Pump,
+) -> None:
+    campaign_id = make_campaign(codes=3)
+    engine = ClaimEngine(db=db, settings=get_settings())
+    # Committed claims that were never published, as if the instance died right after commit.
+    for user in ("x", "y"):
+        engine.claim(campaign_id=campaign_id, user_id=user)
+
+    first = admin_client.post("/v1/maintenance/sweep", json={"grace_seconds": 0}, headers=ADMIN)
+    pump_events()
+    second = admin_client.post("/v1/maintenance/sweep", json={"grace_seconds": 0}, headers=ADMIN)
+
+    assert first.get_json()["claims_republished"] >= 2
+    assert counters().totals(campaign_id).claimed == 2
+    assert (
+        second.get_json()["claims_republished"] == 0 or counters().totals(campaign_id).claimed == 2
+    )
+
+
+def test_reconciliation_repairs_a_tampered_counter(
+    db: firestore.Client,
+    claim_client: FlaskClient,
+    admin_client: FlaskClient,
+    make_campaign: MakeCampaign,
+    pump_events: Pump,
+) -> None:
+    campaign_id = make_campaign(codes=5)
+    for user in ("p", "q", "r"):
+        claim_client.post(f"/v1/campaigns/{campaign_id}/claims", headers=auth(user))
+    pump_events()
+    # Somebody adds 7 to a shard by hand.
+    shard = counter_shards_collection(db, campaign_id).document("0")
+    shard.set({"claimed": firestore.Increment(7)}, merge=True)
+
+    dry = admin_client.post(
+        f"/v1/campaigns/{campaign_id}/reconcile", json={"repair": False}, headers=ADMIN
+    ).get_json()
+    fixed = admin_client.post(f"/v1/campaigns/{campaign_id}/reconcile", json={}, headers=ADMIN)
+    again = admin_client.post(f"/v1/campaigns/{campaign_id}/reconcile", json={}, headers=ADMIN)
+
+    assert dry["claimed"] == {"counted": 3, "counters": 10, "difference": -7}
+    assert dry["repaired"] is False
+    body: dict[str, Any] = fixed.get_json()
+    assert body["repaired"] is True
+    # Demo and test codes arrive without an import event: imported is recounted too.
+    assert body["imported"]["counted"] == 5
+    assert counters().totals(campaign_id).claimed == 3
+    assert counters().totals(campaign_id).imported == 5
+    assert again.get_json()["repaired"] is False
+    assert again.get_json()["claimed"]["difference"] == 0
+
+
+def test_an_import_publishes_codes_imported_once(
+    import_client: FlaskClient, make_campaign: MakeCampaign, pump_events: Pump, storage_client: Any
+) -> None:
+    from tests.support.cloudevents import finalized_event
+    from tests.support.stack import BUCKET
+
+    campaign_id = make_campaign()
+    blob = storage_client.bucket(BUCKET).blob(f"imports/{campaign_id}/x.csv")
+    blob.upload_from_string("I-1\nI-2\nI-3\n")
+    blob.reload()
+    event = finalized_event(bucket=BUCKET, name=blob.name, generation=blob.generation)
+    try:
+        assert deliver(import_client, event) == 200
+        assert deliver(import_client, event) == 200
+        delivered = pump_events()
+    finally:
+        blob.delete()
+
+    imported = [
+        e for e in delivered if e["type"] == "codes.imported" and e["campaign_id"] == campaign_id
+    ]
+    assert [e["count"] for e in imported] == [3]
+    assert counters().totals(campaign_id).imported == 3
+
+
+def test_shard_growth_is_shared_by_concurrent_writers(
+    db: firestore.Client, make_campaign: MakeCampaign
+) -> None:
+    campaign_id = make_campaign()
+    c = ShardedCounters(db=db, settings=get_settings(), clock=utcnow)
+    barrier = threading.Barrier(8)
+
+    def grow() -> int:
+        barrier.wait()
+        return c.grow(campaign_id, seen=1)
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda _: grow(), range(8)))
+
+    assert set(results) == {2}  # doubled once, not eight times
+
+
+def test_the_reconcile_command_reports_then_repairs(
+    db: firestore.Client, make_campaign: MakeCampaign, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from scripts import reconcile as command
+
+    campaign_id = make_campaign(codes=3)
+    shard = counter_shards_collection(db, campaign_id).document("0")
+    shard.set({"claimed": firestore.Increment(2)}, merge=True)
+
+    dry = command.main([campaign_id, "--dry-run"])
+    dry_report = json.loads(capsys.readouterr().out)
+    fixed = command.main([campaign_id])
+    again = command.main([campaign_id, "--dry-run"])
+    unknown = command.main(["no-such-campaign"])
+
+    assert dry == 1
+    assert dry_report["claimed"] == {"counted": 0, "counters": 2, "difference": -2}
+    assert fixed == 0
+    assert again == 0
+    assert unknown == 2
+    assert counters().totals(campaign_id).claimed == 0

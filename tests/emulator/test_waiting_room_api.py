@@ -1,0 +1,166 @@
+"""The waiting room through claim_api on the emulators: 429 with a ticket, keeping one's place,
+refused tickets, sold out at the next poll, and the public status."""
+
+from __future__ import annotations
+
+import pytest
+from flask.testing import FlaskClient
+
+from shared.container import instance_services
+from shared.usage import service as usage_service
+from shared.waiting_room.admission import Ticket
+from tests.support.api import ADMIN, auth, function_client
+from tests.support.stack import MakeCampaign, Pump
+
+pytestmark = pytest.mark.emulator
+
+# Rooms here admit 0.1 shoppers a second: one passes, the next waits, however slow the machine.
+
+
+_browsers: dict[str, FlaskClient] = {}
+
+
+def browser(user: str) -> FlaskClient:
+    """Each shopper has a browser of their own, with its own cookie jar."""
+    if user not in _browsers:
+        _browsers[user] = function_client("claim_api")
+    return _browsers[user]
+
+
+def claim(_: FlaskClient, campaign_id: str, user: str, ticket: str | None = None):  # type: ignore[no-untyped-def]
+    headers = auth(user)
+    if ticket:
+        headers["X-Waiting-Room-Ticket"] = ticket
+    return browser(user).post(f"/v1/campaigns/{campaign_id}/claims", headers=headers)
+
+
+def test_a_busy_room_queues_shoppers_with_a_signed_ticket(
+    claim_client: FlaskClient, make_campaign: MakeCampaign
+) -> None:
+    campaign_id = make_campaign(codes=50, waiting_room_enabled=True, admissions_per_second=0.1)
+
+    first = claim(claim_client, campaign_id, "early")
+    second = claim(claim_client, campaign_id, "later")
+
+    assert first.status_code == 201  # spare capacity: straight through
+    assert second.status_code == 429
+    body = second.get_json()
+    assert body["error_code"] == "WAITING_ROOM"
+    assert body["ticket"]
+    assert body["estimated_wait_seconds"] is not None
+    assert 500 <= body["retry_after_ms"] <= 1000
+    assert second.headers["Retry-After"] == "1"
+    assert f"codedrop_ticket_{campaign_id}=" in second.headers["Set-Cookie"]
+    assert "HttpOnly" in second.headers["Set-Cookie"]
+    status = claim_client.get(f"/v1/campaigns/{campaign_id}").get_json()["waiting_room"]
+    assert status["enabled"] is True
+    assert status["engaged"] is True
+
+
+def test_the_browser_cookie_keeps_the_place_without_any_header(
+    claim_client: FlaskClient, make_campaign: MakeCampaign
+) -> None:
+    campaign_id = make_campaign(codes=50, waiting_room_enabled=True, admissions_per_second=0.1)
+    claim(claim_client, campaign_id, "cookie-first")
+    ticket = claim(claim_client, campaign_id, "cookie-shopper").get_json()["ticket"]
+
+    again = claim(claim_client, campaign_id, "cookie-shopper")
+
+    assert again.get_json()["ticket"] == ticket
+
+
+def test_refreshing_keeps_the_original_place(
+    claim_client: FlaskClient, make_campaign: MakeCampaign
+) -> None:
+    campaign_id = make_campaign(codes=50, waiting_room_enabled=True, admissions_per_second=0.1)
+    claim(claim_client, campaign_id, "first-in")
+    ticket = claim(claim_client, campaign_id, "patient").get_json()["ticket"]
+
+    again = claim(claim_client, campaign_id, "patient", ticket)
+
+    assert again.status_code == 429
+    assert again.get_json()["ticket"] == ticket  # same first-attempt time, same place
+    signer = instance_services().room.signer
+    kept = signer.verify(again.get_json()["ticket"], campaign_id=campaign_id, user_id="patient")
+    original = signer.verify(ticket, campaign_id=campaign_id, user_id="patient")
+    assert kept.first_attempt == original.first_attempt
+
+
+def test_a_ticket_older_than_the_threshold_is_admitted(
+    claim_client: FlaskClient, make_campaign: MakeCampaign
+) -> None:
+    campaign_id = make_campaign(codes=50, waiting_room_enabled=True, admissions_per_second=50)
+    # A shopper who has been waiting since long before anyone else.
+    ticket = instance_services().room.signer.issue(
+        Ticket(campaign_id, "veteran", first_attempt=1.0)
+    )
+
+    response = claim(claim_client, campaign_id, "veteran", ticket)
+
+    assert response.status_code == 201
+
+
+@pytest.mark.parametrize("case", ["forged", "borrowed", "other-campaign"])
+def test_forged_or_borrowed_tickets_are_400_and_never_admit(
+    claim_client: FlaskClient, make_campaign: MakeCampaign, case: str
+) -> None:
+    campaign_id = make_campaign(codes=5, waiting_room_enabled=True, admissions_per_second=0.1)
+    signer = instance_services().room.signer
+    ticket = {
+        "forged": signer.issue(Ticket(campaign_id, "mallory", 1.0))[:-4] + "AAAA",
+        "borrowed": signer.issue(Ticket(campaign_id, "alice", 1.0)),
+        "other-campaign": signer.issue(Ticket("another-sale", "mallory", 1.0)),
+    }[case]
+
+    response = claim(claim_client, campaign_id, "mallory", ticket)
+
+    assert response.status_code == 400
+    assert response.get_json()["error_code"] == "INVALID_TICKET"
+
+
+def test_sold_out_reaches_waiting_shoppers_at_their_next_poll(
+    claim_client: FlaskClient,
+    make_campaign: MakeCampaign,
+    pump_events: Pump,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The stock each instance sees is otherwise cached for a second.
+    monkeypatch.setattr(usage_service, "REMAINING_CACHE_SECONDS", 0.0)
+    campaign_id = make_campaign(codes=1, waiting_room_enabled=True, admissions_per_second=0.1)
+    assert claim(claim_client, campaign_id, "lucky").status_code == 201
+    waiting = claim(claim_client, campaign_id, "waiting")
+    assert waiting.status_code == 429
+    pump_events()  # the counters learn that the last code went
+
+    poll = claim(claim_client, campaign_id, "waiting", waiting.get_json()["ticket"])
+
+    assert poll.status_code == 410
+    assert poll.get_json()["error_code"] == "SOLD_OUT"
+    assert claim(claim_client, campaign_id, "lucky").status_code == 200  # holders keep theirs
+
+
+def test_the_room_is_managed_through_the_admin_api(
+    admin_client: FlaskClient, claim_client: FlaskClient, make_campaign: MakeCampaign
+) -> None:
+    campaign_id = make_campaign(codes=5)
+    assert claim_client.get(f"/v1/campaigns/{campaign_id}").get_json()["waiting_room"] == {
+        "enabled": False,
+        "engaged": False,
+        "estimated_wait_seconds": 0.0,
+    }
+
+    patched = admin_client.patch(
+        f"/v1/campaigns/{campaign_id}",
+        json={"waiting_room_enabled": True, "admissions_per_second": 25},
+        headers=ADMIN,
+    )
+
+    assert patched.status_code == 200
+    assert patched.get_json()["waiting_room_enabled"] is True
+    assert patched.get_json()["admissions_per_second"] == 25
+    public = claim_client.get(f"/v1/campaigns/{campaign_id}").get_json()["waiting_room"]
+    assert public["enabled"] is True
+    bad = admin_client.patch(
+        f"/v1/campaigns/{campaign_id}", json={"admissions_per_second": 0}, headers=ADMIN
+    )
+    assert bad.status_code == 400

@@ -1,0 +1,42 @@
+"""ID tokens in the Auth emulator's format, and clients for one API's router."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flask
+from flask.testing import FlaskClient
+
+from emulator.tokens import emulator_id_token
+from tests.support.stack import PROJECT
+
+
+def auth(user_id: str, *, admin: bool = False, **kwargs: Any) -> dict[str, str]:
+    token = emulator_id_token(user_id, project=PROJECT, admin=admin, **kwargs)
+    return {"Authorization": f"Bearer {token}"}
+
+
+ADMIN = auth("operator-1", admin=True)
+
+
+def router_client(router: Any, services: Any) -> FlaskClient:
+    """A Flask client for one API's router with a container the test built itself."""
+    app = flask.Flask("codedrop-test")
+    methods = ["GET", "POST", "PATCH", "PUT", "DELETE", "OPTIONS"]
+
+    @app.route("/", defaults={"path": ""}, methods=methods)
+    @app.route("/<path:path>", methods=methods)
+    def entry(path: str) -> Any:
+        return router.dispatch(flask.request, services)
+
+    return app.test_client()
+
+
+def function_client(target: str, signature_type: str = "http") -> FlaskClient:
+    """A test client of functions/main.py's `target`, served by the real functions-framework."""
+    from functions_framework import create_app
+
+    from tests.support.stack import MAIN
+
+    app: flask.Flask = create_app(target, MAIN, signature_type)  # type: ignore[no-untyped-call]
+    return app.test_client()
