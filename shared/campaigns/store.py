@@ -9,6 +9,7 @@ from typing import Any
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
+from shared.campaigns import segments
 from shared.campaigns.models import MAX_CODES_PER_USER, CampaignRecord
 from shared.errors import CampaignExists, CampaignNotFound, RequestValidationFailed
 from shared.gcp.firestore import Snapshot, campaign_ref, campaigns_collection
@@ -24,8 +25,12 @@ def _fields(record: CampaignRecord) -> dict[str, Any]:
 
 
 def create_campaign(db: firestore.Client, *, record: CampaignRecord) -> CampaignRecord:
+    """The campaign and its segments (see segments.py), in one atomic batch."""
+    batch = db.batch()
+    batch.create(campaign_ref(db, record.campaign_id), _fields(record))
+    segments.add_to_batch(batch, db, campaign_id=record.campaign_id)
     try:
-        campaign_ref(db, record.campaign_id).create(_fields(record))
+        batch.commit()
     except gexc.AlreadyExists as exc:
         raise CampaignExists(f"Campaign {record.campaign_id!r} already exists.") from exc
     return record

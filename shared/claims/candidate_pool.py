@@ -3,36 +3,72 @@
 Why not "query inside a transaction" (the reference design): on Firestore a query inside a
 transaction locks what it read, so concurrent claimers wait on each other until lock timeouts
 (measured in README: about 1 claim/s at 2 claimers). Here one query, outside any transaction,
-feeds many claims; each request leases a candidate nobody else in this instance holds, and the
+feeds many claims; each request takes a candidate nobody else in this instance holds, and the
 commit (see claim_store.commit_claim) is guarded by the candidate's update time, so a candidate
 taken meanwhile by another instance fails fast and the request moves on to the next one.
 
-The search space is the design card's: [0, 1) cut into shuffled `random_float` ranges, each
-instance walking them in its own order so instances rarely fight over the same coupons. Each
-range keeps a floor, the last `random_float` this instance has seen there: everything below it
-that was unassigned was returned by an earlier query and is either in the pool, leased, or taken
-since, because coupons only ever go from unassigned to assigned. An import adds coupons and bumps
-the campaign's `pool_generation`, which resets the floors.
+Where candidates come from, so that the cost does not grow with the number of instances (see
+shared/campaigns/segments.py for the segment documents):
+1. A run of adjacent segments of the `random_float` space leased by this instance alone, about
+   as many as its recent demand needs: one query reads them in order from a floor, and one
+   atomic write records how far (raising the segments' `bottom`, renewing the lease, and
+   recording those read to the end as drained for this pool generation). Each coupon is read
+   about once in all, and refills follow the instance's own demand.
+2. When no segment is free (near the end, every open one is leased), a steal from the top of a
+   segment another instance holds: one guarded write lowers its `top` by about what is needed,
+   then one query reads what lies in between. Holder and stealers never read the same coupons.
+3. When every segment is drained, the sold-out proof (a random pivot over the whole collection):
+   it either finds codes still in flight in other instances (taken only after this one has
+   starved a while: their holders are about to use them) or proves and records SOLD_OUT.
+An import or a released code bumps the campaign's `pool_generation`, which reopens every
+segment and resets every floor and cursor: everything is scanned again.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 import time
+import uuid
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from enum import Enum
+from typing import Protocol
 
+from shared.campaigns import segments
+from shared.campaigns.segments import Segment
+from shared.clock import utcnow
 from shared.coupons.store import Candidate
 
 log = logging.getLogger(__name__)
 
-RANGE_COUNT = 10
 # This many candidates in a row found taken by another instance flush the pool.
 STALE_RUN_FLUSH = 16
+# A refill holds about this much of the instance's recent demand, within these bounds.
+REFILL_HORIZON_SECONDS = 1.0
+MIN_REFILL = 8
+DEMAND_WINDOW_SECONDS = 2.0
+# Segments asked for at a time, the longest run leased at once, and how long a lease lasts
+# (every read renews it).
+OPEN_QUERY_LIMIT = 4
+WAITING_QUERY_LIMIT = 2
+MAX_RUN = 16
+# Long: a dead holder strands nothing (others steal from the top of leased segments too), and
+# a slow one must not lose its segment between two reads.
+LEASE_SECONDS = 60.0
+# When every open segment seen is someone else's, or has too little left to steal: look again
+# after this.
+LEASED_BACKOFF_SECONDS = 1.0
+# Steals from the top of others' segments, and proofs that find codes in flight elsewhere.
+STEAL_INTERVAL_SECONDS = 0.05
+MAX_STEAL = 16
+PROOF_INTERVAL_SECONDS = 0.25
+STARVED_BEFORE_TAKING_IN_FLIGHT_SECONDS = 2.0
+WAIT_SECONDS = 0.05
 
 
 class Exhausted(Enum):
@@ -42,15 +78,42 @@ class Exhausted(Enum):
     LOOK_AGAIN = "look_again"  # the campaign changed meanwhile (an import): scan again
 
 
-# fetch(low, low_inclusive, high, limit) -> unassigned candidates ordered by random_float
-Fetch = Callable[[float, bool, float, int], list[Candidate]]
-# prove() -> candidates the ranges missed, or what an empty result meant
-Prove = Callable[[], "Sequence[Candidate] | Exhausted"]
+class Supply(Protocol):
+    """The Firestore reads and writes the pool needs (an in-memory one in the unit tests)."""
+
+    def open_segments(self, *, generation: int, start: float, limit: int) -> list[Segment]: ...
+
+    def get_segments(self, segment_ids: Sequence[str]) -> list[Segment]: ...
+
+    def lease_run(
+        self, run: Sequence[Segment], *, holder: str, until: datetime, generation: int
+    ) -> list[Segment] | None: ...
+
+    def record_progress(
+        self,
+        run: Sequence[Segment],
+        *,
+        reached: float,
+        holder: str,
+        until: datetime,
+        generation: int,
+    ) -> list[Segment] | None: ...
+
+    def lower_top(self, segment: Segment, *, top: float, generation: int) -> Segment | None: ...
+
+    def fetch(
+        self, *, low: float, low_inclusive: bool, high: float, limit: int
+    ) -> list[Candidate]: ...
+
+
+# prove(limit) -> candidates still unassigned somewhere, or what an empty result meant
+Prove = Callable[[int], "Sequence[Candidate] | Exhausted"]
 
 
 class _Progress(Enum):
     FOUND = "found"  # look at the pool again
-    WAIT = "wait"  # nothing new, but candidates are in flight here and may come back
+    WAIT = "wait"  # nothing yet: in flight here, leased elsewhere, or backing off
+    EXHAUSTED = "exhausted"  # every segment drained and nothing to steal: prove
 
 
 class PoolTimeout(Exception):
@@ -58,28 +121,35 @@ class PoolTimeout(Exception):
 
 
 @dataclass
-class _Range:
-    low: float
-    high: float
+class _Run:
+    """Adjacent segments leased by this instance, read in order from `floor`."""
+
+    segments: list[Segment]
     floor: float
     floor_inclusive: bool = True
-    drained: bool = False
 
     def reset(self) -> None:
-        self.floor, self.floor_inclusive, self.drained = self.low, True, False
+        self.floor, self.floor_inclusive = self.segments[0].low, True
 
 
 @dataclass
 class PoolMetrics:
-    queries: int = 0
+    queries: int = 0  # coupon queries of every kind
+    segment_queries: int = 0
+    leases: int = 0  # segments leased
+    segment_races: int = 0  # guarded segment writes that found the segment changed
+    drained: int = 0
+    steals: int = 0
     proofs: int = 0
     flushes: int = 0
 
 
 @dataclass
 class CandidatePool:
-    fetch: Fetch
-    refill_size: int
+    supply: Supply
+    max_refill: int
+    clock: Callable[[], datetime] = utcnow
+    holder: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
     rng: random.Random = field(default_factory=random.SystemRandom)
     metrics: PoolMetrics = field(default_factory=PoolMetrics)
 
@@ -88,26 +158,42 @@ class CandidatePool:
         self._changed = threading.Condition(self._lock)
         self._refilling = False
         self._stale_run = 0
-        self._low_water = max(1, self.refill_size // 2)
         self._items: deque[Candidate] = deque()
         self._leased: set[str] = set()
         self._known: set[str] = set()  # in the pool or leased
-        bounds = [(i / RANGE_COUNT, (i + 1) / RANGE_COUNT) for i in range(RANGE_COUNT)]
-        self.rng.shuffle(bounds)  # Fisher-Yates: each instance walks the ranges in its own order
-        self._ranges = [_Range(low=lo, high=hi, floor=lo) for lo, hi in bounds]
-        self._cursor = 0
+        self._takes: deque[float] = deque()  # when candidates were taken (monotonic)
+        self._waiting = 0  # requests waiting for a candidate
+        self._run: _Run | None = None
+        self._held_elsewhere: list[Segment] = []  # open segments leased by others, last seen
+        self._free_seen: list[Segment] = []  # free ones seen by the last query, not taken
+        # Nothing free and nothing worth stealing was seen: until a lease succeeds or the
+        # generation changes, looking again only asks whether any segment is still open.
+        self._only_waiting = False
         self._generation: int | None = None
+        self._codes_total = 0
         self._sold_out_generation: int | None = None
+        self._all_drained_generation: int | None = None
+        self._look_for_segments_at = 0.0
+        self._steal_at = 0.0
+        self._prove_at = 0.0
+        self._starved_since: float | None = None
 
     # --- generation ---------------------------------------------------------------------------
-    def observe_generation(self, generation: int) -> None:
-        """New codes were imported (or this is the first look): scan every range again."""
+    def observe_generation(self, generation: int, codes_total: int | None = None) -> None:
+        """New codes were imported or released (or this is the first look): every segment is
+        open again and every floor goes back to the start. `codes_total` (the campaign's) sizes
+        runs and steals: about codes_total / segments.COUNT coupons per fresh segment."""
         with self._lock:
+            if codes_total is not None:
+                self._codes_total = codes_total
             if generation != self._generation:
                 self._generation = generation
                 self._sold_out_generation = None
-                for r in self._ranges:
-                    r.reset()
+                self._all_drained_generation = None
+                self._look_for_segments_at = self._steal_at = self._prove_at = 0.0
+                self._only_waiting = False
+                if self._run is not None:
+                    self._run.reset()
                 self._changed.notify_all()
 
     @property
@@ -115,18 +201,27 @@ class CandidatePool:
         with self._lock:
             return self._generation is not None and self._sold_out_generation == self._generation
 
-    # --- leasing ------------------------------------------------------------------------------
+    # --- taking -------------------------------------------------------------------------------
     def take(self, *, deadline: float, prove: Prove) -> Candidate | None:
-        """Lease a candidate; None once `prove` has shown the campaign holds no unassigned code.
+        """Take a candidate; None once `prove` has shown the campaign holds no unassigned code.
 
         One refill runs at a time. When the pool runs low a refill starts in the background, so
         requests keep taking candidates instead of queueing behind a query.
         """
+        with self._lock:
+            self._waiting += 1
+        try:
+            return self._take(deadline, prove)
+        finally:
+            with self._lock:
+                self._waiting -= 1
+
+    def _take(self, deadline: float, prove: Prove) -> Candidate | None:
         while True:
             with self._lock:
                 if self._items:
-                    candidate = self._lease_locked()
-                    prefetch = len(self._items) < self._low_water and not self._refilling
+                    candidate = self._take_locked()
+                    prefetch = len(self._items) < self._want_locked() // 2 and not self._refilling
                     if prefetch:
                         self._refilling = True
                 else:
@@ -136,10 +231,7 @@ class CandidatePool:
                     ):
                         return None
                     if self._refilling:
-                        remaining = deadline - time.monotonic()
-                        if remaining <= 0:
-                            raise PoolTimeout
-                        self._changed.wait(timeout=remaining)
+                        self._wait_locked(deadline, None)
                         continue
                     self._refilling = True
             if candidate is not None:
@@ -155,16 +247,32 @@ class CandidatePool:
                     self._changed.notify_all()
             if progress is _Progress.WAIT:
                 with self._lock:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise PoolTimeout
-                    # Codes are in flight here; if their commits fail they come back.
-                    self._changed.wait(timeout=min(0.05, remaining))
+                    self._wait_locked(deadline, WAIT_SECONDS)
 
-    def _lease_locked(self) -> Candidate:
+    def _wait_locked(self, deadline: float, at_most: float | None) -> None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise PoolTimeout
+        self._changed.wait(timeout=remaining if at_most is None else min(at_most, remaining))
+
+    def _take_locked(self) -> Candidate:
         candidate = self._items.popleft()
         self._leased.add(candidate.coupon_id)
+        self._takes.append(time.monotonic())
+        self._starved_since = None
         return candidate
+
+    def _want_locked(self) -> int:
+        """How many candidates a refill should bring: the recent demand, or twice the requests
+        waiting right now, whichever is more."""
+        now = time.monotonic()
+        while self._takes and now - self._takes[0] > DEMAND_WINDOW_SECONDS:
+            self._takes.popleft()
+        recent = 0
+        if self._takes:
+            span = max(now - self._takes[0], REFILL_HORIZON_SECONDS)
+            recent = math.ceil(len(self._takes) / span * REFILL_HORIZON_SECONDS)
+        return max(MIN_REFILL, min(self.max_refill, max(recent, 2 * self._waiting)))
 
     def release(self, candidate: Candidate) -> None:
         """The commit failed for a reason that leaves the coupon free: give it to someone else."""
@@ -176,9 +284,8 @@ class CandidatePool:
     def settle(self, candidate: Candidate, *, taken_elsewhere: bool = False) -> None:
         """The coupon is assigned now: by us, or (a failed precondition) by another instance.
 
-        A run of candidates taken elsewhere means this pool has gone stale (another instance
-        worked the same ranges): drop it and read afresh, instead of letting every request
-        spend its attempts on codes that are gone.
+        A run of candidates taken elsewhere means this pool has gone stale: drop it and read
+        afresh, instead of letting every request spend its attempts on codes that are gone.
         """
         with self._lock:
             self._leased.discard(candidate.coupon_id)
@@ -190,9 +297,8 @@ class CandidatePool:
                 for dropped in self._items:
                     self._known.discard(dropped.coupon_id)
                 self._items.clear()
-                # Dropped candidates may come from drained ranges: every range is read again.
-                for r in self._ranges:
-                    r.reset()
+                if self._run is not None:
+                    self._run.reset()  # dropped candidates came from it: read it again
             self._changed.notify_all()
 
     # --- refilling ----------------------------------------------------------------------------
@@ -209,13 +315,19 @@ class CandidatePool:
                 self._changed.notify_all()
 
     def _refill_or_prove(self, prove: Prove) -> _Progress:
-        if self._refill():
-            return _Progress.FOUND
+        progress = self._refill()
+        if progress is not _Progress.EXHAUSTED:
+            return progress
+        now = time.monotonic()
         with self._lock:
-            if self._leased:
-                return _Progress.WAIT
+            if self._leased or now < self._prove_at:
+                return _Progress.WAIT  # candidates in flight here may come back
             generation = self._generation
-        result = prove()
+            if self._starved_since is None:
+                self._starved_since = now
+            starved = now - self._starved_since
+            want = self._want_locked()
+        result = prove(min(want, MAX_STEAL))
         self.metrics.proofs += 1
         if result is Exhausted.SOLD_OUT:
             with self._lock:
@@ -224,13 +336,14 @@ class CandidatePool:
             return _Progress.FOUND
         if result is Exhausted.LOOK_AGAIN:
             return _Progress.FOUND
-        # The ranges missed something (they cannot, short of a bug): scan afresh.
-        log.error("sold-out proof found codes the ranges missed", extra={"found": len(result)})
-        with self._lock:
-            for r in self._ranges:
-                r.reset()
-        self._add(result)
-        return _Progress.FOUND
+        # Codes still unassigned although every segment is drained: in flight in another
+        # instance (which is about to use them), or left by one that died. Take them only after
+        # starving a while; until then look again now and then.
+        if starved < STARVED_BEFORE_TAKING_IN_FLIGHT_SECONDS:
+            with self._lock:
+                self._prove_at = now + PROOF_INTERVAL_SECONDS
+            return _Progress.WAIT
+        return _Progress.FOUND if self._add(result) else _Progress.WAIT
 
     def _add(self, found: Sequence[Candidate]) -> int:
         added = 0
@@ -244,27 +357,218 @@ class CandidatePool:
                 self._changed.notify_all()
         return added
 
-    def _refill(self) -> bool:
-        """Query ranges, in this instance's order, until the pool has candidates again."""
-        for _ in range(len(self._ranges)):
+    def _refill(self) -> _Progress:
+        """Read this instance's run of segments (leasing another as needed) until the pool holds
+        about the recent demand; failing that, steal from the top of others' segments."""
+        with self._lock:
+            want = self._want_locked()
+        added = 0
+        for _ in range(4):  # each step reads a run to its end or fills the request
+            if added >= want:
+                break
+            run = self._run or self._acquire(want - added)
+            if run is None:
+                break
+            added += self._read(run, want - added)
+        if added:
+            return _Progress.FOUND
+        return self._steal(want)
+
+    def _read(self, run: _Run, limit: int) -> int:
+        """Read the next `limit` unassigned coupons of the run from its floor, then record how
+        far in one atomic write (see segments.record_progress)."""
+        with self._lock:
+            generation = self._generation
+            low, inclusive = run.floor, run.floor_inclusive
+            leased = list(run.segments)
+        if generation is None:
+            return 0
+        end = leased[-1].cursors(generation)[1]
+        raw = self.supply.fetch(low=low, low_inclusive=inclusive, high=end, limit=limit)
+        self.metrics.queries += 1
+        reached = raw[-1].random_float if len(raw) == limit else end
+        found = [c for c in raw if _owned(leased, c.random_float, generation)]
+        until = self.clock() + timedelta(seconds=LEASE_SECONDS)
+        recorded = self.supply.record_progress(
+            leased, reached=reached, holder=self.holder, until=until, generation=generation
+        )
+        if recorded is None:
+            # A steal lowered a top meanwhile (what lies above it is the stealer's), or the
+            # lease ran out and was taken: read the segments again and retry once.
+            self.metrics.segment_races += 1
+            fresh = self.supply.get_segments([s.segment_id for s in leased])
+            if len(fresh) == len(leased) and all(
+                s.holder == self.holder and s.drained_generation < generation for s in fresh
+            ):
+                found = [c for c in found if _owned(fresh, c.random_float, generation)]
+                recorded = self.supply.record_progress(
+                    fresh, reached=reached, holder=self.holder, until=until, generation=generation
+                )
+        with self._lock:
+            if recorded is None or generation != self._generation:
+                # Lost, or an import reset the floors meanwhile: lease afresh next time. What
+                # was read stays a candidate: the guarded commits settle who gets it.
+                self._run = None
+            else:
+                remaining = [s for s in recorded if s.drained_generation < generation]
+                self.metrics.drained += len(recorded) - len(remaining)
+                if remaining:
+                    run.segments = remaining
+                    run.floor, run.floor_inclusive = reached, False
+                else:
+                    self._run = None
+        return self._add(found)
+
+    def _acquire(self, want: int) -> _Run | None:
+        """Lease a run of free adjacent segments, about as many as `want` needs: one small
+        query from a random place, and one atomic guarded write."""
+        with self._lock:
+            generation = self._generation
+            if (
+                generation is None
+                or self._all_drained_generation == generation
+                or time.monotonic() < self._look_for_segments_at
+            ):
+                return None
+            per_segment = max(1.0, self._codes_total / segments.COUNT)
+            seen, self._free_seen = self._free_seen, []
+            limit = WAITING_QUERY_LIMIT if self._only_waiting else OPEN_QUERY_LIMIT
+        length = max(1, min(MAX_RUN, math.ceil(want / per_segment)))
+        # Free segments the last query saw come first: no read (a write tells if still free).
+        if seen and (run := self._lease(seen, length, generation)) is not None:
+            return run
+        found = self.supply.open_segments(
+            generation=generation, start=self.rng.random(), limit=max(limit, length + 2)
+        )
+        self.metrics.segment_queries += 1
+        now = self.clock()
+        if not found:
             with self._lock:
-                rng = self._ranges[self._cursor]
-                if rng.drained:
-                    self._cursor = (self._cursor + 1) % len(self._ranges)
-                    continue
-                generation = self._generation
-                low, inclusive = rng.floor, rng.floor_inclusive
-            found = self.fetch(low, inclusive, rng.high, self.refill_size)
-            self.metrics.queries += 1
+                if generation == self._generation:
+                    self._all_drained_generation = generation
+                    self._held_elsewhere = []
+            return None
+        free = [s for s in found if not s.leased_to_other(self.holder, now)]
+        if free and (run := self._lease(free, length, generation)) is not None:
+            return run
+        # Every open segment seen is someone else's: steal from their tops meanwhile, and look
+        # for a free one again later (at once if only races were lost).
+        held = [s for s in found if s.leased_to_other(self.holder, now)]
+        with self._lock:
+            self._held_elsewhere = held
+            if held:
+                self._look_for_segments_at = time.monotonic() + LEASED_BACKOFF_SECONDS
+        return None
+
+    def _lease(self, free: list[Segment], length: int, generation: int) -> _Run | None:
+        """Lease the first run of adjacent segments among `free` that is still free; keep the
+        others for next time."""
+        until = self.clock() + timedelta(seconds=LEASE_SECONDS)
+        for candidate_run in _adjacent_runs(free, length):
+            leased = self.supply.lease_run(
+                candidate_run, holder=self.holder, until=until, generation=generation
+            )
+            if leased is None:
+                self.metrics.segment_races += 1
+                continue
+            self.metrics.leases += len(leased)
+            run = _Run(segments=leased, floor=leased[0].low)
+            taken = {s.segment_id for s in candidate_run}
             with self._lock:
                 if generation != self._generation:
-                    return True  # an import reset the ranges meanwhile: start over
-                if found:
-                    rng.floor, rng.floor_inclusive = found[-1].random_float, False
-                if len(found) < self.refill_size:
-                    # Everything left in this range is ours now; move on to the next one.
-                    rng.drained = True
-                    self._cursor = (self._cursor + 1) % len(self._ranges)
-            if self._add(found):
-                return True
-        return False
+                    return None
+                self._run = run
+                self._only_waiting = False
+                self._free_seen = [s for s in free if s.segment_id not in taken]
+            return run
+        return None
+
+    def _steal(self, want: int) -> _Progress:
+        """Take from the top of a segment another instance holds (its holder reads from the
+        bottom): lower the segment's `top` by about what is needed, guarded, then read what lies
+        between. Stealers never read the same coupons as each other or as the holder."""
+        now = time.monotonic()
+        with self._lock:
+            generation = self._generation
+            if generation is None or self._all_drained_generation == generation:
+                return _Progress.EXHAUSTED
+            if now < self._steal_at:
+                return _Progress.WAIT
+            per_unit = max(self._codes_total, 1)  # coupons per unit of random_float, at most
+            wanted = min(want, MAX_STEAL)
+            # Worth it only where at least twice as much is left unread: a steal takes at most
+            # the upper half, the rest is for the holder's next reads.
+            targets = [
+                s for s in self._held_elsewhere if _width(s, generation) * per_unit >= 2 * wanted
+            ]
+            if not targets:
+                self._held_elsewhere = []
+                self._only_waiting = True
+                return _Progress.WAIT
+            self._steal_at = now + STEAL_INTERVAL_SECONDS
+        # The widest unread parts are likeliest chosen: most is left there.
+        target = self.rng.choices(targets, weights=[_width(s, generation) for s in targets])[0]
+        for _ in range(2):
+            bottom, top = target.cursors(generation)
+            new_top = max((bottom + top) / 2, top - 2 * wanted / per_unit)
+            reserved = self.supply.lower_top(target, top=new_top, generation=generation)
+            self.metrics.steals += 1
+            if reserved is not None:
+                break
+            # Another steal, or the holder's progress, came first: read the segment again.
+            self.metrics.segment_races += 1
+            fresh = self.supply.get_segments([target.segment_id])
+            self._replace_target(target, fresh[0] if fresh else None, generation)
+            if not fresh or _width(fresh[0], generation) <= 0:
+                return _Progress.WAIT
+            target = fresh[0]
+        else:
+            return _Progress.WAIT
+        # The holder has read up to `bottom` itself: start just above it.
+        found = self.supply.fetch(
+            low=new_top, low_inclusive=new_top > bottom, high=top, limit=self.max_refill
+        )
+        self.metrics.queries += 1
+        self._replace_target(target, reserved, generation)
+        return _Progress.FOUND if self._add(found) else _Progress.WAIT
+
+    def _replace_target(self, old: Segment, new: Segment | None, generation: int) -> None:
+        with self._lock:
+            self._held_elsewhere = [
+                s for s in self._held_elsewhere if s.segment_id != old.segment_id
+            ]
+            if (
+                new is not None
+                and new.drained_generation < generation
+                and _width(new, generation) > 0
+                and new.leased_to_other(self.holder, self.clock())
+            ):
+                self._held_elsewhere.append(new)
+
+
+def _width(segment: Segment, generation: int) -> float:
+    """How much of the segment nobody has read or reserved yet."""
+    bottom, top = segment.cursors(generation)
+    return top - bottom
+
+
+def _owned(run: Sequence[Segment], random_float: float, generation: int) -> bool:
+    """Whether a coupon read over the run lies below its segment's top (above it, a steal has
+    reserved it)."""
+    return any(s.low <= random_float < s.cursors(generation)[1] for s in run)
+
+
+def _adjacent_runs(found: Sequence[Segment], length: int) -> Iterator[list[Segment]]:
+    """The first few runs of up to `length` adjacent segments among `found` (in id order)."""
+    run: list[Segment] = []
+    tried = 0
+    for segment in found:
+        if run and (run[-1].high != segment.low or len(run) == length):
+            yield run
+            tried += 1
+            if tried == 2:
+                return
+            run = []
+        run.append(segment)
+    if run:
+        yield run

@@ -26,6 +26,7 @@ from shared.claims import store as claim_store
 from shared.claims.batched_reads import ReadCoalescer
 from shared.claims.candidate_pool import CandidatePool, Exhausted, PoolTimeout
 from shared.claims.models import ClaimRecord
+from shared.claims.supply import FirestoreSupply
 from shared.clock import utcnow
 from shared.coupons import store as coupon_store
 from shared.coupons.store import Candidate
@@ -117,15 +118,9 @@ class ClaimEngine:
             pool = self._pools.get(campaign_id)
             if pool is None:
                 pool = CandidatePool(
-                    fetch=lambda low, inclusive, high, limit: coupon_store.find_unassigned(
-                        self._db,
-                        campaign_id=campaign_id,
-                        low=low,
-                        low_inclusive=inclusive,
-                        high=high,
-                        limit=limit,
-                    ),
-                    refill_size=self._settings.pool_refill_size,
+                    supply=FirestoreSupply(db=self._db, campaign_id=campaign_id),
+                    max_refill=self._settings.pool_refill_size,
+                    clock=self._clock,
                 )
                 self._pools[campaign_id] = pool
             return pool
@@ -204,7 +199,7 @@ class ClaimEngine:
         status = campaign.status_at(self._clock())
         if status not in (CampaignStatus.ACTIVE, CampaignStatus.SOLD_OUT):
             raise CampaignNotActive(f"Campaign {campaign_id!r} is {status.value}.")
-        pool.observe_generation(campaign.pool_generation)
+        pool.observe_generation(campaign.pool_generation, campaign.codes_total)
         if status is CampaignStatus.SOLD_OUT:
             self.metrics.add(sold_out_answers=1)
             raise SoldOut(f"Every code of campaign {campaign_id!r} has been claimed.")
@@ -220,8 +215,8 @@ class ClaimEngine:
     def _claim_from_pool(self, attempt: _Attempt, pool: CandidatePool) -> ClaimOutcome:
         campaign_id = attempt.campaign.campaign_id
 
-        def prove() -> Sequence[Candidate] | Exhausted:
-            return self._prove_sold_out(campaign_id, pool)
+        def prove(limit: int) -> Sequence[Candidate] | Exhausted:
+            return self._prove_sold_out(campaign_id, pool, limit)
 
         attempts_left = self._settings.claim_attempts
         while attempts_left > 0 and time.monotonic() < attempt.deadline:
@@ -240,7 +235,7 @@ class ClaimEngine:
                 if campaign.sold_out:
                     self.metrics.add(sold_out_answers=1)
                     raise SoldOut(f"Every code of campaign {campaign_id!r} has been claimed.")
-                pool.observe_generation(campaign.pool_generation)
+                pool.observe_generation(campaign.pool_generation, campaign.codes_total)
                 continue
             outcome = self._commit(attempt, pool, candidate)
             if isinstance(outcome, ClaimOutcome):
@@ -288,17 +283,21 @@ class ClaimEngine:
         return ClaimOutcome(claim=claim, created=True)
 
     def _prove_sold_out(
-        self, campaign_id: str, pool: CandidatePool
+        self, campaign_id: str, pool: CandidatePool, limit: int
     ) -> Sequence[Candidate] | Exhausted:
-        """Run once per instance when every range looks empty: look at the whole collection
-        after reading the campaign, and record sold_out guarded by that read, so an import that
-        lands in between (it bumps the campaign) makes the write fail instead of lying."""
+        """Run when every segment is drained: look at the whole collection after reading the
+        campaign, and record sold_out guarded by that read, so an import that lands in between
+        (it bumps the campaign) makes the write fail instead of lying. The look starts at a
+        random pivot, so instances finding codes still in flight do not all find the same."""
         campaign, read_at = self._campaign(campaign_id)
-        pool.observe_generation(campaign.pool_generation)
+        pool.observe_generation(campaign.pool_generation, campaign.codes_total)
         if campaign.sold_out:
             return Exhausted.SOLD_OUT
+        pivot = random.random()
         found = coupon_store.find_unassigned(
-            self._db, campaign_id=campaign_id, limit=self._settings.pool_refill_size
+            self._db, campaign_id=campaign_id, low=pivot, limit=limit
+        ) or coupon_store.find_unassigned(
+            self._db, campaign_id=campaign_id, high=pivot, limit=limit
         )
         if found:
             return found

@@ -8,6 +8,7 @@ campaigns/{campaign_id}/counters/config                  how many shards
 campaigns/{campaign_id}/processed_events/{event_id}      count_usage's idempotency markers
 campaigns/{campaign_id}/announcements/{event_id}         facts announced exactly once
 campaigns/{campaign_id}/room_instances/{instance_id}     waiting-room heartbeats
+campaigns/{campaign_id}/segments/{index}                 leases on parts of the code space
 jobs/{job_id}                                            import and generation jobs
 outbox/{event_id}                                        events waiting to be published
 """
@@ -30,6 +31,7 @@ COUNTERS = "counters"
 PROCESSED_EVENTS = "processed_events"
 ANNOUNCEMENTS = "announcements"
 ROOM_INSTANCES = "room_instances"
+SEGMENTS = "segments"
 JOBS = "jobs"
 OUTBOX = "outbox"
 
@@ -87,6 +89,10 @@ def room_instances_collection(
     db: firestore.Client, campaign_id: str
 ) -> firestore.CollectionReference:
     return _sub(db, campaign_id, ROOM_INSTANCES)
+
+
+def segments_collection(db: firestore.Client, campaign_id: str) -> firestore.CollectionReference:
+    return _sub(db, campaign_id, SEGMENTS)
 
 
 def jobs_collection(db: firestore.Client) -> firestore.CollectionReference:

@@ -1,106 +1,175 @@
-"""The candidate pool's logic on an in-memory stand-in for Firestore (fast, no emulator)."""
+"""The candidate pool's logic on an in-memory stand-in for Firestore (fast, no emulator): one
+pool, and several pools sharing one campaign as several instances would."""
 
 from __future__ import annotations
 
-import random
 import threading
 import time
+from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from typing import cast
 
 import pytest
 
-from shared.claims.candidate_pool import RANGE_COUNT, CandidatePool, Exhausted, PoolTimeout
+from shared.claims import candidate_pool
+from shared.claims.candidate_pool import (
+    MIN_REFILL,
+    CandidatePool,
+    Exhausted,
+    PoolTimeout,
+    Supply,
+)
 from shared.coupons.store import Candidate
-
-READ_AT = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-class FakeCoupons:
-    """Unassigned coupons by random_float, answering range queries like the real one."""
-
-    def __init__(self, count: int, seed: int = 7) -> None:
-        rng = random.Random(seed)
-        self.free = {f"c{i}": rng.random() for i in range(count)}
-        self.lock = threading.Lock()
-        self.queries: list[tuple[float, bool, float]] = []
-
-    def fetch(self, low: float, inclusive: bool, high: float, limit: int) -> list[Candidate]:
-        with self.lock:
-            self.queries.append((low, inclusive, high))
-            hits = sorted(
-                (rf, cid)
-                for cid, rf in self.free.items()
-                if (rf >= low if inclusive else rf > low) and rf < high
-            )[:limit]
-        return [Candidate(coupon_id=c, code=c, random_float=rf, read_at=READ_AT) for rf, c in hits]
-
-    def assign(self, coupon_id: str) -> bool:
-        with self.lock:
-            return self.free.pop(coupon_id, None) is not None
+from tests.support.fake_supply import FakeSupply
 
 
-def _never(*_: object) -> Sequence[Candidate] | Exhausted:
+def _never(_: int) -> Sequence[Candidate] | Exhausted:
     raise AssertionError("prove must not run while codes are free")
 
 
-def _deadline() -> float:
-    return time.monotonic() + 5
+def _deadline(seconds: float = 5) -> float:
+    return time.monotonic() + seconds
+
+
+def _pool(supply: FakeSupply, *, max_refill: int = 500, generation: int = 0) -> CandidatePool:
+    pool = CandidatePool(supply=supply, max_refill=max_refill)
+    pool.observe_generation(generation, codes_total=len(supply.free))
+    return pool
+
+
+def _prover(supply: FakeSupply) -> candidate_pool.Prove:
+    """The engine's proof, on the stand-in: codes still free anywhere, or SOLD_OUT."""
+
+    def prove(limit: int) -> Sequence[Candidate] | Exhausted:
+        return supply.prove(limit) or Exhausted.SOLD_OUT
+
+    return prove
+
+
+class Shoppers:
+    """Threads claiming through pools until told sold out; every read recorded per pool."""
+
+    def __init__(self, supply: FakeSupply, pools: list[CandidatePool]) -> None:
+        self.supply = supply
+        self.pools = pools
+        self.created: list[str] = []
+        self.conflicts = 0
+        self.read_by: dict[str, set[int]] = {}
+        self.taken_by: dict[int, list[str]] = {i: [] for i in range(len(pools))}
+        self._lock = threading.Lock()
+        for index, pool in enumerate(pools):
+            pool.supply = cast(Supply, _Recording(supply, self, index))
+
+    def run(self, threads_per_pool: int) -> None:
+        with ThreadPoolExecutor(len(self.pools) * threads_per_pool) as ex:
+            futures = [
+                ex.submit(self._shop, i)
+                for i in range(len(self.pools))
+                for _ in range(threads_per_pool)
+            ]
+            for future in futures:
+                future.result()
+
+    def _shop(self, index: int) -> None:
+        pool, prove = self.pools[index], _prover(self.supply)
+        while (candidate := pool.take(deadline=_deadline(), prove=prove)) is not None:
+            with self._lock:
+                self.taken_by[index].append(candidate.coupon_id)
+            if self.supply.assign(candidate):
+                pool.settle(candidate)
+                with self._lock:
+                    self.created.append(candidate.coupon_id)
+            else:
+                pool.settle(candidate, taken_elsewhere=True)
+                with self._lock:
+                    self.conflicts += 1
+
+
+class _Recording:
+    """The shared supply, noting which pool read which coupon."""
+
+    def __init__(self, supply: FakeSupply, shoppers: Shoppers, index: int) -> None:
+        self._supply, self._shoppers, self._index = supply, shoppers, index
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._supply, name)
+
+    def fetch(self, *, low: float, low_inclusive: bool, high: float, limit: int) -> list[Candidate]:
+        found = self._supply.fetch(low=low, low_inclusive=low_inclusive, high=high, limit=limit)
+        with self._shoppers._lock:
+            for c in found:
+                self._shoppers.read_by.setdefault(c.coupon_id, set()).add(self._index)
+        return found
 
 
 def test_concurrent_takers_get_distinct_candidates_until_all_are_used() -> None:
-    coupons = FakeCoupons(500)
-    pool = CandidatePool(fetch=coupons.fetch, refill_size=16)
-    pool.observe_generation(0)
-    taken: list[str] = []
-    lock = threading.Lock()
+    supply = FakeSupply(500)
+    pool = _pool(supply, max_refill=16)
+    shoppers = Shoppers(supply, [pool])
 
-    def worker() -> None:
-        while True:
-            candidate = pool.take(deadline=_deadline(), prove=lambda: Exhausted.SOLD_OUT)
-            if candidate is None:
-                return
-            assert coupons.assign(candidate.coupon_id)
-            pool.settle(candidate)
-            with lock:
-                taken.append(candidate.coupon_id)
+    shoppers.run(threads_per_pool=16)
 
-    with ThreadPoolExecutor(16) as ex:
-        for f in [ex.submit(worker) for _ in range(16)]:
-            f.result()
-
-    assert len(taken) == len(set(taken)) == 500
+    assert len(shoppers.created) == len(set(shoppers.created)) == 500
+    assert shoppers.conflicts == 0
     assert pool.sold_out
 
 
-def test_each_coupon_is_read_once_thanks_to_range_floors() -> None:
-    coupons = FakeCoupons(300)
-    pool = CandidatePool(fetch=coupons.fetch, refill_size=10)
-    pool.observe_generation(0)
-    reads = 0
-    original = coupons.fetch
+@pytest.mark.parametrize(("instances", "threads"), [(1, 8), (8, 2), (32, 1)])
+def test_the_cost_of_the_supply_does_not_grow_with_instances(instances: int, threads: int) -> None:
+    """Several instances share one campaign: each coupon is read by one instance (segments are
+    leased, steals reserve what they read), so reads stay about one per code."""
+    supply = FakeSupply(2000, latency=0.0005)
+    pools = [_pool(supply) for _ in range(instances)]
+    shoppers = Shoppers(supply, pools)
 
-    def counting_fetch(low: float, inclusive: bool, high: float, limit: int) -> list[Candidate]:
-        nonlocal reads
-        found = original(low, inclusive, high, limit)
-        reads += len(found)
-        return found
+    shoppers.run(threads_per_pool=threads)
 
-    pool.fetch = counting_fetch
-    while (c := pool.take(deadline=_deadline(), prove=lambda: Exhausted.SOLD_OUT)) is not None:
-        coupons.assign(c.coupon_id)
-        pool.settle(c)
+    assert sorted(shoppers.created) == sorted(supply.assigned)
+    assert len(shoppers.created) == 2000
+    assert not supply.free
+    assert shoppers.conflicts == 0
+    # Disjoint: no coupon went to two instances. A holder reading while a steal reserved the
+    # top of its segment may read a few of them too (and drop them): rarely.
+    taken = [c for took in shoppers.taken_by.values() for c in took]
+    assert len(taken) == len(set(taken))
+    read_twice = [c for c, readers in shoppers.read_by.items() if len(readers) > 1]
+    assert len(read_twice) <= 2000 * 0.01
+    # Coupon documents plus segment queries, empty answers and guarded-write rereads.
+    assert supply.bill.reads <= 2000 * 1.3
+    assert all(pool.sold_out for pool in pools)
 
-    assert reads == 300
-    # Queries: ~300/10 fills plus one empty answer per range to learn it is drained.
-    assert len(coupons.queries) <= 300 // 10 + 2 * RANGE_COUNT
+
+def test_refills_follow_the_demand_of_the_instance() -> None:
+    supply = FakeSupply(3000)
+    pool = _pool(supply)
+    sizes: list[int] = []
+    fetch = supply.fetch
+
+    def sized(*, low: float, low_inclusive: bool, high: float, limit: int) -> list[Candidate]:
+        sizes.append(limit)
+        return fetch(low=low, low_inclusive=low_inclusive, high=high, limit=limit)
+
+    supply.fetch = sized  # type: ignore[method-assign]
+    # One shopper every 0.15 s: small reads.
+    for _ in range(12):
+        candidate = pool.take(deadline=_deadline(), prove=_never)
+        assert candidate is not None
+        assert supply.assign(candidate)
+        pool.settle(candidate)
+        time.sleep(0.15)
+    alone = max(sizes)
+    sizes.clear()
+    # A crowd: the reads grow with it.
+    Shoppers(supply, [pool]).run(threads_per_pool=64)
+
+    assert alone <= 2 * MIN_REFILL
+    assert max(sizes) >= 64
 
 
 def test_a_released_candidate_goes_to_the_next_taker() -> None:
-    coupons = FakeCoupons(1)
-    pool = CandidatePool(fetch=coupons.fetch, refill_size=4)
-    pool.observe_generation(0)
+    supply = FakeSupply(1)
+    pool = _pool(supply, max_refill=4)
 
     first = pool.take(deadline=_deadline(), prove=_never)
     assert first is not None
@@ -111,9 +180,8 @@ def test_a_released_candidate_goes_to_the_next_taker() -> None:
 
 
 def test_a_taker_waits_for_in_flight_candidates_instead_of_declaring_sold_out() -> None:
-    coupons = FakeCoupons(1)
-    pool = CandidatePool(fetch=coupons.fetch, refill_size=4)
-    pool.observe_generation(0)
+    supply = FakeSupply(1)
+    pool = _pool(supply, max_refill=4)
     in_flight = pool.take(deadline=_deadline(), prove=_never)
     assert in_flight is not None
 
@@ -125,12 +193,11 @@ def test_a_taker_waits_for_in_flight_candidates_instead_of_declaring_sold_out() 
 
 
 def test_prove_runs_once_and_sold_out_sticks_until_new_codes() -> None:
-    coupons = FakeCoupons(0)
-    pool = CandidatePool(fetch=coupons.fetch, refill_size=4)
-    pool.observe_generation(3)
+    supply = FakeSupply(0)
+    pool = _pool(supply, max_refill=4, generation=3)
     proofs = 0
 
-    def prove() -> Exhausted:
+    def prove(_: int) -> Exhausted:
         nonlocal proofs
         proofs += 1
         return Exhausted.SOLD_OUT
@@ -139,52 +206,105 @@ def test_prove_runs_once_and_sold_out_sticks_until_new_codes() -> None:
     assert pool.take(deadline=_deadline(), prove=prove) is None
     assert proofs == 1
 
-    coupons.free["new"] = 0.5
-    pool.observe_generation(4)  # an import bumped the campaign
+    supply.add(1, seed=1)
+    pool.observe_generation(4)  # an import bumped the campaign: every segment is open again
     fresh = pool.take(deadline=_deadline(), prove=prove)
     assert fresh is not None
-    assert fresh.coupon_id == "new"
+    assert fresh.coupon_id.startswith("n1-")
+
+
+def test_an_import_reopens_segments_drained_by_other_instances() -> None:
+    supply = FakeSupply(300)
+    first, second = _pool(supply), _pool(supply)
+    Shoppers(supply, [first]).run(threads_per_pool=4)
+    assert first.sold_out
+
+    supply.add(50, seed=2)
+    for pool in (first, second):
+        pool.observe_generation(1, codes_total=350)
+    shoppers = Shoppers(supply, [first, second])
+    shoppers.run(threads_per_pool=4)
+
+    assert len(shoppers.created) == 50
+    assert not supply.free
 
 
 def test_look_again_rescans_after_an_import_landed_during_the_proof() -> None:
-    coupons = FakeCoupons(0)
-    pool = CandidatePool(fetch=coupons.fetch, refill_size=4)
-    pool.observe_generation(0)
+    supply = FakeSupply(0)
+    pool = _pool(supply, max_refill=4)
 
-    def prove() -> Exhausted:
-        # The import lands between the range scan and the guarded sold-out write.
-        coupons.free["late"] = 0.25
+    def prove(_: int) -> Exhausted:
+        # The import lands between the segment scan and the guarded sold-out write.
+        supply.add(1, seed=3)
         pool.observe_generation(1)
         return Exhausted.LOOK_AGAIN
 
     candidate = pool.take(deadline=_deadline(), prove=prove)
 
     assert candidate is not None
-    assert candidate.coupon_id == "late"
+    assert candidate.coupon_id.startswith("n3-")
 
 
-def test_codes_missed_by_the_ranges_are_found_by_the_proof() -> None:
-    coupons = FakeCoupons(0)
-    pool = CandidatePool(fetch=coupons.fetch, refill_size=4)
-    pool.observe_generation(0)
-    stray = Candidate(coupon_id="stray", code="stray", random_float=0.5, read_at=READ_AT)
+def test_codes_in_flight_elsewhere_are_taken_only_after_starving_a_while(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every segment drained, one code still unassigned in the pool of an instance that died:
+    another instance takes it, but not at once (a live holder is about to use it)."""
+    monkeypatch.setattr(candidate_pool, "STARVED_BEFORE_TAKING_IN_FLIGHT_SECONDS", 0.3)
+    supply = FakeSupply(40)
+    dead = _pool(supply)
+    held = dead.take(deadline=_deadline(), prove=_never)  # its holder then dies
+    assert held is not None
+    while (c := dead.take(deadline=_deadline(), prove=_prover(supply))) is not None:
+        if c.coupon_id != held.coupon_id:
+            assert supply.assign(c)
+        dead.settle(c)
+        if len(supply.free) == 1:
+            break
+    survivor = _pool(supply)
 
-    candidate = pool.take(deadline=_deadline(), prove=lambda: [stray])
+    started = time.monotonic()
+    candidate = survivor.take(deadline=_deadline(), prove=_prover(supply))
 
-    assert candidate == stray
+    assert candidate is not None
+    assert candidate.coupon_id == held.coupon_id
+    assert time.monotonic() - started >= 0.3
+
+
+def test_a_steal_takes_the_top_of_a_held_segment_and_never_what_its_holder_reads() -> None:
+    # One segment: the second instance can only steal.
+    supply = FakeSupply(400, segments=1, latency=0.001)
+    holder, stealer = _pool(supply), _pool(supply)
+    first = holder.take(deadline=_deadline(), prove=_never)  # the holder leases the segment
+    assert first is not None
+    holder.release(first)
+    shoppers = Shoppers(supply, [holder, stealer])
+
+    shoppers.run(threads_per_pool=2)
+
+    assert not supply.free
+    assert shoppers.conflicts == 0
+    assert stealer.metrics.steals > 0
+    assert holder.metrics.steals == 0
+    holder_took, stealer_took = (shoppers.taken_by[i] for i in (0, 1))
+    assert not set(holder_took) & set(stealer_took)
+    # The stealer took from the top, the holder from the bottom up.
+    assert min(map(supply.random_float, stealer_took)) > max(map(supply.random_float, holder_took))
 
 
 def test_take_gives_up_at_the_deadline_while_a_refill_is_stuck() -> None:
     release = threading.Event()
+    supply = FakeSupply(10)
+    fetch = supply.fetch
 
-    def slow_fetch(low: float, inclusive: bool, high: float, limit: int) -> list[Candidate]:
+    def slow_fetch(*, low: float, low_inclusive: bool, high: float, limit: int) -> list[Candidate]:
         release.wait(5)
-        return []
+        return fetch(low=low, low_inclusive=low_inclusive, high=high, limit=limit)
 
-    pool = CandidatePool(fetch=slow_fetch, refill_size=4)
-    pool.observe_generation(0)
+    supply.fetch = slow_fetch  # type: ignore[method-assign]
+    pool = _pool(supply, max_refill=4)
     stuck = threading.Thread(
-        target=lambda: pool.take(deadline=_deadline(), prove=lambda: Exhausted.SOLD_OUT)
+        target=lambda: pool.take(deadline=_deadline(), prove=lambda _: Exhausted.SOLD_OUT)
     )
     stuck.start()
     time.sleep(0.05)
@@ -195,30 +315,29 @@ def test_take_gives_up_at_the_deadline_while_a_refill_is_stuck() -> None:
     stuck.join()
 
 
-def test_a_run_of_candidates_taken_elsewhere_flushes_the_pool() -> None:
-    coupons = FakeCoupons(100)
-    coupons.free = {k: v / 10 for k, v in coupons.free.items()}  # all in one range: one query
-    pool = CandidatePool(fetch=coupons.fetch, refill_size=100)
-    pool.observe_generation(0)
+def test_a_run_of_candidates_taken_elsewhere_flushes_the_pool(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(candidate_pool, "MIN_REFILL", 100)  # the first read takes them all
+    supply = FakeSupply(100, segments=1)
+    pool = _pool(supply, max_refill=100)
     first = pool.take(deadline=_deadline(), prove=_never)
     assert first is not None
-    assert coupons.assign(first.coupon_id)
+    assert supply.assign(first)
     pool.settle(first)
-    # Another instance worked the same range first: it took the next 60 in the same order.
-    for coupon_id in sorted(coupons.free, key=coupons.free.__getitem__)[:60]:
-        coupons.assign(coupon_id)
+    # Something else took the next 60 in the same order (say a holder the lease was lost to).
+    for coupon_id in sorted(supply.free, key=supply.free.__getitem__)[:60]:
+        assert supply.assign(supply.candidate(coupon_id, supply.free[coupon_id]))
 
-    seen_stale = 0
-    while True:
-        candidate = pool.take(deadline=_deadline(), prove=lambda: Exhausted.SOLD_OUT)
-        if candidate is None:
-            break
-        if coupons.assign(candidate.coupon_id):
+    outcomes: Counter[str] = Counter()
+    while (candidate := pool.take(deadline=_deadline(), prove=_prover(supply))) is not None:
+        if supply.assign(candidate):
             pool.settle(candidate)
+            outcomes["ok"] += 1
         else:
-            seen_stale += 1
             pool.settle(candidate, taken_elsewhere=True)
+            outcomes["stale"] += 1
 
     assert pool.metrics.flushes >= 1
-    assert seen_stale < 60  # the flush spared the rest of the stale candidates
-    assert not coupons.free
+    assert outcomes["stale"] < 60  # the flush spared the rest of the stale candidates
+    assert not supply.free

@@ -1,0 +1,239 @@
+"""A campaign's code space cut into segments that claim-engine instances lease one at a time.
+
+Every coupon has `random_float` in [0, 1); segment i covers [i/COUNT, (i+1)/COUNT). Its document
+`campaigns/{id}/segments/{i:03d}` says:
+- who reads it (`holder`, until `lease_until`): the holder reads it from the bottom up and moves
+  `bottom` past what it has read;
+- where others may take from its top when no segment is free (`top`, moved down by each such
+  steal): everything in [bottom, top) is read by nobody yet, and since every move of either
+  cursor is a write guarded by the update time it was read with, no two readers ever reserve the
+  same coupons;
+- up to which pool generation it is known to hold no unassigned coupon (`drained_generation`).
+An import or a released code bumps the campaign's `pool_generation`: that reopens every segment
+and resets both cursors (`cursor_generation` says which generation they belong to) without
+touching these documents. Nothing here is read inside a transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from google.api_core import exceptions as gexc
+from google.cloud import firestore
+from google.cloud.firestore_v1.base_query import FieldFilter
+
+from shared.gcp.firestore import Snapshot, segments_collection
+
+# 64 segments: more than the instances a sale runs on (so each has one of its own), few enough
+# that every segment, and the one query that finds it drained, holds many codes.
+COUNT = 64
+NEVER_DRAINED = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    segment_id: str
+    low: float
+    high: float
+    holder: str | None
+    lease_until: datetime | None
+    drained_generation: int
+    bottom: float
+    top: float
+    cursor_generation: int
+    read_at: datetime  # the document's update time: every write here is guarded by it
+
+    def cursors(self, generation: int) -> tuple[float, float]:
+        """(bottom, top) at `generation`: the whole segment if they belong to an older one."""
+        if self.cursor_generation >= generation:
+            return self.bottom, self.top
+        return self.low, self.high
+
+    def leased_to_other(self, holder: str, now: datetime) -> bool:
+        return (
+            self.holder is not None
+            and self.holder != holder
+            and self.lease_until is not None
+            and self.lease_until > now
+        )
+
+
+def segment_id(index: int) -> str:
+    return f"{index:03d}"
+
+
+def initial_fields(index: int, count: int = COUNT) -> dict[str, object]:
+    low, high = index / count, (index + 1) / count
+    return {
+        "low": low,
+        "high": high,
+        "holder": None,
+        "lease_until": None,
+        "drained_generation": NEVER_DRAINED,
+        "bottom": low,
+        "top": high,
+        "cursor_generation": NEVER_DRAINED,
+    }
+
+
+def add_to_batch(batch: firestore.WriteBatch, db: firestore.Client, *, campaign_id: str) -> None:
+    """Create the campaign's segments in the batch that creates the campaign."""
+    collection = segments_collection(db, campaign_id)
+    for index in range(COUNT):
+        batch.create(collection.document(segment_id(index)), initial_fields(index))
+
+
+def _segment(snapshot: Snapshot) -> Segment:
+    data = snapshot.to_dict() or {}
+    return Segment(
+        segment_id=snapshot.id,
+        low=float(data["low"]),
+        high=float(data["high"]),
+        holder=data.get("holder"),
+        lease_until=data.get("lease_until"),
+        drained_generation=int(data.get("drained_generation", NEVER_DRAINED)),
+        bottom=float(data.get("bottom", data["low"])),
+        top=float(data.get("top", data["high"])),
+        cursor_generation=int(data.get("cursor_generation", NEVER_DRAINED)),
+        read_at=snapshot.update_time,
+    )
+
+
+def open_segments(
+    db: firestore.Client, *, campaign_id: str, generation: int, start: int, limit: int
+) -> list[Segment]:
+    """Up to `limit` segments not known drained at `generation`, starting at segment `start`
+    among those never drained (so concurrent instances start at different places) and going
+    round. Leased ones are included: the caller sees who holds them and until when."""
+    base = (
+        segments_collection(db, campaign_id)
+        .where(filter=FieldFilter("drained_generation", "<", generation))
+        .order_by("drained_generation")
+    )
+    cursor = {"drained_generation": NEVER_DRAINED, "__name__": segment_id(start)}
+    found = [_segment(s) for s in base.start_at(cursor).limit(limit).stream()]
+    if len(found) < limit and start > 0:
+        found += [_segment(s) for s in base.end_before(cursor).limit(limit - len(found)).stream()]
+    return found
+
+
+def _cursor_fields(
+    segment: Segment, generation: int, *, bottom: float | None = None, top: float | None = None
+) -> dict[str, Any]:
+    current_bottom, current_top = segment.cursors(generation)
+    return {
+        "bottom": current_bottom if bottom is None else bottom,
+        "top": current_top if top is None else top,
+        "cursor_generation": max(generation, segment.cursor_generation),
+    }
+
+
+def get_segments(
+    db: firestore.Client, *, campaign_id: str, segment_ids: Sequence[str]
+) -> list[Segment]:
+    collection = segments_collection(db, campaign_id)
+    snapshots = db.get_all([collection.document(i) for i in segment_ids])
+    found = {s.id: _segment(s) for s in snapshots if s.exists}
+    return [found[i] for i in segment_ids if i in found]
+
+
+def _commit_guarded(
+    db: firestore.Client, campaign_id: str, writes: Sequence[tuple[Segment, dict[str, Any]]]
+) -> list[Segment] | None:
+    """Apply each segment's changes, all or none, unless one changed since it was read."""
+    collection = segments_collection(db, campaign_id)
+    batch = db.batch()
+    for segment, changes in writes:
+        batch.update(
+            collection.document(segment.segment_id),
+            changes,
+            option=db.write_option(last_update_time=segment.read_at),
+        )
+    try:
+        results = batch.commit()
+    except (gexc.FailedPrecondition, gexc.NotFound):
+        return None
+    return [
+        replace(segment, **changes, read_at=result.update_time)
+        for (segment, changes), result in zip(writes, results, strict=True)
+    ]
+
+
+def lease_run(
+    db: firestore.Client,
+    *,
+    campaign_id: str,
+    run: Sequence[Segment],
+    holder: str,
+    until: datetime,
+    generation: int,
+) -> list[Segment] | None:
+    """Lease adjacent segments in one atomic write, unless one changed since it was read. A new
+    holder reads from the segment's start, whatever an earlier holder had read."""
+    lease_fields = {"holder": holder, "lease_until": until}
+    return _commit_guarded(
+        db,
+        campaign_id,
+        [
+            (
+                segment,
+                {
+                    **lease_fields,
+                    **_cursor_fields(
+                        segment,
+                        generation,
+                        bottom=None if segment.holder == holder else segment.low,
+                    ),
+                },
+            )
+            for segment in run
+        ],
+    )
+
+
+def record_progress(
+    db: firestore.Client,
+    *,
+    campaign_id: str,
+    run: Sequence[Segment],
+    reached: float,
+    holder: str,
+    until: datetime,
+    generation: int,
+) -> list[Segment] | None:
+    """The holder of a run has read every unassigned coupon of it up to `reached`: segments
+    read to their top are drained at `generation` (and let go), the one `reached` falls in gets
+    its bottom raised, and the leases of the rest are renewed; all or none, unless a segment
+    changed since it was read (a steal lowered its top, or the lease was lost)."""
+    writes = []
+    for segment in run:
+        bottom, top = segment.cursors(generation)
+        if reached >= top:
+            changes = {
+                **_cursor_fields(segment, generation, bottom=top),
+                "drained_generation": generation,
+                "holder": None,
+                "lease_until": None,
+            }
+        else:
+            raised = max(bottom, reached) if reached >= segment.low else bottom
+            changes = {
+                **_cursor_fields(segment, generation, bottom=raised),
+                "holder": holder,
+                "lease_until": until,
+            }
+        writes.append((segment, changes))
+    return _commit_guarded(db, campaign_id, writes)
+
+
+def lower_top(
+    db: firestore.Client, *, campaign_id: str, segment: Segment, top: float, generation: int
+) -> Segment | None:
+    """Reserve [top, the segment's top) for a steal, unless the segment changed since read."""
+    written = _commit_guarded(
+        db, campaign_id, [(segment, _cursor_fields(segment, generation, top=top))]
+    )
+    return written[0] if written else None

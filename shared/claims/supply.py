@@ -1,0 +1,78 @@
+"""The candidate pool's view of Firestore for one campaign: its segments and its coupons."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from google.cloud import firestore
+
+from shared.campaigns import segments
+from shared.campaigns.segments import Segment
+from shared.coupons import store as coupon_store
+from shared.coupons.store import Candidate
+
+
+@dataclass(frozen=True)
+class FirestoreSupply:
+    db: firestore.Client
+    campaign_id: str
+
+    def open_segments(self, *, generation: int, start: float, limit: int) -> list[Segment]:
+        return segments.open_segments(
+            self.db,
+            campaign_id=self.campaign_id,
+            generation=generation,
+            start=int(start * segments.COUNT),
+            limit=limit,
+        )
+
+    def get_segments(self, segment_ids: Sequence[str]) -> list[Segment]:
+        return segments.get_segments(self.db, campaign_id=self.campaign_id, segment_ids=segment_ids)
+
+    def lease_run(
+        self, run: Sequence[Segment], *, holder: str, until: datetime, generation: int
+    ) -> list[Segment] | None:
+        return segments.lease_run(
+            self.db,
+            campaign_id=self.campaign_id,
+            run=run,
+            holder=holder,
+            until=until,
+            generation=generation,
+        )
+
+    def record_progress(
+        self,
+        run: Sequence[Segment],
+        *,
+        reached: float,
+        holder: str,
+        until: datetime,
+        generation: int,
+    ) -> list[Segment] | None:
+        return segments.record_progress(
+            self.db,
+            campaign_id=self.campaign_id,
+            run=run,
+            reached=reached,
+            holder=holder,
+            until=until,
+            generation=generation,
+        )
+
+    def lower_top(self, segment: Segment, *, top: float, generation: int) -> Segment | None:
+        return segments.lower_top(
+            self.db, campaign_id=self.campaign_id, segment=segment, top=top, generation=generation
+        )
+
+    def fetch(self, *, low: float, low_inclusive: bool, high: float, limit: int) -> list[Candidate]:
+        return coupon_store.find_unassigned(
+            self.db,
+            campaign_id=self.campaign_id,
+            low=low,
+            low_inclusive=low_inclusive,
+            high=high,
+            limit=limit,
+        )
