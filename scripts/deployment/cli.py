@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import re
+import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -27,8 +28,17 @@ from scripts.deployment.gcloud import (
     runtime_env,
 )
 from scripts.deployment.plan import Step, print_plan, run_plan
+from scripts.deployment.resources import (
+    Target,
+    foundation,
+    identity_steps,
+    invoker_steps,
+    scheduler_steps,
+    subscription_steps,
+)
 from scripts.deployment.staging import (
     DEFAULT_BUILD_DIR,
+    REPO_ROOT,
     check_staged_import,
     runtime_python,
     stage,
@@ -42,6 +52,7 @@ DEFAULT_RUNTIME = "python311"  # what the project's venv and pyproject target
 
 # Shown in --dry-run commands when no --project is given; the import check then uses a demo id.
 PLACEHOLDER_PROJECT = "PROJECT_ID"
+PLACEHOLDER_PROJECT_NUMBER = "PROJECT_NUMBER"
 PREFLIGHT_DEMO_PROJECT = "demo-deploy-dry-run"
 
 # Google Cloud project ids: 6-30 characters, lowercase letters, digits and hyphens, starting
@@ -103,7 +114,21 @@ def build_parser() -> argparse.ArgumentParser:
         default="",
         help="comma-separated landing-page origins allowed by claim_api",
     )
-    parser.add_argument("--service-account", help="runtime service account of the functions")
+    parser.add_argument(
+        "--project-number",
+        help="the project's number (names Google's service agents); looked up with gcloud "
+        "when deploying, a placeholder in a dry run",
+    )
+    parser.add_argument(
+        "--firestore-location",
+        help="where the Firestore database is created when the project has none; default: --region",
+    )
+    parser.add_argument(
+        "--sale-min-instances",
+        type=int,
+        metavar="N",
+        help="claim_api instances kept warm (default 1); raise before a big sale",
+    )
     parser.add_argument(
         "--ticket-secret",
         default=DEFAULT_TICKET_SECRET,
@@ -125,6 +150,10 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
     project: str | None = args.project
     if project is None and not args.dry_run:
         parser.error("--project is required unless --dry-run")
+    if args.project_number is not None and not str(args.project_number).isdigit():
+        parser.error("--project-number is the project's number: digits only")
+    if args.sale_min_instances is not None and not 0 <= args.sale_min_instances <= 100:
+        parser.error("--sale-min-instances must be between 0 and 100")
     if project is not None:
         if project.startswith("demo-"):
             parser.error(
@@ -145,31 +174,65 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
 def build_plan(
     args: argparse.Namespace,
     *,
-    project: str,
+    target: Target,
     env: Mapping[str, str],
     specs: Sequence[FunctionSpec],
     staged: Path,
 ) -> list[Step]:
-    """Every command of this deploy, in the order they run."""
-    return [
+    """Every command of this deploy, in the order they run. With --only, just that function."""
+    functions = [
         Step(
             f"function {spec.name}",
             build_command(
                 spec,
-                project=project,
+                project=target.project,
                 region=args.region,
                 runtime=args.runtime,
                 source=staged,
                 env=env,
                 imports_bucket=args.imports_bucket,
-                events_topic=args.events_topic,
-                service_account=args.service_account,
+                min_instances=args.sale_min_instances if spec.name == "claim_api" else None,
                 ticket_secret=args.ticket_secret,
                 trigger_location=args.imports_bucket_location,
             ),
         )
         for spec in specs
     ]
+    if args.only:
+        return functions
+    by_name = {spec.name: spec for spec in specs}
+    return [
+        *foundation(
+            target,
+            indexes=REPO_ROOT / "firestore.indexes.json",
+            rules=REPO_ROOT / "firestore.rules",
+        ),
+        *identity_steps(target, specs),
+        *functions,
+        *invoker_steps(target, specs),
+        *subscription_steps(target, by_name["count_usage"]),
+        *scheduler_steps(target, by_name["sweep"]),
+    ]
+
+
+def _project_number(args: argparse.Namespace) -> str:
+    if args.project_number:
+        return str(args.project_number)
+    if args.dry_run:
+        return PLACEHOLDER_PROJECT_NUMBER
+    result = subprocess.run(
+        ["gcloud", "projects", "describe", args.project, "--format=value(projectNumber)"],
+        capture_output=True,
+        text=True,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    number = result.stdout.strip()
+    if result.returncode != 0 or not number.isdigit():
+        raise DeployError(
+            f"could not look up the number of project {args.project}: {result.stderr.strip()}"
+        )
+    return number
 
 
 def _function_env(args: argparse.Namespace, project: str) -> dict[str, str]:
@@ -199,7 +262,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         python = runtime_python(args.build_dir, staged / "requirements.txt")
         check_env = {**env, "GOOGLE_CLOUD_PROJECT": args.project or PREFLIGHT_DEMO_PROJECT}
         check_staged_import(staged, [spec.entry_point for spec in specs], check_env, python=python)
-        steps = build_plan(args, project=project, env=env, specs=specs, staged=staged)
+        target = Target(
+            project=project,
+            project_number=_project_number(args),
+            region=args.region,
+            firestore_location=args.firestore_location or args.region,
+            imports_bucket=args.imports_bucket,
+            events_topic=args.events_topic,
+            ticket_secret=args.ticket_secret,
+        )
+        steps = build_plan(args, target=target, env=env, specs=specs, staged=staged)
     except DeployError as exc:
         LOG.error("%s", exc)
         return 1

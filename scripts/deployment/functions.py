@@ -1,6 +1,13 @@
 """The one table of what gets deployed, and which of its entry points functions/main.py defines.
 
-Each function is deployed from the same staged folder with its own entry point and trigger.
+Each function is deployed from the same staged folder with its own entry point, trigger, sizing
+and service account. Who can call it is chosen per caller (see README "Deploying"):
+- claim_api and admin_api are public at the IAM level: a shopper's or a marketer's browser holds
+  only a Firebase ID token, which the functions verify per route (and a shop's webhook has no
+  Google identity at all);
+- sweep and count_usage are private: Cloud Run admits only the codedrop-invoker service account
+  that Cloud Scheduler and the Pub/Sub push subscription sign their requests as;
+- import_codes is triggered by Eventarc on the imports bucket, signed as the same invoker.
 """
 
 from __future__ import annotations
@@ -23,37 +30,54 @@ DEFAULT_EVENTS_TOPIC = "coupon-events"
 
 
 class Trigger(enum.Enum):
-    PUBLIC_HTTP = "public http"
+    PUBLIC_HTTP = "public http (the function checks Firebase ID tokens)"
     PRIVATE_HTTP = "private http (IAM)"
-    STORAGE_FINALIZED = "storage object finalized"
-    PUBSUB = "pub/sub topic"
+    PUSH_SUBSCRIPTION = "private http pushed by our Pub/Sub subscription (IAM)"
+    STORAGE_FINALIZED = "storage object finalized (Eventarc)"
 
     @property
     def signature(self) -> str:
-        """The functions-framework decorator the entry point needs for this trigger."""
+        """The functions-framework decorator the entry point needs for this trigger.
+
+        A push subscription posts the raw Pub/Sub envelope, which functions-framework turns into
+        a messagePublished CloudEvent for a @cloud_event function."""
         if self in (Trigger.PUBLIC_HTTP, Trigger.PRIVATE_HTTP):
             return "http"
         return "cloud_event"
 
+    @property
+    def public(self) -> bool:
+        return self is Trigger.PUBLIC_HTTP
+
 
 @dataclass(frozen=True)
 class FunctionSpec:
-    name: str
+    name: str  # the entry point's name in functions/main.py and --only
     entry_point: str
     trigger: Trigger
     memory: str
     cpu: str
     concurrency: int
+    min_instances: int
     max_instances: int
     timeout: str
+    account: str  # runtime service account id (codedrop-<account>@PROJECT.iam...)
     retry: bool = False
 
+    @property
+    def service(self) -> str:
+        """The deployed name (a Cloud Run service name: no underscores)."""
+        return self.name.replace("_", "-")
 
-# The one table of what gets deployed. Concurrency above 1 needs at least one CPU; THREADS (the
-# functions-framework gunicorn thread count, otherwise 4 per CPU) is set to the concurrency so an
-# instance really serves that many requests at once instead of queueing behind 4 threads.
+
+# Concurrency above 1 needs at least one CPU; THREADS (functions-framework's gunicorn threads,
+# otherwise 4 per CPU) is set to the concurrency so an instance really serves that many
+# requests at once. Minimum instances cost money while idle: only the shoppers' path keeps one
+# warm (a cold start during a sale's first second is a shopper waiting several seconds); raise
+# it with --sale-min-instances before a big sale.
 FUNCTIONS: tuple[FunctionSpec, ...] = (
-    # Shoppers' claims: the hot path; I/O-bound, so many requests share one CPU.
+    # Shoppers' claims: the hot path. I/O-bound (each claim waits on Firestore), so many
+    # requests share one CPU; 100 instances x 80 = 8,000 claims in flight.
     FunctionSpec(
         name="claim_api",
         entry_point="claim_api",
@@ -61,21 +85,40 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
         memory="512Mi",
         cpu="1",
         concurrency=80,
+        min_instances=1,
         max_instances=100,
         timeout="60s",
+        account="claim-api",
     ),
-    # Marketers and operators: Firebase admin claim in the app, and IAM in front of it.
+    # Marketers and operators, and shops' order webhooks: few callers, some long reports.
     FunctionSpec(
         name="admin_api",
         entry_point="admin_api",
-        trigger=Trigger.PRIVATE_HTTP,
+        trigger=Trigger.PUBLIC_HTTP,
         memory="512Mi",
         cpu="1",
         concurrency=20,
+        min_instances=0,
         max_instances=5,
         timeout="300s",
+        account="admin-api",
     ),
-    # One CSV per instance at a time; redelivery is safe (idempotent import), so retry.
+    # Called every minute by Cloud Scheduler; one sweep at a time is plenty.
+    FunctionSpec(
+        name="sweep",
+        entry_point="sweep",
+        trigger=Trigger.PRIVATE_HTTP,
+        memory="512Mi",
+        cpu="1",
+        concurrency=1,
+        min_instances=0,
+        max_instances=2,
+        timeout="120s",
+        account="sweep",
+    ),
+    # One CSV per instance at a time (memory is bounded per file; 1 GiB leaves room for the
+    # in-flight batches); a million-code file takes minutes, hence the 540 s event maximum.
+    # Redelivery is safe (idempotent import), so Eventarc retries.
     FunctionSpec(
         name="import_codes",
         entry_point="import_codes",
@@ -83,21 +126,26 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
         memory="1Gi",
         cpu="1",
         concurrency=1,
+        min_instances=0,
         max_instances=10,
         timeout="540s",
         retry=True,
+        account="import",
     ),
-    # Sharded counters; consumers are idempotent on event_id, so retry.
+    # Sharded counters fed by the push subscription (its retry and dead-letter policies are
+    # ours, see resources.py); idempotent on event_id. A sale of 10,000 claims in a minute is
+    # ~170 events/s: 20 instances x 40.
     FunctionSpec(
         name="count_usage",
         entry_point="count_usage",
-        trigger=Trigger.PUBSUB,
+        trigger=Trigger.PUSH_SUBSCRIPTION,
         memory="512Mi",
         cpu="1",
         concurrency=40,
+        min_instances=0,
         max_instances=20,
         timeout="60s",
-        retry=True,
+        account="usage",
     ),
 )
 FUNCTION_NAMES = tuple(spec.name for spec in FUNCTIONS)
@@ -139,23 +187,15 @@ def defined_entry_points(main_py: Path) -> dict[str, str | None]:
 def select_functions(
     defined: Mapping[str, str | None], only: str | None = None
 ) -> list[FunctionSpec]:
-    """The table's functions whose entry point main.py defines (or just `only`)."""
+    """The table's functions (or just `only`); each must be defined with the right decorator."""
     selected = []
     for spec in FUNCTIONS:
         if only is not None and spec.name != only:
             continue
         if spec.entry_point not in defined:
-            if only is not None:
-                raise DeployError(
-                    f"{spec.name}: entry point {spec.entry_point!r} is not defined in "
-                    "functions/main.py"
-                )
-            LOG.info(
-                "skipping %s: functions/main.py does not define %s (not written yet)",
-                spec.name,
-                spec.entry_point,
+            raise DeployError(
+                f"{spec.name}: entry point {spec.entry_point!r} is not defined in functions/main.py"
             )
-            continue
         signature = defined[spec.entry_point]
         if signature is not None and signature != spec.trigger.signature:
             raise DeployError(
@@ -164,6 +204,4 @@ def select_functions(
                 f"@functions_framework.{spec.trigger.signature}"
             )
         selected.append(spec)
-    if not selected:
-        raise DeployError("functions/main.py defines none of: " + ", ".join(FUNCTION_NAMES))
     return selected

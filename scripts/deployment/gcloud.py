@@ -79,33 +79,39 @@ def env_vars_flag(env: Mapping[str, str]) -> str:
     raise DeployError("no delimiter is free for --set-env-vars; simplify the values")
 
 
+def account_email(account: str, project: str) -> str:
+    """A codedrop service account's email (ids are 6-30 characters: codedrop-<account>)."""
+    return f"codedrop-{account}@{project}.iam.gserviceaccount.com"
+
+
 def trigger_flags(
     spec: FunctionSpec,
     *,
+    project: str,
     imports_bucket: str,
-    events_topic: str,
     trigger_location: str | None = None,
 ) -> list[str]:
     if spec.trigger is Trigger.PUBLIC_HTTP:
         flags = ["--trigger-http", "--allow-unauthenticated"]
-    elif spec.trigger is Trigger.PRIVATE_HTTP:
+    elif spec.trigger in (Trigger.PRIVATE_HTTP, Trigger.PUSH_SUBSCRIPTION):
         # Explicit, so gcloud neither prompts nor leaves an old allUsers binding in place.
         flags = ["--trigger-http", "--no-allow-unauthenticated"]
-    elif spec.trigger is Trigger.STORAGE_FINALIZED:
+    else:
         flags = [
             f"--trigger-event-filters=type={GCS_OBJECT_FINALIZED}",
             f"--trigger-event-filters=bucket={imports_bucket}",
+            f"--trigger-service-account={account_email(INVOKER_ACCOUNT, project)}",
         ]
         if trigger_location:
             flags.append(f"--trigger-location={trigger_location}")
-    else:
-        flags = [f"--trigger-topic={events_topic}"]
     if spec.retry:
         flags.append("--retry")
     return flags
 
 
 DEFAULT_TICKET_SECRET = "codedrop-ticket-secret"  # noqa: S105 (a secret's name, not its value)
+# Cloud Scheduler, the Pub/Sub push subscription and Eventarc sign their requests as this one.
+INVOKER_ACCOUNT = "invoker"
 
 
 def build_command(
@@ -117,18 +123,17 @@ def build_command(
     source: Path,
     env: Mapping[str, str],
     imports_bucket: str,
-    events_topic: str,
-    service_account: str | None = None,
+    min_instances: int | None = None,
     trigger_location: str | None = None,
     ticket_secret: str = DEFAULT_TICKET_SECRET,
 ) -> list[str]:
     function_env = {**env, "THREADS": str(spec.concurrency)}
     _check_env(function_env)
-    command = [
+    return [
         "gcloud",
         "functions",
         "deploy",
-        spec.name,
+        spec.service,
         "--gen2",
         f"--project={project}",
         f"--region={region}",
@@ -137,20 +142,19 @@ def build_command(
         f"--entry-point={spec.entry_point}",
         *trigger_flags(
             spec,
+            project=project,
             imports_bucket=imports_bucket,
-            events_topic=events_topic,
             trigger_location=trigger_location,
         ),
         f"--memory={spec.memory}",
         f"--cpu={spec.cpu}",
         f"--concurrency={spec.concurrency}",
+        f"--min-instances={spec.min_instances if min_instances is None else min_instances}",
         f"--max-instances={spec.max_instances}",
         f"--timeout={spec.timeout}",
+        f"--run-service-account={account_email(spec.account, project)}",
+        env_vars_flag(function_env),
+        # Every function validates the settings at start-up, and outside demo- projects the
+        # waiting-room ticket key is required: it comes from Secret Manager, never the source.
+        f"--set-secrets=CODEDROP_TICKET_SECRET={ticket_secret}:latest",
     ]
-    if service_account:
-        command.append(f"--run-service-account={service_account}")
-    command.append(env_vars_flag(function_env))
-    # Every function validates the settings at start-up, and outside demo- projects the
-    # waiting-room ticket key is required: it comes from Secret Manager, never from the source.
-    command.append(f"--set-secrets=CODEDROP_TICKET_SECRET={ticket_secret}:latest")
-    return command

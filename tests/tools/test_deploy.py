@@ -24,10 +24,8 @@ from scripts.deployment import DeployError, cli, functions, gcloud, staging
 
 REPO = Path(__file__).resolve().parents[2]
 
-# Entry points functions/main.py defines today (parsed, so functions not written yet are absent).
 DEFINED = functions.defined_entry_points(REPO / "functions" / "main.py")
-EXPECTED = [s.entry_point for s in functions.FUNCTIONS if s.entry_point in DEFINED]
-SPECS = {spec.name: spec for spec in functions.FUNCTIONS}
+SPECS = {spec.service: spec for spec in functions.FUNCTIONS}
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
@@ -119,15 +117,16 @@ def test_lock_agrees_with_pyproject() -> None:
 # --- staging ------------------------------------------------------------------------------------
 
 
-def test_the_table_covers_the_entry_points_written_so_far() -> None:
-    # Guards the skip logic: the two HTTP functions exist today and must never be skipped.
-    assert {"claim_api", "admin_api"} <= set(EXPECTED)
+def test_the_table_is_every_entry_point_of_main_with_its_signature() -> None:
     assert set(functions.FUNCTION_NAMES) == {
         "claim_api",
         "admin_api",
+        "sweep",
         "import_codes",
         "count_usage",
     }
+    for spec in functions.FUNCTIONS:
+        assert DEFINED[spec.entry_point] == spec.trigger.signature, spec.name
 
 
 def test_stage_holds_main_shared_and_requirements(tmp_path: Path) -> None:
@@ -266,7 +265,7 @@ def test_staged_main_imports_alone_in_a_fresh_interpreter(build_dir: Path) -> No
         "                  for d in metadata.distributions()}}))\n"
     )
     result = subprocess.run(
-        [str(python), "-c", probe, *EXPECTED],
+        [str(python), "-c", probe, *[spec.entry_point for spec in functions.FUNCTIONS]],
         cwd=staged,
         # No emulator is running and none is named: import must not need one.
         env=_clean_env(GOOGLE_CLOUD_PROJECT="demo-deploy-test", PYTHONDONTWRITEBYTECODE="1"),
@@ -279,7 +278,7 @@ def test_staged_main_imports_alone_in_a_fresh_interpreter(build_dir: Path) -> No
     assert result.returncode == 0, result.stderr
     found = json.loads(result.stdout.strip().splitlines()[-1])
     sys.stderr.write(f"\nstaged entry points callable: {found['callable']}\n")
-    assert found["callable"] == EXPECTED
+    assert found["callable"] == [spec.entry_point for spec in functions.FUNCTIONS]
     assert Path(found["main"]).resolve().parent == staged
     assert Path(found["shared"]).resolve().parent == staged / "shared"
     assert str(REPO) not in found["path"]
@@ -305,9 +304,14 @@ def test_the_import_check_sees_a_dependency_left_out_of_the_runtime_set(tmp_path
 
 
 def _dry_run(build_dir: Path, *args: str, env: dict[str, str] | None = None) -> list[list[str]]:
+    """The plan's function deploys (tests/tools/test_deploy_plan.py checks the rest)."""
     result = _run_deploy("--dry-run", "--build-dir", str(build_dir), *args, env=env)
     assert result.returncode == 0, result.stderr
-    return [shlex.split(line) for line in result.stdout.splitlines()]
+    return [
+        shlex.split(line)
+        for line in result.stdout.splitlines()
+        if line.startswith("gcloud functions deploy ")
+    ]
 
 
 def _flag(command: list[str], name: str) -> list[str]:
@@ -322,7 +326,7 @@ def _env_of(command: list[str]) -> dict[str, str]:
     return dict(item.split("=", 1) for item in value.split(delimiter))
 
 
-def test_dry_run_prints_one_gcloud_command_per_written_function(build_dir: Path) -> None:
+def test_dry_run_prints_one_gcloud_command_per_function(build_dir: Path) -> None:
     # Emulator switches in the deployer's shell must not reach the deployed functions.
     env = _clean_env(
         FIREBASE_AUTH_EMULATOR_HOST="127.0.0.1:9099",
@@ -332,7 +336,7 @@ def test_dry_run_prints_one_gcloud_command_per_written_function(build_dir: Path)
     commands = _dry_run(build_dir, "--project", "codedrop-prod", env=env)
     staged = (build_dir / "functions").resolve()
 
-    assert [c[3] for c in commands] == EXPECTED
+    assert [c[3] for c in commands] == [spec.service for spec in functions.FUNCTIONS]
     for command in commands:
         spec = SPECS[command[3]]
         assert command[:3] == ["gcloud", "functions", "deploy"]
@@ -348,22 +352,25 @@ def test_dry_run_prints_one_gcloud_command_per_written_function(build_dir: Path)
         assert not any("EMULATOR" in arg for arg in command)
 
     by_name = {c[3]: c for c in commands}
-    claim = by_name["claim_api"]
+    claim = by_name["claim-api"]
     assert "--trigger-http" in claim
     assert "--allow-unauthenticated" in claim
     assert "--concurrency=80" in claim
     assert "--cpu=1" in claim
-    admin = by_name["admin_api"]
+    assert "--min-instances=1" in claim
+    # A marketer's browser holds only a Firebase ID token: IAM lets it through, the routes
+    # check the admin claim (tests/unit/test_route_access.py).
+    admin = by_name["admin-api"]
     assert "--trigger-http" in admin
-    assert "--allow-unauthenticated" not in admin
-    assert "--no-allow-unauthenticated" in admin
-    if "import_codes" in by_name:
-        assert _flag(by_name["import_codes"], "--trigger-event-filters") == [
-            "type=google.cloud.storage.object.v1.finalized",
-            "bucket=codedrop-imports",
-        ]
-    if "count_usage" in by_name:
-        assert _flag(by_name["count_usage"], "--trigger-topic") == ["coupon-events"]
+    assert "--allow-unauthenticated" in admin
+    assert "--no-allow-unauthenticated" in by_name["sweep"]
+    assert _flag(by_name["import-codes"], "--trigger-event-filters") == [
+        "type=google.cloud.storage.object.v1.finalized",
+        "bucket=codedrop-imports",
+    ]
+    # count_usage is pushed by the plan's own subscription (retry and dead-letter policies).
+    assert "--no-allow-unauthenticated" in by_name["count-usage"]
+    assert not _flag(by_name["count-usage"], "--trigger-topic")
 
 
 def test_dry_run_without_project_uses_a_placeholder(build_dir: Path) -> None:
@@ -373,16 +380,22 @@ def test_dry_run_without_project_uses_a_placeholder(build_dir: Path) -> None:
         assert _flag(command, "--project") == [cli.PLACEHOLDER_PROJECT]
 
 
-def test_only_deploys_one_function(build_dir: Path) -> None:
-    commands = _dry_run(build_dir, "--project", "codedrop-prod", "--only", "admin_api")
-    assert [c[3] for c in commands] == ["admin_api"]
+def test_only_deploys_one_function_and_nothing_else(build_dir: Path) -> None:
+    result = _run_deploy(
+        "--dry-run", "--build-dir", str(build_dir), "--project", "codedrop-prod", "--only", "sweep"
+    )
+    assert result.returncode == 0, result.stderr
+    (line,) = result.stdout.splitlines()
+    assert shlex.split(line)[:4] == ["gcloud", "functions", "deploy", "sweep"]
 
 
-def test_only_a_function_not_written_yet_fails() -> None:
+def test_a_function_missing_from_main_fails_the_deploy() -> None:
     defined = {"claim_api": "http", "admin_api": "http"}
+    with pytest.raises(DeployError, match="sweep"):
+        functions.select_functions(defined)
     with pytest.raises(DeployError, match="count_usage"):
         functions.select_functions(defined, "count_usage")
-    assert [s.name for s in functions.select_functions(defined)] == ["claim_api", "admin_api"]
+    assert [s.name for s in functions.select_functions(defined, "claim_api")] == ["claim_api"]
 
 
 def test_entry_point_with_the_wrong_decorator_is_refused(tmp_path: Path) -> None:
@@ -403,12 +416,11 @@ def test_entry_point_with_the_wrong_decorator_is_refused(tmp_path: Path) -> None
         "import_codes": "http",
     }
     with pytest.raises(DeployError, match="cloud_event"):
-        functions.select_functions(defined)
+        functions.select_functions(defined, "import_codes")
 
 
 @pytest.mark.parametrize("spec", functions.FUNCTIONS, ids=lambda spec: spec.name)
 def test_every_function_in_the_table_gets_its_trigger(spec: functions.FunctionSpec) -> None:
-    # Also covers functions not written yet, which the dry run skips.
     env = gcloud.runtime_env(
         project="codedrop-prod", imports_bucket="my-imports", events_topic="my-events"
     )
@@ -420,17 +432,20 @@ def test_every_function_in_the_table_gets_its_trigger(spec: functions.FunctionSp
         source=Path("/stage"),
         env=env,
         imports_bucket="my-imports",
-        events_topic="my-events",
     )
+    invoker = "codedrop-invoker@codedrop-prod.iam.gserviceaccount.com"
     triggers = {
-        "claim_api": ["--trigger-http", "--allow-unauthenticated"],
-        "admin_api": ["--trigger-http", "--no-allow-unauthenticated"],
-        "import_codes": [
+        "claim-api": ["--trigger-http", "--allow-unauthenticated"],
+        "admin-api": ["--trigger-http", "--allow-unauthenticated"],
+        "sweep": ["--trigger-http", "--no-allow-unauthenticated"],
+        "import-codes": [
             "--trigger-event-filters=type=google.cloud.storage.object.v1.finalized",
             "--trigger-event-filters=bucket=my-imports",
+            f"--trigger-service-account={invoker}",
             "--retry",
         ],
-        "count_usage": ["--trigger-topic=my-events", "--retry"],
+        # Retried by its push subscription's policy (resources.py), not by Eventarc.
+        "count-usage": ["--trigger-http", "--no-allow-unauthenticated"],
     }
     trigger_args = [a for a in command if a.startswith(("--trigger", "--allow", "--no-allow"))]
     trigger_args += [a for a in command if a == "--retry"]
