@@ -286,7 +286,9 @@ def _firestore_java_command(java: str, launcher: Path) -> list[str] | None:
     return [java, "-Duser.language=en", "-cp", str(jar), match.group(1)]
 
 
-def _spawn_firestore(*, host: str, port: int, project: str, log_dir: Path) -> RunningEmulator:
+def _spawn_firestore(
+    *, host: str, port: int, project: str, log_dir: Path, rules: Path | None = None
+) -> RunningEmulator:
     java = _find_java()
     launcher = _sdk_launcher(FIRESTORE_LAUNCHER, "Firestore")
     program = _firestore_java_command(java, launcher)
@@ -295,6 +297,9 @@ def _spawn_firestore(*, host: str, port: int, project: str, log_dir: Path) -> Ru
         program = [str(launcher)]
     # --project_id only names the default project; other project ids keep working.
     command = [*program, "start", f"--host={host}", f"--port={port}", f"--project_id={project}"]
+    if rules is not None:
+        # Enforced for clients that send an end-user token; the Admin SDK bypasses rules.
+        command.append(f"--rules={rules}")
     # The launcher, if used, runs $JAVA (default `java`); pin the one we checked.
     return _spawn("firestore", command, host=host, port=port, log_dir=log_dir, env={"JAVA": java})
 
@@ -329,9 +334,12 @@ def start_firestore(
     project: str,
     log_dir: Path,
     timeout: float = DEFAULT_TIMEOUT,
+    rules: Path | None = None,
 ) -> RunningEmulator:
-    """Start the Firestore emulator and wait until `GET /` answers `Ok`."""
-    return _ready(_spawn_firestore(host=host, port=port, project=project, log_dir=log_dir), timeout)
+    """Start the Firestore emulator (with a security rules file, if given) and wait until
+    `GET /` answers `Ok`."""
+    spawned = _spawn_firestore(host=host, port=port, project=project, log_dir=log_dir, rules=rules)
+    return _ready(spawned, timeout)
 
 
 def start_pubsub(
