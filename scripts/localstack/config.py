@@ -38,6 +38,9 @@ PORTS: tuple[Port, ...] = (
     Port("admin-api", "CODEDROP_ADMIN_API_PORT", 8002, "admin_api"),
     Port("count-usage", "CODEDROP_COUNT_USAGE_PORT", 8003, "count_usage"),
     Port("import-codes", "CODEDROP_IMPORT_CODES_PORT", 8004, "import_codes"),
+    Port(
+        "sweep", "CODEDROP_SWEEP_PORT", 8006, "sweep (called every minute, as Cloud Scheduler does)"
+    ),
 )
 
 
@@ -93,6 +96,7 @@ FUNCTIONS: tuple[Function, ...] = (
     Function("admin_api", "http", workers=1, threads=8),
     Function("count_usage", "cloudevent", workers=1, threads=8),
     Function("import_codes", "cloudevent", workers=1, threads=4),
+    Function("sweep", "http", workers=1, threads=1),
 )
 
 

@@ -25,6 +25,7 @@ from scripts.localstack.functions import (
 )
 from scripts.localstack.output import say
 from scripts.localstack.resources import create_pubsub_resources, verify_bucket
+from scripts.localstack.scheduler import SweepScheduler
 from scripts.localstack.storage_notifier import StorageNotifier, emulator_client
 
 log = logging.getLogger("local_stack")
@@ -72,8 +73,14 @@ def storage_notifier(info: StackInfo) -> Watcher | None:
     return StorageNotifier(client=client, bucket=info.bucket, target_url=f"{url}/")
 
 
+def sweep_scheduler(info: StackInfo) -> Watcher | None:
+    """Calls the sweep every minute, as the Cloud Scheduler job does in a project."""
+    url = info.function_urls.get("sweep")
+    return None if url is None else SweepScheduler(url=f"{url}/")
+
+
 # Factories of the helpers that run beside the functions, in start order.
-WATCHERS: list[Callable[[StackInfo], Watcher | None]] = [storage_notifier]
+WATCHERS: list[Callable[[StackInfo], Watcher | None]] = [storage_notifier, sweep_scheduler]
 
 
 # --- the stack --------------------------------------------------------------------------------
