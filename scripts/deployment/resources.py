@@ -184,7 +184,7 @@ def rules_step(target: Target, rules: Path) -> Step:
         f"TOKEN=$(gcloud auth print-access-token --project={target.project})"
         f" && RULESET=$({ruleset_body} | curl -sSf -X POST {headers} --data-binary @-"
         f' "{api}/rulesets" | {ruleset_name})'
-        f" && {{ curl -sSf -X PATCH {headers} -d \"{{\\\"release\\\": {new_release}}}\""
+        f' && {{ curl -sSf -X PATCH {headers} -d "{{\\"release\\": {new_release}}}"'
         f' "{api}/releases/cloud.firestore" >/dev/null'
         f' || curl -sSf -X POST {headers} -d "{new_release}" "{api}/releases" >/dev/null; }}'
     )
