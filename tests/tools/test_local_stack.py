@@ -131,6 +131,7 @@ def test_every_port_has_its_own_variable_and_default() -> None:
         "CODEDROP_ADMIN_API_PORT": 8002,
         "CODEDROP_COUNT_USAGE_PORT": 8003,
         "CODEDROP_IMPORT_CODES_PORT": 8004,
+        "CODEDROP_SWEEP_PORT": 8006,
     }
     for function in config.FUNCTIONS:
         assert function.port_key in {port.key for port in config.PORTS}
