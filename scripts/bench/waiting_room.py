@@ -55,6 +55,7 @@ import math
 import random
 import sys
 import time
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol
@@ -62,7 +63,8 @@ from typing import Any, Protocol
 from scripts.bench import harness
 from scripts.bench.harness import Row, fmt
 from scripts.support.measure import percentiles
-from shared.waiting_room.admission import AdmissionController, LeakyBucket
+from shared.waiting_room.admission import AdmissionController, LeakyBucket, RoomShare
+from shared.waiting_room.service import heartbeat_interval
 
 SETTLED_FRACTION = 0.8  # the middle 80% of the admission period
 MIN_WINDOW_ADMISSIONS = 20  # per-tick ratios of emptier windows are noise
@@ -81,6 +83,7 @@ class Config:
     jitter_low: float
     jitter_high: float
     instances: int
+    heartbeat_lag: float
     seed: int
     horizon_seconds: float
 
@@ -89,6 +92,11 @@ class Policy(Protocol):
     def first(self, instance: int, now: float) -> bool: ...
 
     def poll(self, instance: int, first_attempt: float, now: float) -> bool: ...
+
+    # When a shopper told to wait asks again (draw: uniform in [0, 1)); None: the jitter.
+    def retry(
+        self, instance: int, first_attempt: float, now: float, draw: float
+    ) -> float | None: ...
 
 
 class RandomPolicy:
@@ -107,22 +115,59 @@ class RandomPolicy:
     def poll(self, instance: int, first_attempt: float, now: float) -> bool:
         return self._buckets[instance].take(now)
 
+    def retry(self, instance: int, first_attempt: float, now: float, draw: float) -> float | None:
+        return None
+
 
 class FairPolicy:
-    """The service's controller, one per instance, each with its share of the rate."""
+    """The service's controller, one per instance, sharing its counts through heartbeats.
+
+    As in shared/waiting_room/service.py: an instance's first request, and then its first
+    request once `heartbeat_interval` has passed, writes its heartbeat (its RoomShare) and reads
+    everyone's.
+    A heartbeat becomes visible to readers `--heartbeat-lag` seconds after it is written (the
+    write's round trip, a reader's request in flight)."""
 
     def __init__(self, cfg: Config) -> None:
-        share = cfg.rate / cfg.instances
+        self.cfg = cfg
         self.controllers = [
-            AdmissionController(rate=share, tick_seconds=cfg.tick, kp=cfg.kp, now=0.0)
+            AdmissionController(rate=cfg.rate, tick_seconds=cfg.tick, kp=cfg.kp, now=0.0)
             for _ in range(cfg.instances)
         ]
+        for controller in self.controllers:
+            controller.set_rate(cfg.rate, instances=cfg.instances)
+        # The first request of an instance writes its first heartbeat.
+        self._next_beat = [0.0] * cfg.instances
+        self._beaten = [0] * cfg.instances
+        # Per instance: its heartbeats as (visible from, share), oldest first.
+        self._beats: list[deque[tuple[float, RoomShare]]] = [deque() for _ in self.controllers]
+
+    def _heartbeat(self, instance: int, now: float) -> None:
+        if now < self._next_beat[instance]:
+            return
+        controller = self.controllers[instance]
+        self._beats[instance].append((now + self.cfg.heartbeat_lag, controller.share(now)))
+        seen: dict[str, RoomShare] = {}
+        for other, beats in enumerate(self._beats):
+            while len(beats) > 1 and beats[1][0] <= now:
+                beats.popleft()
+            if other != instance and beats and beats[0][0] <= now:
+                seen[str(other)] = beats[0][1]
+        controller.update_peers(seen, live=seen.keys())
+        interval = heartbeat_interval(self._beaten[instance])
+        self._next_beat[instance] = now + controller.heartbeat_within(now, interval)
+        self._beaten[instance] += 1
 
     def first(self, instance: int, now: float) -> bool:
+        self._heartbeat(instance, now)
         return self.controllers[instance].arrive(now).admitted
 
     def poll(self, instance: int, first_attempt: float, now: float) -> bool:
+        self._heartbeat(instance, now)
         return self.controllers[instance].decide(first_attempt, now).admitted
+
+    def retry(self, instance: int, first_attempt: float, now: float, draw: float) -> float | None:
+        return self.controllers[instance].retry_after(first_attempt, now, draw)
 
 
 def make_arrivals(cfg: Config) -> list[float]:
@@ -173,7 +218,11 @@ def simulate(policy: Policy, arrivals: Sequence[float], cfg: Config, *, seed: in
         if ok:
             admitted_at[shopper] = now
         else:
-            heapq.heappush(retries, (now + rng.uniform(low, high), shopper))
+            draw = rng.random()
+            delay = policy.retry(instance, arrivals[shopper], now, draw)
+            heapq.heappush(
+                retries, (now + (low + (high - low) * draw if delay is None else delay), shopper)
+            )
     return Run(admitted_at=admitted_at, polls=polls, cpu_seconds=time.process_time() - started)
 
 
@@ -370,6 +419,7 @@ OPTIONS: list[harness.Option] = [
     ("--jitter-low", float, 0.5, "Retry-After low, in ticks"),
     ("--jitter-high", float, 1.0, "Retry-After high, in ticks"),
     ("--instances", int, 1, "instances sharing the rate"),
+    ("--heartbeat-lag", float, 0.5, "a heartbeat is seen this long after it is written (s)"),
     ("--seed", int, 7, "arrivals and polls"),
     ("--horizon-seconds", float, 0.0, "stop the clock here (0: 5x the ideal drain time)"),
     ("--policies", str, "random,fair,ideal-fifo", "comma-separated"),

@@ -1,13 +1,14 @@
-"""The waiting room as the claim path uses it: tickets in and out, per-instance controllers,
-the instance's share of the campaign's admission rate, and stock awareness.
+"""The waiting room as the claim path uses it: tickets in and out, one threshold for the whole
+room, and stock awareness.
 
-Sharing the rate: each instance admits `admissions_per_second / live instances`, where live
-instances are those that wrote a heartbeat for the campaign in the last few seconds. The
-trade-off: the count lags a scale-out by a heartbeat or two, so a burst that starts new
-instances briefly admits more than the target (each new instance starts with a fresh bucket),
-and an instance that dies keeps its share until its heartbeat goes stale; the leaky bucket
-bounds both. Coordinating one global threshold instead would put a shared document on the hot
-path of every poll.
+One threshold, whatever the instance count: every instance writes a heartbeat document for the
+campaign every couple of seconds (sooner while it is new) carrying its own per-slot ticket counts
+and admissions (a RoomShare), and reads everyone's in the same refresh, so each instance computes
+the threshold from the same counts with the same rule (see admission.AdmissionController). No
+shared document is on the path of a poll: one request per instance and campaign refreshes, the
+others decide from memory. Each instance's leaky bucket takes its share of the rate among the
+live instances (a heartbeat in the last few seconds), with room for the chance of the load
+balancer sending it more.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from google.api_core.exceptions import GoogleAPIError
 from google.cloud import firestore
@@ -28,15 +29,24 @@ from shared.campaigns.models import CampaignRecord, WaitingRoomStatus
 from shared.errors import WaitingRoom
 from shared.gcp.firestore import room_instances_collection
 from shared.settings import Settings
-from shared.waiting_room.admission import AdmissionController, Ticket, TicketSigner
+from shared.waiting_room.admission import AdmissionController, RoomShare, Ticket, TicketSigner
 
 HEARTBEAT_SECONDS = 2.0
+# A new instance looks again sooner at first: the others' counts tell it where the room is.
+FIRST_HEARTBEATS_SECONDS = (0.1, 0.2, 0.4, 0.8, 1.6)
 LIVE_SECONDS = 6.0
 # Admissions of the last STOCK_WINDOW seconds may not exceed this instance's share of the
 # remaining codes. Short, because an admitted shopper claims at once and the counters catch up
 # within about a second; after that the claim is in `remaining` and must not count twice.
 STOCK_WINDOW_SECONDS = 2.0
 STOCK_SLACK = 1.1
+
+
+def heartbeat_interval(done: int) -> float:
+    """How long after its `done`-th heartbeat an instance writes (and reads) the next."""
+    if done < len(FIRST_HEARTBEATS_SECONDS):
+        return FIRST_HEARTBEATS_SECONDS[done]
+    return HEARTBEAT_SECONDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +59,12 @@ class _Room:
     controller: AdmissionController
     admitted: deque[float]
     lock: threading.Lock
+    # When the instances were last counted (and heartbeats exchanged), how many were live, and
+    # how many heartbeats this instance has written.
+    refreshed_at: float | None = None
+    instances: int = 1
+    heartbeats: int = 0
+    refreshing: threading.Lock = field(default_factory=threading.Lock)
 
 
 class WaitingRoomService:
@@ -68,8 +84,6 @@ class WaitingRoomService:
         self._instance_id = uuid.uuid4().hex[:12]
         self._rooms: dict[str, _Room] = {}
         self._rooms_lock = threading.Lock()
-        self._instances: dict[str, tuple[int, float]] = {}
-        self._refreshing: dict[str, threading.Lock] = {}
 
     @property
     def signer(self) -> TicketSigner:
@@ -89,42 +103,50 @@ class WaitingRoomService:
                 self._rooms[campaign_id] = room
             return room
 
-    def live_instances(self, campaign_id: str, now: float) -> int:
+    def live_instances(self, room: _Room, campaign_id: str, now: float) -> int:
         """Instances serving this campaign's room, from heartbeats (this one included).
 
-        One request per instance and campaign refreshes the count while the others go on with
-        the last one (only the very first requests wait for it): without that, every request
-        arriving after the count expires writes the same heartbeat document at once, and under
-        a burst those writes abort on contention and fail the shoppers' claims."""
-        cached = self._instances.get(campaign_id)
-        if cached is not None and now - cached[1] < HEARTBEAT_SECONDS:
-            return cached[0]
-        with self._rooms_lock:
-            refresh = self._refreshing.setdefault(campaign_id, threading.Lock())
-        if not refresh.acquire(blocking=cached is None):
-            assert cached is not None
-            return cached[0]  # another request is refreshing it
+        One request per instance and campaign exchanges heartbeats while the others go on with
+        what the room knows (only the very first request waits for it): without that, every
+        request arriving after the interval writes the same heartbeat document at once, and
+        under a burst those writes abort on contention and fail the shoppers' claims."""
+        due = room.refreshed_at is None or (
+            now - room.refreshed_at >= heartbeat_interval(room.heartbeats - 1)
+        )
+        if not due or not room.refreshing.acquire(blocking=room.refreshed_at is None):
+            return room.instances
         try:
-            cached = self._instances.get(campaign_id)
-            if cached is not None and now - cached[1] < HEARTBEAT_SECONDS:
-                return cached[0]
-            beats = room_instances_collection(self._db, campaign_id)
-            try:
-                beats.document(self._instance_id).set({"seen_at": now})
-                live = sum(
-                    1
-                    for s in beats.stream()
-                    if now - float((s.to_dict() or {}).get("seen_at", 0)) < LIVE_SECONDS
-                )
-            except GoogleAPIError:
-                if cached is None:
-                    raise
-                return cached[0]  # keep the last count; the next request tries again
-            count = max(live, 1)
-            self._instances[campaign_id] = (count, now)
-            return count
+            if room.refreshed_at is None or now - room.refreshed_at >= heartbeat_interval(
+                room.heartbeats - 1
+            ):
+                self._exchange(room, campaign_id, now)
+            return room.instances
+        except GoogleAPIError:
+            if room.refreshed_at is None:
+                raise
+            return room.instances  # go on with what the room knows; the next request retries
         finally:
-            refresh.release()
+            room.refreshing.release()
+
+    def _exchange(self, room: _Room, campaign_id: str, now: float) -> None:
+        """Write this instance's heartbeat (its counts) and read everyone's."""
+        with room.lock:
+            share = room.controller.share(now)
+        beats = room_instances_collection(self._db, campaign_id)
+        beats.document(self._instance_id).set({"seen_at": now, "share": share.fields()})
+        shares: dict[str, RoomShare] = {}
+        live = {self._instance_id}
+        for snapshot in beats.stream():
+            data = snapshot.to_dict() or {}
+            if now - float(data.get("seen_at", 0)) < LIVE_SECONDS:
+                live.add(snapshot.id)
+            if snapshot.id != self._instance_id and "share" in data:
+                shares[snapshot.id] = RoomShare.from_fields(data["share"])
+        with room.lock:
+            room.controller.update_peers(shares, live=live)
+            room.instances = len(live)
+            room.refreshed_at = now
+            room.heartbeats += 1
 
     def admit(
         self,
@@ -143,13 +165,13 @@ class WaitingRoomService:
             if ticket_token
             else None
         )
-        instances = self.live_instances(campaign.campaign_id, now)
         room = self._room(campaign.campaign_id, now)
+        instances = self.live_instances(room, campaign.campaign_id, now)
         with room.lock:
             # Read again under the lock: the heartbeat above may have taken a while, and the
             # controller must see time in the order it decides (its bucket, its slots).
             now = self._clock()
-            room.controller.set_rate(campaign.admissions_per_second / instances)
+            room.controller.set_rate(campaign.admissions_per_second, instances=instances)
             if ticket is None:
                 ticket = Ticket(campaign.campaign_id, user_id, first_attempt=now)
                 decision = room.controller.arrive(now)
@@ -161,12 +183,12 @@ class WaitingRoomService:
             admitted = decision.admitted and len(room.admitted) < stock_cap
             if admitted:
                 room.admitted.append(now)
+            else:
+                retry = room.controller.retry_after(ticket.first_attempt, now, random.random())
         token = ticket_token or self._signer.issue(ticket)
         if admitted:
             return RoomPass(ticket=token)
-        tick = self._settings.waiting_room_tick_seconds
-        # Jitter spreads the polls; at most one tick, so an admissible shopper is seen in time.
-        retry_ms = int(random.uniform(0.5, 1.0) * tick * 1000)
+        retry_ms = int(retry * 1000)
         wait = decision.estimated_wait_seconds
         raise WaitingRoom(
             "The sale is busy: you have a place in line; retry after the given time.",
@@ -184,8 +206,8 @@ class WaitingRoomService:
         now = self._clock()
         room = self._room(campaign.campaign_id, now)
         with room.lock:
-            backlog = room.controller.backlog
-            wait = room.controller.estimated_wait(now + 1e-6) if backlog else 0.0
+            backlog = room.controller.backlog(now)
+            wait = room.controller.estimated_wait(now + 1e-6, now) if backlog else 0.0
         return WaitingRoomStatus(
             enabled=True,
             engaged=backlog > 0,

@@ -1,10 +1,20 @@
-"""The waiting room's pure logic on a virtual clock: tickets, the controller, the bucket."""
+"""The waiting room's pure logic on a virtual clock: tickets, the controller, the bucket, and
+several instances sharing one threshold through heartbeats that arrive late."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from shared.waiting_room.admission import AdmissionController, InvalidTicket, Ticket, TicketSigner
+from scripts.bench.waiting_room import Config, FairPolicy, make_arrivals, measure, simulate
+from shared.waiting_room.admission import (
+    AdmissionController,
+    InvalidTicket,
+    RoomShare,
+    Ticket,
+    TicketSigner,
+)
 
 
 def signer(max_age: int = 600) -> TicketSigner:
@@ -53,7 +63,7 @@ def test_with_spare_capacity_everyone_passes_at_once() -> None:
     decisions = [room.arrive(t / 2) for t in range(10)]  # 2 shoppers a second, rate 10
 
     assert all(d.admitted for d in decisions)
-    assert room.backlog == 0
+    assert room.backlog(5.0) == 0
 
 
 def test_a_burst_is_admitted_in_arrival_order_at_the_target_rate() -> None:
@@ -84,6 +94,101 @@ def test_the_wait_estimate_counts_the_shoppers_ahead() -> None:
     for i in range(50):
         room.arrive(i * 0.01)
 
-    estimate = room.estimated_wait(0.49)
+    estimate = room.estimated_wait(0.49, 0.5)
 
     assert 8 <= estimate <= 10  # ~45-49 shoppers ahead at 5 a second
+
+
+def _config(instances: int, *, lag: float, shoppers: int = 3000, rate: float = 100.0) -> Config:
+    return Config(
+        shoppers=shoppers,
+        arrival_seconds=5.0,
+        arrivals="uniform",
+        rate=rate,
+        tick=1.0,
+        kp=0.5,
+        jitter_low=0.5,
+        jitter_high=1.0,
+        instances=instances,
+        heartbeat_lag=lag,
+        seed=11,
+        horizon_seconds=600.0,
+    )
+
+
+@pytest.mark.parametrize("instances", [2, 4])
+def test_instances_sharing_heartbeats_admit_in_one_order_at_the_target_rate(
+    instances: int,
+) -> None:
+    """Polls reach instances at random; each instance hears the others' counts only through
+    heartbeats (seen 0.1 s after they are written). Order holds to within a tick, but for a
+    few shoppers while the queue is younger than the heartbeats are fresh (the first seconds:
+    instances guess each other's latest counts, and guess differently)."""
+    cfg = _config(instances, lag=0.1)
+    arrivals = make_arrivals(cfg)
+
+    run = simulate(FairPolicy(cfg), arrivals, cfg, seed=cfg.seed + 1)
+    figures = measure("fair", run, arrivals, cfg)
+
+    assert figures.never_admitted == 0
+    assert figures.order_violations <= 0.03 * cfg.shoppers
+    assert figures.order_worst_lag_s <= 2 * cfg.tick
+    late = [i for i, t in enumerate(arrivals) if t > 2.0]
+    assert _violations(run.admitted_at, arrivals, cfg.tick, among=late) == 0
+    assert abs(figures.rate_mean - cfg.rate) <= 0.1 * cfg.rate
+
+
+def _violations(
+    admitted_at: list[float], arrivals: list[float], tick: float, *, among: list[int]
+) -> int:
+    """Shoppers of `among` admitted more than a tick after someone who arrived later."""
+    count, earliest_later = 0, float("inf")
+    chosen = set(among)
+    for i in range(len(arrivals) - 1, -1, -1):
+        if i in chosen and admitted_at[i] - earliest_later > tick:
+            count += 1
+        earliest_later = min(earliest_later, admitted_at[i])
+    return count
+
+
+def test_thresholds_agree_once_everyone_has_heard_everyone() -> None:
+    cfg = _config(3, lag=0.5)
+    policy = FairPolicy(cfg)
+    rng = random.Random(3)
+    for arrival in make_arrivals(cfg):
+        policy.first(rng.randrange(3), arrival)
+    # Heartbeats go round (each instance's first request after its interval exchanges them).
+    for now in (7.0, 9.5, 12.0):
+        for instance in range(3):
+            policy.poll(instance, 1e9, now)
+
+    thresholds = {round(c.threshold(12.5), 6) for c in policy.controllers}
+    passed = {round(c.passed(12.5), 6) for c in policy.controllers}
+
+    assert len(thresholds) == 1
+    assert len(passed) == 1
+
+
+def test_a_new_instance_takes_the_rooms_place_from_the_others_heartbeats() -> None:
+    old = AdmissionController(rate=10, tick_seconds=1, kp=0.5, now=0.0)
+    for i in range(400):
+        old.arrive(i * 0.01)  # 400 shoppers in 4 s: a 40 s queue at 10 a second
+    for second in range(1, 30):
+        old.threshold(float(second))
+    share = old.share(30.0)
+
+    new = AdmissionController(rate=10, tick_seconds=1, kp=0.5, now=30.0)
+    new.update_peers({"old": share}, live={"old"})
+
+    assert new.threshold(30.5) == pytest.approx(old.threshold(30.5), abs=0.02)
+    assert 2.5 <= new.threshold(30.5) <= 3.5  # ~300 of the 400 passed by then
+
+
+def test_a_share_survives_the_heartbeat_document() -> None:
+    room = AdmissionController(rate=10, tick_seconds=1, kp=0.5, now=0.0)
+    for i in range(50):
+        room.arrive(i * 0.02)
+    share = room.share(1.5)
+
+    assert RoomShare.from_fields(share.fields()) == share
+    assert sum(share.tickets) + share.before == 50 - sum(share.admitted)
