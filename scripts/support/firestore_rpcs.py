@@ -16,6 +16,9 @@ What counts as a document read or written follows Firestore's billing:
 - BatchWrite (BulkWriter): the writes whose status is OK;
 - BeginTransaction, Rollback: calls only.
 Every call, and every call that raised (by method and error, e.g. Aborted), is counted too.
+Reads and rejected writes are also counted by collection (the last collection of the document's
+path, or the collection a query asks), so a benchmark can tell a claim that lost its coupon to
+another instance from a lost race on some other document.
 Other RPCs (listen, list_documents, …) are not wrapped. Counts are totals since the counter was
 installed, safe to update from any thread; `snapshot()` differences give a phase's share.
 """
@@ -48,6 +51,10 @@ class RpcCounts:
     empty_queries: int = 0  # of the run_query reads, queries that returned nothing
     writes: int = 0  # documents written by commits and batch writes that succeeded
     writes_rejected: int = 0  # writes sent in commits that failed (nothing written)
+    reads_by_collection: Mapping[str, int] = field(default_factory=dict)
+    writes_by_collection: Mapping[str, int] = field(default_factory=dict)  # of commits only
+    # commits that failed, by error and by the collections they wrote ("coupons+claims")
+    rejected_commits: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def documents_read(self) -> int:
@@ -76,6 +83,9 @@ class RpcCounts:
             empty_queries=self.empty_queries + sign * other.empty_queries,
             writes=self.writes + sign * other.writes,
             writes_rejected=self.writes_rejected + sign * other.writes_rejected,
+            reads_by_collection=merged(self.reads_by_collection, other.reads_by_collection),
+            writes_by_collection=merged(self.writes_by_collection, other.writes_by_collection),
+            rejected_commits=merged(self.rejected_commits, other.rejected_commits),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -86,6 +96,9 @@ class RpcCounts:
             "missing_documents": self.missing,
             "empty_queries": self.empty_queries,
             "writes_rejected": self.writes_rejected,
+            "reads_by_collection": dict(self.reads_by_collection),
+            "writes_by_collection": dict(self.writes_by_collection),
+            "rejected_commits": dict(self.rejected_commits),
             "calls": dict(self.calls),
             "errors": dict(self.errors),
         }
@@ -102,6 +115,9 @@ class RpcCounter:
         self._calls: Counter[str] = Counter()
         self._errors: Counter[str] = Counter()
         self._reads: Counter[str] = Counter()
+        self._by_collection: Counter[str] = Counter()
+        self._written_to: Counter[str] = Counter()
+        self._rejected_commits: Counter[str] = Counter()
         self._missing = self._empty = self._writes = self._rejected = 0
         for name in STREAMING:
             setattr(self._api, name, self._streaming(name, getattr(self._api, name)))
@@ -132,6 +148,9 @@ class RpcCounter:
                 empty_queries=self._empty,
                 writes=self._writes,
                 writes_rejected=self._rejected,
+                reads_by_collection=dict(self._by_collection),
+                writes_by_collection=dict(self._written_to),
+                rejected_commits=dict(self._rejected_commits),
             )
 
     # --- counting --------------------------------------------------------------------------
@@ -140,14 +159,19 @@ class RpcCounter:
         with self._lock:
             self._calls[name] += 1
 
-    def _failed(self, name: str, error: BaseException, *, rejected: int = 0) -> None:
+    def _failed(
+        self, name: str, error: BaseException, *, rejected: int = 0, collections: str = ""
+    ) -> None:
         with self._lock:
             self._errors[f"{name}: {type(error).__name__}"] += 1
             self._rejected += rejected
+            if collections:
+                self._rejected_commits[f"{type(error).__name__}: {collections}"] += 1
 
-    def _read(self, name: str, *, missing: int = 0, empty: int = 0) -> None:
+    def _read(self, name: str, collection: str, *, missing: int = 0, empty: int = 0) -> None:
         with self._lock:
             self._reads[name] += 1
+            self._by_collection[collection] += 1
             self._missing += missing
             self._empty += empty
 
@@ -164,28 +188,30 @@ class RpcCounter:
             except Exception as exc:
                 self._failed(name, exc)
                 raise
-            return self._stream(name, responses)
+            return self._stream(name, responses, _queried(_request(args, kwargs)))
 
         return counted
 
-    def _stream(self, name: str, responses: Iterable[Any]) -> Iterator[Any]:
+    def _stream(self, name: str, responses: Iterable[Any], queried: str) -> Iterator[Any]:
         """Count documents as they arrive: a caller may stop reading early (a single get)."""
         documents = 0
         try:
             for response in responses:
                 if name == "batch_get_documents":
                     # A response may carry only the id of a transaction it began.
-                    if "found" in response or response.missing:
-                        self._read(name, missing=1 if response.missing else 0)
+                    if "found" in response:
+                        self._read(name, _collection(response.found.name))
+                    elif response.missing:
+                        self._read(name, _collection(response.missing), missing=1)
                 elif "document" in response:
                     documents += 1
-                    self._read(name)
+                    self._read(name, _collection(response.document.name))
                 yield response
         except Exception as exc:
             self._failed(name, exc)
             raise
         if name == "run_query" and documents == 0:
-            self._read(name, empty=1)
+            self._read(name, queried, empty=1)
 
     def _unary(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
         def counted(*args: Any, **kwargs: Any) -> Any:
@@ -194,18 +220,47 @@ class RpcCounter:
                 response = method(*args, **kwargs)
             except Exception as exc:
                 writes = _field(_request(args, kwargs), "writes") if name == "commit" else None
-                self._failed(name, exc, rejected=len(writes or ()))
+                into = sorted({_collection(_written(w)) for w in writes or ()} - {""})
+                self._failed(name, exc, rejected=len(writes or ()), collections="+".join(into))
                 raise
             if name == "run_aggregation_query":
-                self._read(name)
+                self._read(
+                    name, _queried(_field(_request(args, kwargs), "structured_aggregation_query"))
+                )
             elif name == "commit":
                 self._wrote(len(response.write_results))
+                writes = _field(_request(args, kwargs), "writes") or ()
+                with self._lock:
+                    self._written_to.update(_collection(_written(w)) for w in writes)
             elif name == "batch_write":
                 written = sum(1 for status in response.status if status.code == 0)
                 self._wrote(written, len(response.status) - written)
             return response
 
         return counted
+
+
+def _collection(document_name: str) -> str:
+    """projects/P/databases/D/documents/campaigns/c/coupons/id -> "coupons"."""
+    parts = document_name.split("/")
+    return parts[-2] if len(parts) >= 2 else ""
+
+
+def _written(write: Any) -> str:
+    """The name of the document a Write changes."""
+    for kind in ("update", "transform"):
+        target = getattr(write, kind, None)
+        name = getattr(target, "name", None) or getattr(target, "document", None)
+        if name:
+            return str(name)
+    return str(getattr(write, "delete", "") or "")
+
+
+def _queried(request: Any) -> str:
+    """The collection a query asks (for an empty answer, which names no document)."""
+    structured = _field(request, "structured_query")
+    sources = getattr(structured, "from_", None) if structured is not None else None
+    return str(sources[0].collection_id) if sources else ""
 
 
 def _request(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:

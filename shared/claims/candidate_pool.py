@@ -52,6 +52,7 @@ STALE_RUN_FLUSH = 16
 REFILL_HORIZON_SECONDS = 1.0
 MIN_REFILL = 8
 DEMAND_WINDOW_SECONDS = 2.0
+MIN_DEMAND_SPAN_SECONDS = 0.25
 # Segments asked for at a time, the longest run leased at once, and how long a lease lasts
 # (every read renews it).
 OPEN_QUERY_LIMIT = 4
@@ -65,7 +66,7 @@ LEASE_SECONDS = 60.0
 LEASED_BACKOFF_SECONDS = 1.0
 # Steals from the top of others' segments, and proofs that find codes in flight elsewhere.
 STEAL_INTERVAL_SECONDS = 0.05
-MAX_STEAL = 16
+MAX_STEAL = 64
 PROOF_INTERVAL_SECONDS = 0.25
 STARVED_BEFORE_TAKING_IN_FLIGHT_SECONDS = 2.0
 WAIT_SECONDS = 0.05
@@ -270,7 +271,8 @@ class CandidatePool:
             self._takes.popleft()
         recent = 0
         if self._takes:
-            span = max(now - self._takes[0], REFILL_HORIZON_SECONDS)
+            # Over the window, or since the first take (a sale's first moments count fully).
+            span = max(now - self._takes[0], MIN_DEMAND_SPAN_SECONDS)
             recent = math.ceil(len(self._takes) / span * REFILL_HORIZON_SECONDS)
         return max(MIN_REFILL, min(self.max_refill, max(recent, 2 * self._waiting)))
 

@@ -83,11 +83,36 @@ def test_writes_are_counted_when_the_commit_succeeds_and_rejected_when_it_fails(
 
     counts = counted(db, commits)
     assert counts.writes == 2
+    assert counts.writes_by_collection == {collection.id: 2}
     assert counts.writes_rejected == 2
     assert counts.calls == {"commit": 2}
     assert counts.errors == {"commit: AlreadyExists": 1}
     assert counts.failed("AlreadyExists") == 1
     assert not collection.document("other").get().exists
+
+
+def test_reads_and_failed_commits_are_also_counted_by_collection(
+    db: firestore.Client, collection: firestore.CollectionReference
+) -> None:
+    """A benchmark tells a claim that lost its coupon (a guarded commit on `coupons`) from
+    other lost races, and what each collection cost in reads."""
+    read_at = collection.document("d0").get().update_time
+    collection.document("d0").update({"n": 20})  # the guard below is stale now
+    name = collection.id
+
+    def work() -> None:
+        list(db.get_all([collection.document("d0"), collection.document("nope")]))
+        assert collection.where(filter=FieldFilter("n", ">", 99)).get() == []
+        batch = db.batch()
+        batch.update(
+            collection.document("d0"), {"n": 21}, option=db.write_option(last_update_time=read_at)
+        )
+        with pytest.raises(gexc.FailedPrecondition):
+            batch.commit()
+
+    counts = counted(db, work)
+    assert counts.reads_by_collection == {name: 3}
+    assert counts.rejected_commits == {f"FailedPrecondition: {name}": 1}
 
 
 def test_a_transaction_counts_its_begin_reads_and_commit(
