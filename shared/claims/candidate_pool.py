@@ -49,8 +49,8 @@ log = logging.getLogger(__name__)
 # This many candidates in a row found taken by another instance flush the pool.
 STALE_RUN_FLUSH = 16
 # A refill holds about this much of the instance's recent demand, within these bounds.
-REFILL_HORIZON_SECONDS = 1.0
-MIN_REFILL = 8
+REFILL_HORIZON_SECONDS = 2.0
+MIN_REFILL = 16
 DEMAND_WINDOW_SECONDS = 2.0
 MIN_DEMAND_SPAN_SECONDS = 0.25
 # Segments asked for at a time, the longest run leased at once, and how long a lease lasts
@@ -63,9 +63,9 @@ MAX_RUN = 16
 LEASE_SECONDS = 60.0
 # When every open segment seen is someone else's, or has too little left to steal: look again
 # after this.
-LEASED_BACKOFF_SECONDS = 1.0
+LEASED_BACKOFF_SECONDS = 2.0
 # Steals from the top of others' segments, and proofs that find codes in flight elsewhere.
-STEAL_INTERVAL_SECONDS = 0.05
+STEAL_INTERVAL_SECONDS = 0.1
 MAX_STEAL = 64
 PROOF_INTERVAL_SECONDS = 0.25
 STARVED_BEFORE_TAKING_IN_FLIGHT_SECONDS = 2.0
