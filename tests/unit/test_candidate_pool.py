@@ -273,14 +273,14 @@ def test_codes_in_flight_elsewhere_are_taken_only_after_starving_a_while(
 
 def test_a_steal_takes_the_top_of_a_held_segment_and_never_what_its_holder_reads() -> None:
     # One segment: the second instance can only steal.
-    supply = FakeSupply(400, segments=1, latency=0.001)
+    supply = FakeSupply(1000, segments=1, latency=0.002)
     holder, stealer = _pool(supply), _pool(supply)
     first = holder.take(deadline=_deadline(), prove=_never)  # the holder leases the segment
     assert first is not None
     holder.release(first)
     shoppers = Shoppers(supply, [holder, stealer])
 
-    shoppers.run(threads_per_pool=2)
+    shoppers.run(threads_per_pool=1)
 
     assert not supply.free
     assert shoppers.conflicts == 0
