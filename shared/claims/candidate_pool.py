@@ -232,7 +232,7 @@ class CandidatePool:
                     ):
                         return None
                     if self._refilling:
-                        self._wait_locked(deadline, None)
+                        self._wait_locked(deadline, WAIT_SECONDS)
                         continue
                     self._refilling = True
             if candidate is not None:
@@ -240,12 +240,15 @@ class CandidatePool:
                     threading.Thread(target=self._background_refill, daemon=True).start()
                 return candidate
             # The pool is empty and this request refills it while the others wait.
+            progress = _Progress.FOUND  # (if it raises, the others look again at once)
             try:
                 progress = self._refill_or_prove(prove)
             finally:
                 with self._lock:
                     self._refilling = False
-                    self._changed.notify_all()
+                    # Nothing new: waking the others would only have them find nothing again.
+                    if progress is not _Progress.WAIT:
+                        self._changed.notify_all()
             if progress is _Progress.WAIT:
                 with self._lock:
                     self._wait_locked(deadline, WAIT_SECONDS)
