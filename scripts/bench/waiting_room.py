@@ -2,22 +2,28 @@
 
     .venv/bin/python -m scripts.bench.waiting_room [--shoppers 20000] [--arrival-seconds 10]
         [--arrivals uniform|burst] [--rate 200] [--tick 1.0] [--kp 0.5]
-        [--jitter-low 0.5] [--jitter-high 1.0] [--instances 1] [--seed 7]
-        [--json PATH] [--check]
+        [--jitter-low 0.5] [--jitter-high 1.0] [--instances 1[,2,10,100]]
+        [--heartbeat-lag 0.1] [--seed 7] [--json PATH] [--check]
 
 No sleeping and no network: time is a number the simulation advances from event to event.
 `--shoppers` shoppers arrive within `--arrival-seconds` (uniformly, or `burst`: front-loaded,
 exponentially decaying with a fifth of the window as time constant, truncated to the window).
-Every shopper polls at once on arrival, then again after Retry-After, which is, as in
-shared/waiting_room_service.py, uniform in [jitter-low, jitter-high] ticks; until admitted.
-Capacity is `--rate` admissions per second in total. Every policy sees the same arrivals, and
-each poll goes to an instance drawn at random (a load balancer), with `--instances` instances
-each given rate / instances, as the service shares the rate among live instances.
+Every shopper polls at once on arrival, then again after Retry-After until admitted: for the
+fair queue, what the controller answers (shared/waiting_room/admission.py, retry_after: just
+after the next tick for those it passes then, 0.2-0.4 tick for those right at the threshold,
+0.5-1 tick for the rest), for the others uniform in [jitter-low, jitter-high] ticks. Capacity is
+`--rate` admissions per second in total. Every policy sees the same arrivals, and each poll
+goes to an instance drawn at random (a load balancer). With several `--instances` (a list runs
+each in turn), the fair queue's instances share their counts through heartbeats as the service
+does: each exchanges them on its first request, then at the interval the service uses (sooner
+while new, or while the queue is young), and a heartbeat is seen `--heartbeat-lag` seconds after
+it is written (the write's round trip).
 
-  random      Shopify's first attempt: a leaky bucket (shared.waiting_room.LeakyBucket, capacity
-              one tick of the instance's rate) takes whoever polls while it has room; no order.
-  fair        shared.waiting_room.AdmissionController used directly: arrive(now) on a shopper's
-              first poll (the ticket then carries that time), decide(first_attempt, now) after.
+  random      Shopify's first attempt: a leaky bucket per instance (LeakyBucket, its share of
+              the rate, capacity one tick of it) takes whoever polls while it has room; no order.
+  fair        shared.waiting_room.admission.AdmissionController, one per instance: arrive(now)
+              on a shopper's first poll (the ticket then carries that time),
+              decide(first_attempt, now) after.
               Tick `--tick`, gain `--kp` (the service's defaults: 1.0 s, 0.5).
   ideal-fifo  a reference, not a policy: one central queue admitting in exact arrival order,
               as early as the same total bucket allows, with no polling delay. It bounds what
@@ -35,6 +41,8 @@ Reported per policy (time in queue = admission time - arrival time):
                              worst lag (own admission - earliest later-arrival's admission).
   total                      time from the first arrival until everyone is admitted.
   polls                      requests served, per shopper and per second (load on the service).
+  heartbeats                 heartbeat documents the instances read per second (each exchange
+                             reads every instance's: this grows with the square of the count).
 
 On the overall p95/p50: when a burst exceeds capacity, any policy that keeps the order admits
 the k-th shopper at about k / rate, so the time in queue grows linearly with the rank and is
@@ -139,6 +147,7 @@ class FairPolicy:
         # The first request of an instance writes its first heartbeat.
         self._next_beat = [0.0] * cfg.instances
         self._beaten = [0] * cfg.instances
+        self.heartbeat_reads = 0  # heartbeat documents read (each exchange reads all of them)
         # Per instance: its heartbeats as (visible from, share), oldest first.
         self._beats: list[deque[tuple[float, RoomShare]]] = [deque() for _ in self.controllers]
 
@@ -154,6 +163,7 @@ class FairPolicy:
             if other != instance and beats and beats[0][0] <= now:
                 seen[str(other)] = beats[0][1]
         controller.update_peers(seen, live=seen.keys())
+        self.heartbeat_reads += len(self._beats)
         interval = heartbeat_interval(self._beaten[instance])
         self._next_beat[instance] = now + controller.heartbeat_within(now, interval)
         self._beaten[instance] += 1
@@ -187,6 +197,7 @@ class Run:
     admitted_at: list[float]  # per shopper (index in arrival order); inf if never admitted
     polls: int
     cpu_seconds: float
+    heartbeat_reads: int = 0
 
 
 def simulate(policy: Policy, arrivals: Sequence[float], cfg: Config, *, seed: int) -> Run:
@@ -223,7 +234,12 @@ def simulate(policy: Policy, arrivals: Sequence[float], cfg: Config, *, seed: in
             heapq.heappush(
                 retries, (now + (low + (high - low) * draw if delay is None else delay), shopper)
             )
-    return Run(admitted_at=admitted_at, polls=polls, cpu_seconds=time.process_time() - started)
+    return Run(
+        admitted_at=admitted_at,
+        polls=polls,
+        cpu_seconds=time.process_time() - started,
+        heartbeat_reads=getattr(policy, "heartbeat_reads", 0),
+    )
 
 
 def ideal_fifo(arrivals: Sequence[float], cfg: Config) -> Run:
@@ -277,6 +293,7 @@ class Metrics:
     polls: int
     polls_per_shopper: float
     polls_per_second: float
+    heartbeat_reads_per_second: float  # heartbeat documents all instances read, per second
     cpu_seconds: float
 
 
@@ -344,6 +361,7 @@ def measure(name: str, run: Run, arrivals: Sequence[float], cfg: Config) -> Metr
         polls=run.polls,
         polls_per_shopper=run.polls / len(arrivals) if run.polls else 0.0,
         polls_per_second=run.polls / total if run.polls and total > 0 else 0.0,
+        heartbeat_reads_per_second=run.heartbeat_reads / total if total > 0 else 0.0,
         cpu_seconds=run.cpu_seconds,
     )
 
@@ -383,6 +401,7 @@ ROWS: list[Row | str] = [
     ("time to admit all (s)", _fixed("total_seconds", 1)),
     ("polls per shopper", _fixed("polls_per_shopper", 1)),
     ("polls per second", _fixed("polls_per_second", 0)),
+    ("heartbeat documents read / s", _fixed("heartbeat_reads_per_second", 0)),
     ("sim CPU (s)", _fixed("cpu_seconds", 1)),
 ]
 
@@ -418,8 +437,8 @@ OPTIONS: list[harness.Option] = [
     ("--kp", float, 0.5, "proportional gain"),
     ("--jitter-low", float, 0.5, "Retry-After low, in ticks"),
     ("--jitter-high", float, 1.0, "Retry-After high, in ticks"),
-    ("--instances", int, 1, "instances sharing the rate"),
-    ("--heartbeat-lag", float, 0.5, "a heartbeat is seen this long after it is written (s)"),
+    ("--instances", str, "1", "instances sharing the room; several: comma-separated (1,2,10,100)"),
+    ("--heartbeat-lag", float, 0.1, "a heartbeat is seen this long after it is written (s)"),
     ("--seed", int, 7, "arrivals and polls"),
     ("--horizon-seconds", float, 0.0, "stop the clock here (0: 5x the ideal drain time)"),
     ("--policies", str, "random,fair,ideal-fifo", "comma-separated"),
@@ -431,21 +450,23 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = harness.parser(__doc__, prog="waiting_room", options=OPTIONS)
     p.add_argument("--arrivals", choices=["uniform", "burst"], default="uniform")
     args = p.parse_args(argv)
-    if args.shoppers < 2 or args.rate <= 0 or args.tick <= 0 or args.instances < 1:
-        p.error("need --shoppers >= 2, --rate > 0, --tick > 0, --instances >= 1")
+    try:
+        args.instance_counts = [int(n) for n in args.instances.split(",") if n.strip()]
+    except ValueError:
+        p.error("--instances: whole numbers, comma-separated")
+    if args.shoppers < 2 or args.rate <= 0 or args.tick <= 0:
+        p.error("need --shoppers >= 2, --rate > 0, --tick > 0")
+    if not args.instance_counts or min(args.instance_counts) < 1:
+        p.error("need --instances >= 1")
     if not 0 < args.jitter_low <= args.jitter_high:
         p.error("need 0 < --jitter-low <= --jitter-high")
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    horizon = args.horizon_seconds or 5 * (args.arrival_seconds + args.shoppers / args.rate) + 60
-    given = {f.name: getattr(args, f.name) for f in fields(Config) if f.name != "horizon_seconds"}
-    cfg = Config(**given, horizon_seconds=horizon)
+def run_policies(cfg: Config, policies: Sequence[str]) -> list[Metrics]:
     arrivals = make_arrivals(cfg)
     results: list[Metrics] = []
-    for name in [n.strip() for n in args.policies.split(",") if n.strip()]:
+    for name in policies:
         if name == "random":
             run = simulate(RandomPolicy(cfg), arrivals, cfg, seed=cfg.seed + 1)
         elif name == "fair":
@@ -453,15 +474,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif name == "ideal-fifo":
             run = ideal_fifo(arrivals, cfg)
         else:
-            print(f"unknown policy {name!r}", file=sys.stderr)
-            return 2
+            raise ValueError(f"unknown policy {name!r}")
         results.append(measure(name, run, arrivals, cfg))
-    print(render(results, cfg))
-    harness.write_json(args.json, {"config": asdict(cfg), "results": [asdict(m) for m in results]})
-    fair = next((m for m in results if m.policy == "fair"), None)
-    if args.check and fair is not None and not all(targets(fair, cfg).values()):
-        return 1
-    return 0
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    horizon = args.horizon_seconds or 5 * (args.arrival_seconds + args.shoppers / args.rate) + 60
+    given = {
+        f.name: getattr(args, f.name)
+        for f in fields(Config)
+        if f.name not in {"horizon_seconds", "instances"}
+    }
+    policies = [n.strip() for n in args.policies.split(",") if n.strip()]
+    missed, figures = False, []
+    for instances in args.instance_counts:
+        cfg = Config(**given, instances=instances, horizon_seconds=horizon)
+        try:
+            results = run_policies(cfg, policies)
+        except ValueError as exc:
+            print(exc, file=sys.stderr)
+            return 2
+        print(render(results, cfg), end="\n\n")
+        figures.append({"config": asdict(cfg), "results": [asdict(m) for m in results]})
+        fair = next((m for m in results if m.policy == "fair"), None)
+        missed = missed or (fair is not None and not all(targets(fair, cfg).values()))
+    harness.write_json(args.json, {"runs": figures})
+    return 1 if args.check and missed else 0
 
 
 if __name__ == "__main__":
