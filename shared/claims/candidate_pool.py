@@ -61,12 +61,15 @@ MAX_RUN = 16
 # Long: a dead holder strands nothing (others steal from the top of leased segments too), and
 # a slow one must not lose its segment between two reads.
 LEASE_SECONDS = 60.0
+RECORD_ATTEMPTS = 3
 # When every open segment seen is someone else's, or has too little left to steal: look again
 # after this.
 LEASED_BACKOFF_SECONDS = 2.0
 # Steals from the top of others' segments, and proofs that find codes in flight elsewhere.
 STEAL_INTERVAL_SECONDS = 0.1
 MAX_STEAL = 64
+# A holder that has not read its segment for this long is taken to have stopped.
+IDLE_HOLDER_SECONDS = 2.0
 PROOF_INTERVAL_SECONDS = 0.25
 STARVED_BEFORE_TAKING_IN_FLIGHT_SECONDS = 2.0
 WAIT_SECONDS = 0.05
@@ -331,8 +334,9 @@ class CandidatePool:
             if self._starved_since is None:
                 self._starved_since = now
             starved = now - self._starved_since
-            want = self._want_locked()
-        result = prove(min(want, MAX_STEAL))
+            # Only what the requests waiting here need: other starving instances look too.
+            waiting = max(1, self._waiting)
+        result = prove(waiting)
         self.metrics.proofs += 1
         if result is Exhausted.SOLD_OUT:
             with self._lock:
@@ -397,22 +401,26 @@ class CandidatePool:
         recorded = self.supply.record_progress(
             leased, reached=reached, holder=self.holder, until=until, generation=generation
         )
-        if recorded is None:
+        for _ in range(RECORD_ATTEMPTS - 1):
+            if recorded is not None:
+                break
             # A steal lowered a top meanwhile (what lies above it is the stealer's), or the
-            # lease ran out and was taken: read the segments again and retry once.
+            # lease ran out and was taken: read the segments again, keep what is still ours.
             self.metrics.segment_races += 1
             fresh = self.supply.get_segments([s.segment_id for s in leased])
-            if len(fresh) == len(leased) and all(
+            found = [c for c in found if _owned(fresh, c.random_float, generation)]
+            if len(fresh) < len(leased) or not all(
                 s.holder == self.holder and s.drained_generation < generation for s in fresh
             ):
-                found = [c for c in found if _owned(fresh, c.random_float, generation)]
-                recorded = self.supply.record_progress(
-                    fresh, reached=reached, holder=self.holder, until=until, generation=generation
-                )
+                break
+            recorded = self.supply.record_progress(
+                fresh, reached=reached, holder=self.holder, until=until, generation=generation
+            )
         with self._lock:
             if recorded is None or generation != self._generation:
                 # Lost, or an import reset the floors meanwhile: lease afresh next time. What
-                # was read stays a candidate: the guarded commits settle who gets it.
+                # was read and is still below a top stays a candidate (the guarded commits
+                # settle the rare steal in between).
                 self._run = None
             else:
                 remaining = [s for s in recorded if s.drained_generation < generation]
@@ -501,11 +509,9 @@ class CandidatePool:
                 return _Progress.WAIT
             per_unit = max(self._codes_total, 1)  # coupons per unit of random_float, at most
             wanted = min(want, MAX_STEAL)
-            # Worth it only where at least twice as much is left unread: a steal takes at most
-            # the upper half, the rest is for the holder's next reads.
-            targets = [
-                s for s in self._held_elsewhere if _width(s, generation) * per_unit >= 2 * wanted
-            ]
+            # Whatever is left unread: its holder may have stopped reading (no more shoppers
+            # there), and holder and stealer never read the same coupons anyway.
+            targets = [s for s in self._held_elsewhere if _width(s, generation) > 0]
             if not targets:
                 self._held_elsewhere = []
                 self._only_waiting = True
@@ -515,7 +521,12 @@ class CandidatePool:
         target = self.rng.choices(targets, weights=[_width(s, generation) for s in targets])[0]
         for _ in range(2):
             bottom, top = target.cursors(generation)
-            new_top = max((bottom + top) / 2, top - 2 * wanted / per_unit)
+            # At most the upper half (the holder may be reading just above its bottom), unless
+            # the holder has stopped reading (every read renews its lease): then all of it.
+            if _idle(target, self.clock()):
+                new_top = bottom
+            else:
+                new_top = max((bottom + top) / 2, top - 2 * wanted / per_unit)
             reserved = self.supply.lower_top(target, top=new_top, generation=generation)
             self.metrics.steals += 1
             if reserved is not None:
@@ -534,7 +545,8 @@ class CandidatePool:
             low=new_top, low_inclusive=new_top > bottom, high=top, limit=self.max_refill
         )
         self.metrics.queries += 1
-        self._replace_target(target, reserved, generation)
+        # Nothing there: its holder has read that far, or is about to. Leave it to them.
+        self._replace_target(target, reserved if found else None, generation)
         return _Progress.FOUND if self._add(found) else _Progress.WAIT
 
     def _replace_target(self, old: Segment, new: Segment | None, generation: int) -> None:
@@ -549,6 +561,14 @@ class CandidatePool:
                 and new.leased_to_other(self.holder, self.clock())
             ):
                 self._held_elsewhere.append(new)
+
+
+def _idle(segment: Segment, now: datetime) -> bool:
+    """Whether the holder last read (and renewed its lease) long ago."""
+    if segment.lease_until is None:
+        return True
+    last_read = segment.lease_until - timedelta(seconds=LEASE_SECONDS)
+    return (now - last_read).total_seconds() > IDLE_HOLDER_SECONDS
 
 
 def _width(segment: Segment, generation: int) -> float:
