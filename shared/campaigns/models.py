@@ -7,14 +7,16 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Self
 
-from pydantic import AwareDatetime, BaseModel, Field, StringConstraints, model_validator
+from pydantic import BaseModel, Field, StringConstraints, model_validator
 
-from shared.types import CampaignId, RequestBody, UtcTime
+from shared.types import CampaignId, InputTime, RequestBody, SafeText, UtcTime
 
 MAX_CODES_PER_USER = 10
 DEFAULT_ADMISSIONS_PER_SECOND = 100.0
+# Far beyond any pool (imports are bounded by time, not by this), and inside Firestore's int64.
+MAX_LOW_STOCK_THRESHOLD = 1_000_000_000
 
-Title = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+Title = Annotated[SafeText, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
 
 
 class CampaignStatus(StrEnum):
@@ -28,10 +30,10 @@ class CampaignStatus(StrEnum):
 class CampaignCreate(RequestBody):
     campaign_id: CampaignId | None = None
     title: Title
-    starts_at: AwareDatetime
-    ends_at: AwareDatetime
+    starts_at: InputTime
+    ends_at: InputTime
     max_per_user: int = Field(default=1, ge=1, le=MAX_CODES_PER_USER)
-    low_stock_threshold: int | None = Field(default=None, ge=0)
+    low_stock_threshold: int | None = Field(default=None, ge=0, le=MAX_LOW_STOCK_THRESHOLD)
     waiting_room_enabled: bool = False
     admissions_per_second: float = Field(default=DEFAULT_ADMISSIONS_PER_SECOND, gt=0, le=100_000)
 
@@ -44,10 +46,10 @@ class CampaignCreate(RequestBody):
 
 class CampaignUpdate(RequestBody):
     title: Title | None = None
-    starts_at: AwareDatetime | None = None
-    ends_at: AwareDatetime | None = None
+    starts_at: InputTime | None = None
+    ends_at: InputTime | None = None
     max_per_user: int | None = Field(default=None, ge=1, le=MAX_CODES_PER_USER)
-    low_stock_threshold: int | None = Field(default=None, ge=0)
+    low_stock_threshold: int | None = Field(default=None, ge=0, le=MAX_LOW_STOCK_THRESHOLD)
     paused: bool | None = None
     waiting_room_enabled: bool | None = None
     admissions_per_second: float | None = Field(default=None, gt=0, le=100_000)

@@ -12,9 +12,9 @@ from datetime import datetime
 
 from google.cloud import firestore
 
-from shared.claims.batched_reads import ReadCoalescer
 from shared.claims.models import ClaimRecord
 from shared.coupons.store import Candidate
+from shared.gcp.batched_reads import ReadCoalescer
 from shared.gcp.firestore import Snapshot, campaign_ref, claims_collection, coupons_collection
 
 

@@ -12,11 +12,25 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+)
 
-from shared.types import CampaignId, UtcTime
+from shared.types import CampaignId, InputTime, rfc3339
 
 EventId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")]
+# Ids that name Firestore documents (claims, coupons, jobs): no "/", never "__…__".
+DocumentId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")]
+# Firebase uids are at most 128 characters.
+UserId = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+# More than any import or generation job can hold, and inside Firestore's int64.
+MAX_EVENT_COUNT = 1_000_000_000
 
 
 class EventType(StrEnum):
@@ -31,26 +45,26 @@ class _Event(BaseModel):
 
     event_id: EventId
     campaign_id: CampaignId
-    occurred_at: UtcTime
+    occurred_at: Annotated[InputTime, PlainSerializer(rfc3339, return_type=str)]
 
 
 class CouponClaimed(_Event):
     type: Literal[EventType.COUPON_CLAIMED] = EventType.COUPON_CLAIMED
-    coupon_id: str
-    user_id: str
-    claim_id: str
+    coupon_id: DocumentId
+    user_id: UserId
+    claim_id: DocumentId
 
 
 class CodesImported(_Event):
     type: Literal[EventType.CODES_IMPORTED] = EventType.CODES_IMPORTED
-    count: int = Field(ge=0)
-    job_id: str
+    count: int = Field(ge=0, le=MAX_EVENT_COUNT)
+    job_id: DocumentId
 
 
 class CampaignLowStock(_Event):
     type: Literal[EventType.LOW_STOCK] = EventType.LOW_STOCK
-    remaining: int
-    threshold: int
+    remaining: int = Field(ge=0, le=MAX_EVENT_COUNT)
+    threshold: int = Field(ge=0, le=MAX_EVENT_COUNT)
 
 
 class CampaignSoldOut(_Event):
@@ -69,11 +83,17 @@ class MalformedEvent(ValueError):
 
 
 def parse_event(payload: bytes) -> Event:
+    """An event from the topic, strictly typed: a count of 1e20 or "5", an epoch number for a
+    time, or a time at the ends of the calendar is malformed, never coerced."""
     try:
-        return _EVENT.validate_json(payload)
+        return _EVENT.validate_json(payload, strict=True)
     except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in item['loc'])[:64]}: {item['msg'][:120]}"
+            for item in exc.errors(include_url=False, include_input=False)[:3]
+        )
         raise MalformedEvent(
-            f"not a codedrop event: {exc.error_count()} problem(s): {exc}"
+            f"not a codedrop event: {exc.error_count()} problem(s): {problems}"
         ) from exc
 
 

@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from google.cloud import firestore
 
@@ -15,6 +16,8 @@ from shared.campaigns.models import CampaignRecord, CampaignStats
 from shared.errors import CampaignNotFound
 from shared.events import models as events
 from shared.events.bus import EventBus
+from shared.gcp.batched_reads import ReadCoalescer
+from shared.gcp.firestore import claims_collection, jobs_collection
 from shared.usage.counters import ShardedCounters, minute_key
 from shared.usage.models import ReportGranularity, ReportPoint, UsageReport
 
@@ -43,9 +46,15 @@ class UsageService:
         self._last_check: dict[str, tuple[float, int]] = {}
         self._claimed_cache: dict[str, tuple[int, float]] = {}
         self._lock = threading.Lock()
+        self._reader = ReadCoalescer(db=db)
 
     def handle(self, event: events.Event) -> None:
-        applied = self._counters.apply(event)
+        """Count an event, once, if it is true: a claim or a finished import that exists as
+        the event says. Anything else is acknowledged and logged, never counted."""
+        checked = self.verified(event)
+        if checked is None:
+            return
+        applied = self._counters.apply(checked)
         log.info(
             "event applied" if applied else "event already applied",
             extra={"event_id": event.event_id, "type": event.type.value},
@@ -56,6 +65,51 @@ class UsageService:
             except CampaignNotFound:
                 # Nothing to announce for a campaign that is gone; retrying would not help.
                 log.warning("event for an unknown campaign", extra={"event_id": event.event_id})
+
+    def verified(self, event: events.Event) -> events.Event | None:
+        """The event as its own record states it, or None (logged) when no record backs it.
+
+        A coupon.claimed must name an existing claim document with the same campaign, user and
+        coupon, and carry the id derived from it (a second id for one claim would count it
+        twice); a codes.imported must name a finished job of the campaign that imported exactly
+        `count` codes. One read by reference per event, shared with concurrent deliveries."""
+        if isinstance(event, events.CouponClaimed):
+            ref = claims_collection(self._db, event.campaign_id).document(event.claim_id)
+            record = self._record(ref)
+            expected: dict[str, Any] = {
+                "campaign_id": event.campaign_id,
+                "user_id": event.user_id,
+                "coupon_id": event.coupon_id,
+            }
+            if (
+                event.event_id == f"claimed.{event.campaign_id}.{event.claim_id}"
+                and record is not None
+                and all(record.get(k) == v for k, v in expected.items())
+                and isinstance(record.get("claimed_at"), datetime)
+            ):
+                # The counters' hours follow the claim itself, not what the message says.
+                return event.model_copy(update={"occurred_at": record["claimed_at"]})
+        elif isinstance(event, events.CodesImported):
+            record = self._record(jobs_collection(self._db).document(event.job_id))
+            if (
+                event.event_id == f"imported.{event.job_id}"
+                and record is not None
+                and record.get("campaign_id") == event.campaign_id
+                and record.get("state") in ("done", "failed")
+                and record.get("imported") == event.count
+            ):
+                return event
+        else:
+            return event  # announcements move no counter
+        log.warning(
+            "event not backed by its record; acknowledged, not counted",
+            extra={"event_id": event.event_id, "type": event.type.value},
+        )
+        return None
+
+    def _record(self, ref: firestore.DocumentReference) -> dict[str, Any] | None:
+        snapshot = self._reader.get([ref])[ref.path]
+        return (snapshot.to_dict() or {}) if snapshot.exists else None
 
     def check_stock(self, campaign_id: str, *, force: bool = False) -> int | None:
         """Announce low stock and sold out (once each per pool size); returns remaining."""
