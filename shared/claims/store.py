@@ -13,6 +13,7 @@ from datetime import datetime
 from google.cloud import firestore
 
 from shared.claims.models import ClaimRecord
+from shared.claims.recovery import sweep_bucket
 from shared.coupons.store import Candidate
 from shared.gcp.batched_reads import ReadCoalescer
 from shared.gcp.firestore import Snapshot, campaign_ref, claims_collection, coupons_collection
@@ -98,7 +99,7 @@ def commit_claim(
     )
     batch.create(
         claims_collection(db, campaign_id).document(claim.claim_id),
-        claim.model_dump(exclude={"claim_id"}),
+        {**claim.model_dump(exclude={"claim_id"}), "sweep_bucket": sweep_bucket(now)},
     )
     batch.commit()
     return claim
