@@ -161,7 +161,8 @@ class IntakeService:
 
     def import_object(self, obj: StoredObject, *, campaign_id: str) -> JobRecord | None:
         fresh = self._new_import_job(obj, campaign_id=campaign_id)
-        job = job_store.start_or_resume(self._db, job=fresh, now=fresh.created_at)
+        now = fresh.created_at
+        job = job_store.start_or_resume(self._db, job=fresh, now=now)
         if job is None:
             log.info("import already finished; redelivery ignored", extra={"job_id": fresh.job_id})
             if fresh.parent_job_id:

@@ -181,7 +181,7 @@ def test_a_new_upload_under_the_same_name_is_a_new_job(
     assert [j["job_id"] for j in jobs] == [second["job_id"], first["job_id"]]
 
 
-def test_non_utf8_fails_the_job_with_the_line_and_keeps_the_rows_before(
+def test_a_non_utf8_line_is_reported_and_the_rows_after_it_are_imported(
     upload: Callable[..., dict[str, Any]],
     admin_client: FlaskClient,
     make_campaign: MakeCampaign,
@@ -191,9 +191,12 @@ def test_non_utf8_fails_the_job_with_the_line_and_keeps_the_rows_before(
 
     job = job_for(admin_client, upload(campaign_id, b"GOOD-1\nGOOD-2\nCAF\xc9-3\nLATER-4\n"))
 
-    assert job["state"] == "failed"
-    assert "line 3 is not valid UTF-8" in job["failure_reason"]
-    assert set(stored_codes(db, campaign_id)) == {"GOOD-1", "GOOD-2"}
+    assert job["state"] == "done"
+    assert (job["rows_read"], job["imported"], job["invalid"]) == (4, 3, 1)
+    assert job["errors"] == [
+        {"line": 3, "reason": "not valid UTF-8; save the file as UTF-8", "value": ""}
+    ]
+    assert set(stored_codes(db, campaign_id)) == {"GOOD-1", "GOOD-2", "LATER-4"}
 
 
 def test_unknown_campaign_is_acknowledged_with_a_failed_job(

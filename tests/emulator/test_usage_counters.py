@@ -15,8 +15,9 @@ import pytest
 from flask.testing import FlaskClient
 from google.cloud import firestore
 
+from scripts.support.claims import add_claims
 from shared.claims.engine import ClaimEngine
-from shared.claims.models import coupon_claimed
+from shared.claims.models import ClaimRecord, coupon_claimed
 from shared.claims.store import claim_id_for
 from shared.clock import utcnow
 from shared.container import Services, instance_services
@@ -33,15 +34,25 @@ from tests.support.stack import PROJECT, MakeCampaign, Pump
 pytestmark = pytest.mark.emulator
 
 
-def claimed_event(campaign_id: str, n: int, *, hours_ago: int = 0) -> events.CouponClaimed:
-    return events.CouponClaimed(
-        event_id=f"claimed.{campaign_id}.test-{n}",
-        campaign_id=campaign_id,
-        occurred_at=utcnow() - timedelta(hours=hours_ago),
-        coupon_id=f"coupon-{n}",
-        user_id=f"user-{n}",
+def claim_record(campaign_id: str, n: int, *, hours_ago: int = 0) -> ClaimRecord:
+    return ClaimRecord(
         claim_id=f"claim-{n}",
+        campaign_id=campaign_id,
+        user_id=f"user-{n}",
+        coupon_id=f"coupon-{n}",
+        code=f"CODE-{n}",
+        slot=0,
+        claimed_at=utcnow() - timedelta(hours=hours_ago),
     )
+
+
+def claimed_events(
+    db: firestore.Client, campaign_id: str, count: int, *, spread_hours: int = 1
+) -> list[events.CouponClaimed]:
+    """Events of claims that exist (count_usage counts nothing else); claim n was made
+    n % spread_hours hours ago."""
+    records = [claim_record(campaign_id, n, hours_ago=n % spread_hours) for n in range(count)]
+    return add_claims(db, records)
 
 
 def send(client: FlaskClient, event: events.Event) -> int:
@@ -53,10 +64,10 @@ def counters() -> ShardedCounters:
 
 
 def test_a_redelivered_event_counts_once(
-    usage_client: FlaskClient, make_campaign: MakeCampaign
+    db: firestore.Client, usage_client: FlaskClient, make_campaign: MakeCampaign
 ) -> None:
     campaign_id = make_campaign()
-    event = claimed_event(campaign_id, 1)
+    [event] = claimed_events(db, campaign_id, 1)
 
     statuses = [send(usage_client, event) for _ in range(3)]
 
@@ -65,10 +76,13 @@ def test_a_redelivered_event_counts_once(
 
 
 def test_out_of_order_delivery_lands_in_the_right_hours(
-    usage_client: FlaskClient, admin_client: FlaskClient, make_campaign: MakeCampaign
+    db: firestore.Client,
+    usage_client: FlaskClient,
+    admin_client: FlaskClient,
+    make_campaign: MakeCampaign,
 ) -> None:
     campaign_id = make_campaign()
-    batch = [claimed_event(campaign_id, n, hours_ago=n % 3) for n in range(30)]
+    batch = claimed_events(db, campaign_id, 30, spread_hours=3)
     random.Random(3).shuffle(batch)
 
     for event in batch:
@@ -89,10 +103,10 @@ def test_out_of_order_delivery_lands_in_the_right_hours(
 
 
 def test_concurrent_deliveries_with_duplicates_are_exact(
-    usage_client: FlaskClient, make_campaign: MakeCampaign
+    db: firestore.Client, usage_client: FlaskClient, make_campaign: MakeCampaign
 ) -> None:
     campaign_id = make_campaign()
-    batch = [claimed_event(campaign_id, n) for n in range(200)]
+    batch = claimed_events(db, campaign_id, 200)
     deliveries = batch + batch[:50]  # 50 delivered twice, concurrently
     random.Random(4).shuffle(deliveries)
 
@@ -109,13 +123,14 @@ def test_shards_grow_under_contention_and_the_count_stays_exact(
     """A transaction holding shard 0 makes writes to it time out on the lock (real contention
     on the emulator); the counter grows its shards and retries elsewhere."""
     campaign_id = make_campaign()
+    batch = claimed_events(db, campaign_id, 3)
     shard_zero = counter_shards_collection(db, campaign_id).document("0")
     shard_zero.set({"claimed": 0})
     holder = db.transaction()
     holder._begin()  # the client has no public "begin"; the lock is taken by the read
     shard_zero.get(transaction=holder)
     try:
-        statuses = [send(usage_client, claimed_event(campaign_id, n)) for n in range(3)]
+        statuses = [send(usage_client, event) for event in batch]
     finally:
         holder._rollback()
 
@@ -136,18 +151,19 @@ def test_still_contended_counters_raise_so_pubsub_retries(
         db=db, settings=Settings(counter_max_attempts=1, counter_max_shards=1), clock=utcnow
     )
     monkeypatch.setattr(instance_services().usage, "_counters", stubborn)
+    [event] = claimed_events(db, campaign_id, 1)
     shard_zero = counter_shards_collection(db, campaign_id).document("0")
     shard_zero.set({"claimed": 0})
     holder = db.transaction()
     holder._begin()
     shard_zero.get(transaction=holder)
     try:
-        status = send(usage_client, claimed_event(campaign_id, 1))
+        status = send(usage_client, event)
     finally:
         holder._rollback()
 
     assert status == 500  # not acknowledged: Pub/Sub redelivers it
-    assert send(usage_client, claimed_event(campaign_id, 1)) == 200
+    assert send(usage_client, event) == 200
     assert counters().totals(campaign_id).claimed == 1
 
 
@@ -359,7 +375,7 @@ def test_the_reconcile_command_reports_then_repairs(
 ) -> None:
     import json
 
-    from scripts import reconcile as command
+    from scripts.tools import reconcile as command
 
     campaign_id = make_campaign(codes=3)
     shard = counter_shards_collection(db, campaign_id).document("0")
