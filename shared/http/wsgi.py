@@ -18,7 +18,7 @@ from typing import Any
 import flask
 from cloudevents.exceptions import GenericException as CloudEventError
 from werkzeug.exceptions import ClientDisconnected, HTTPException, RequestEntityTooLarge
-from werkzeug.wsgi import get_input_stream
+from werkzeug.wsgi import get_content_length, get_input_stream
 
 from shared.http.routing import BODY_REFUSED, MAX_BODY_BYTES, error_body
 
@@ -47,11 +47,27 @@ class BoundedBody:
         self._limit = limit
         self._acknowledge = acknowledge_refused
 
+    def _read(self, environ: dict[str, Any]) -> bytes | None:
+        """The whole body, or None when it is longer than the limit (never read past it)."""
+        if get_content_length(environ) is not None:
+            try:  # Content-Length over the limit raises before a byte is read
+                return get_input_stream(environ, max_content_length=self._limit).read()
+            except RequestEntityTooLarge:
+                return None
+        if not environ.get("wsgi.input_terminated"):
+            return b""  # no length and no end: Werkzeug's safe reading is an empty body
+        # Chunked: read one byte past the limit to know whether the body is longer.
+        stream, body = environ["wsgi.input"], bytearray()
+        while len(body) <= self._limit:
+            piece = stream.read(min(1 << 16, self._limit + 1 - len(body)))
+            if not piece:
+                return bytes(body)
+            body += piece
+        return None
+
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         try:
-            body = get_input_stream(environ, max_content_length=self._limit).read()
-        except RequestEntityTooLarge:
-            body = None
+            body = self._read(environ)
         except ClientDisconnected:
             body = b""
         environ["wsgi.input"] = io.BytesIO(body or b"")
@@ -119,7 +135,8 @@ def harden(app: flask.Flask, *, event_function: bool) -> None:
         return
 
     def event_http_error(exc: HTTPException) -> flask.Response:
-        if exc.code == 400:  # functions-framework: neither a CloudEvent nor a legacy event
+        # functions-framework could not read a delivery as a CloudEvent nor a legacy event.
+        if exc.code in (400, 415):
             return acknowledge(f"not an event: {exc.name}")
         return http_error(exc)
 
