@@ -12,6 +12,7 @@ from pydantic import (
     AwareDatetime,
     BaseModel,
     ConfigDict,
+    Field,
     PlainSerializer,
     StringConstraints,
 )
@@ -59,8 +60,15 @@ def _printable(value: str) -> str:
     return value
 
 
+# The same rule as a JSON Schema pattern, for the API description (surrogates never pass JSON).
+SAFE_TEXT_PATTERN = (
+    "^[^\\x00-\\x1f\\x7f-\\x9f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$"
+)
+
 # Text shown to shoppers (titles): no control characters, no bidi controls.
-SafeText = Annotated[str, AfterValidator(_printable)]
+SafeText = Annotated[
+    str, AfterValidator(_printable), Field(json_schema_extra={"pattern": SAFE_TEXT_PATTERN})
+]
 
 
 class RequestBody(BaseModel):

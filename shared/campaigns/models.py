@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Self
+from typing import Annotated, Any, Self
 
-from pydantic import BaseModel, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from shared.types import CampaignId, InputTime, RequestBody, SafeText, UtcTime
 
@@ -44,7 +44,31 @@ class CampaignCreate(RequestBody):
         return self
 
 
+# Fields of an update that may be left out but never set to null.
+_NOT_NULLABLE = (
+    "title",
+    "starts_at",
+    "ends_at",
+    "max_per_user",
+    "paused",
+    "waiting_room_enabled",
+    "admissions_per_second",
+)
+
+
+def _without_null(schema: dict[str, Any]) -> None:
+    """The API description says what _something() enforces: these fields are never null."""
+    for name in _NOT_NULLABLE:
+        field = schema["properties"][name]
+        options = [o for o in field.pop("anyOf", []) if o.get("type") != "null"]
+        field.pop("default", None)
+        if options:
+            field.update(options[0])
+
+
 class CampaignUpdate(RequestBody):
+    model_config = ConfigDict(json_schema_extra=_without_null)
+
     title: Title | None = None
     starts_at: InputTime | None = None
     ends_at: InputTime | None = None
@@ -58,15 +82,7 @@ class CampaignUpdate(RequestBody):
     def _something(self) -> Self:
         if not self.model_fields_set:
             raise ValueError("nothing to update")
-        for name in (
-            "title",
-            "starts_at",
-            "ends_at",
-            "max_per_user",
-            "paused",
-            "waiting_room_enabled",
-            "admissions_per_second",
-        ):
+        for name in _NOT_NULLABLE:
             if name in self.model_fields_set and getattr(self, name) is None:
                 raise ValueError(f"{name} cannot be null")
         return self

@@ -52,6 +52,15 @@ def _error_schema(
     return {"allOf": [base, {"properties": {"error_code": {"enum": codes}}}]}
 
 
+def _not_null(schema: dict[str, Any]) -> dict[str, Any]:
+    """A query parameter is a string or absent, never null: drop pydantic's null option."""
+    options = [o for o in schema.get("anyOf", []) if o.get("type") != "null"]
+    if len(options) != 1:
+        return schema
+    rest = {k: v for k, v in schema.items() if k not in ("anyOf", "default")}
+    return {**rest, **options[0]}
+
+
 def _parameters(
     route: RouteInfo, refs: Mapping[Any, dict[str, Any]], defs: dict[str, Any]
 ) -> list[dict[str, Any]]:
@@ -69,6 +78,7 @@ def _parameters(
         schema = defs[refs[(route.query, "validation")]["$ref"].rsplit("/", 1)[-1]]
         required = set(schema.get("required", []))
         for name, field_schema in schema.get("properties", {}).items():
+            field_schema = _not_null(field_schema)
             parameters.append(
                 {"name": name, "in": "query", "required": name in required, "schema": field_schema}
             )
