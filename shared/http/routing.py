@@ -127,6 +127,9 @@ class RouteInfo:
             found.append(errors.Unauthenticated)
         if self.access is Access.ADMIN:
             found.append(errors.Forbidden)
+        if "<" in self.rule:
+            # An id no route can match (a line break in it) is answered before any handler.
+            found.append(errors.NotFound)
         by_status: dict[int, list[type[errors.CodedropError]]] = {}
         for cls in found:
             listed = by_status.setdefault(_status_of(cls), [])
