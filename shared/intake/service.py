@@ -49,11 +49,14 @@ from shared.settings import Settings
 log = logging.getLogger(__name__)
 
 IMPORTS_FOLDER = "imports/"
+# What is imported: a .csv file directly in the folder of a (lower-case) campaign id.
+IMPORT_PATH = re.compile(r"^imports/(?P<campaign>[a-z0-9][a-z0-9_-]{0,62})/[^/]+\.(?i:csv)$")
 CAMPAIGN_FOLDER = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 GENERATE_PATH = re.compile(
     r"^generate/(?P<campaign>[a-z0-9][a-z0-9_-]{0,62})/(?P<job>[\w-]+)\.json$"
 )
 PARENT_METADATA = "codedrop-generate-job"
+MAX_OBJECT_NAME = 1024  # Cloud Storage's limit, in bytes of UTF-8
 PROGRESS_EVERY_SECONDS = 2.0
 
 
@@ -75,6 +78,8 @@ class StoredObject:
 def import_target(name: str) -> tuple[str | None, str | None]:
     """For an object under imports/: the campaign its folder names (lower-cased; None when it
     names none) and why it cannot be imported (None when it can)."""
+    if match := IMPORT_PATH.match(name):
+        return match["campaign"], None
     folder, _, rest = name.removeprefix(IMPORTS_FOLDER).partition("/")
     file_name = rest.rsplit("/", 1)[-1]
     if not rest or not file_name or not CAMPAIGN_FOLDER.match(folder.lower()):
@@ -88,9 +93,7 @@ def import_target(name: str) -> tuple[str | None, str | None]:
         return campaign_id, (
             f"files in sub-folders are not imported: upload it to imports/{campaign_id}/ itself"
         )
-    if not file_name.lower().endswith(".csv"):
-        return campaign_id, f"only .csv files are imported, not {shown(file_name)}"
-    return campaign_id, None
+    return campaign_id, f"only .csv files are imported, not {shown(file_name)}"
 
 
 def import_job_id(obj: StoredObject) -> str:
@@ -355,6 +358,10 @@ def object_from_event(data: object) -> StoredObject:
     if not isinstance(bucket, str) or not bucket or not isinstance(name, str) or not name:
         raise ValueError("event data has no bucket and name")
     generation = data.get("generation")
+    if generation is not None and not re.fullmatch(r"[0-9]{1,20}", str(generation)):
+        raise ValueError("event generation is not a number")
+    if len(name) > MAX_OBJECT_NAME:
+        raise ValueError("event names an object longer than Cloud Storage allows")
     metadata = data.get("metadata") or {}
     if not isinstance(metadata, dict):
         raise ValueError("event metadata is not an object")

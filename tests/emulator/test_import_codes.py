@@ -224,6 +224,8 @@ def test_unknown_campaign_is_acknowledged_with_a_failed_job(
         {"bucket": BUCKET, "name": "elsewhere/readme.txt", "generation": "1"},
         {"bucket": BUCKET, "name": "imports/only-two-parts.csv", "generation": "1"},
         {"bucket": "someone-elses-bucket", "name": "imports/x/y.csv", "generation": "1"},
+        {"bucket": BUCKET, "name": "imports/x/y.csv", "generation": "not-a-number"},
+        {"bucket": BUCKET, "name": "imports/x/" + "y" * 2000 + ".csv", "generation": "1"},
         {"no": "bucket"},
     ],
 )
