@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +11,7 @@ import pytest
 from emulator import RunningEmulator, free_port
 from emulator import start_pubsub as start_pubsub_emulator
 from scripts.localstack import config, functions, resources
+from tests.support.processes import run_module
 
 REPO = Path(__file__).resolve().parents[2]
 # Cold start is about 5 s on two cores; the rest is headroom for a loaded CI machine.
@@ -58,28 +56,19 @@ def test_check_starts_everything_claims_once_and_stops(tmp_path: Path) -> None:
     env["CODEDROP_CLAIM_API_THREADS"] = "4"
     log_dir = tmp_path / "logs"
 
-    process = subprocess.Popen(
-        [sys.executable, "-m", "scripts.localstack", "--check", "--log-dir", str(log_dir)],
-        cwd=REPO,
+    finished = run_module(
+        "scripts.localstack",
+        ["--check", "--log-dir", str(log_dir)],
         env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        timeout=CHECK_TIMEOUT,
     )
-    try:
-        stdout, stderr = process.communicate(timeout=CHECK_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        # SIGTERM lets it stop its children (they live in process groups of their own).
-        process.send_signal(signal.SIGTERM)
-        stdout, stderr = process.communicate(timeout=60)
-        pytest.fail(f"--check did not finish in {CHECK_TIMEOUT} s\n{stdout}\n{stderr}")
+    stdout, stderr = finished.stdout, finished.stderr
 
     diagnostics = (
-        f"exit code {process.returncode}\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n"
+        f"exit code {finished.returncode}\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n"
         f"--- local_stack.log\n{_read(log_dir / 'local_stack.log')}"
     )
-    assert process.returncode == 0, diagnostics
+    assert finished.returncode == 0, diagnostics
     lines = stdout.splitlines()
     assert config.READY_LINE in lines, diagnostics
     assert any(line.startswith("check: claim answered 201 with code ") for line in lines), (
