@@ -7,11 +7,11 @@ concurrent requests of one shopper cannot both create the same slot.
 
 from __future__ import annotations
 
-import hashlib
 from datetime import datetime
 
 from google.cloud import firestore
 
+from shared.claims.identity import IdentityKind, identity_key
 from shared.claims.models import ClaimRecord
 from shared.claims.recovery import sweep_bucket
 from shared.coupons.store import Candidate
@@ -21,7 +21,7 @@ from shared.gcp.firestore import Snapshot, campaign_ref, claims_collection, coup
 
 def user_key(user_id: str) -> str:
     # Firebase uids may hold characters a document id cannot; a hash is safe and fixed-length.
-    return hashlib.sha256(user_id.encode("utf-8")).hexdigest()[:32]
+    return identity_key(IdentityKind.UID, user_id)
 
 
 def claim_id_for(user_id: str, slot: int) -> str:

@@ -118,7 +118,7 @@ def _operation(
         "summary": route.summary,
         "parameters": _parameters(route, refs, defs),
         "responses": _responses(route, refs),
-        "security": [] if route.access is Access.PUBLIC else [{BEARER: []}],
+        "security": [{BEARER: []}] if route.access in (Access.SHOPPER, Access.ADMIN) else [],
     }
     if route.access is Access.ADMIN:
         operation["description"] = "Needs an ID token with the `admin` custom claim."

@@ -64,6 +64,9 @@ class Access(Enum):
     PUBLIC = "public"
     SHOPPER = "shopper"  # any valid Firebase ID token
     ADMIN = "admin"  # an ID token with the `admin` custom claim
+    # Behind IAM: Cloud Run admits only callers granted the invoker role (Cloud Scheduler's
+    # service account), so the function itself checks no token. Never on a public function.
+    IAM = "iam"
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,7 @@ class RouteInfo:
         found: list[type[errors.CodedropError]] = [errors.RequestTooLarge, *self.raises]
         if self.body is not None or self.query is not None or self.headers:
             found.append(errors.RequestValidationFailed)
-        if self.access is not Access.PUBLIC:
+        if self.access in (Access.SHOPPER, Access.ADMIN):
             found.append(errors.Unauthenticated)
         if self.access is Access.ADMIN:
             found.append(errors.Forbidden)
@@ -341,7 +344,7 @@ class Router:
         return [self._routes[str(rule.endpoint)] for rule in self._map.iter_rules()]
 
     def _principal(self, request: flask.Request, access: Access, services: Services) -> Any:
-        if access is Access.PUBLIC:
+        if access in (Access.PUBLIC, Access.IAM):
             return None
         principal = authenticate(request.headers.get("Authorization"), settings=services.settings)
         if access is Access.ADMIN and not principal.is_admin:
