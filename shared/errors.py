@@ -1,5 +1,5 @@
 """The one exception family of codedrop. Each carries its documented error_code; the HTTP edge
-maps the class to a status (shared/http_edge.py), so domain code never speaks HTTP."""
+maps the class to a status (shared/http/routing.py), so domain code never speaks HTTP."""
 
 from __future__ import annotations
 
@@ -59,6 +59,16 @@ class JobNotFound(NotFound):
     default_message = "No such job."
 
 
+class CodeNotFound(NotFound):
+    error_code = "CODE_NOT_FOUND"
+    default_message = "No such code in this campaign."
+
+
+class InvalidSignature(Unauthenticated):
+    error_code = "INVALID_SIGNATURE"
+    default_message = "The webhook signature is missing or does not match the body."
+
+
 class Conflict(CodedropError):
     error_code = "CONFLICT"
 
@@ -71,6 +81,16 @@ class CampaignExists(Conflict):
 class CampaignNotActive(Conflict):
     error_code = "CAMPAIGN_NOT_ACTIVE"
     default_message = "The campaign is not accepting claims."
+
+
+class CodeNotClaimed(Conflict):
+    error_code = "CODE_NOT_CLAIMED"
+    default_message = "Nobody holds this code: it is available, or its hold was released."
+
+
+class CodeAlreadyRedeemed(Conflict):
+    error_code = "CODE_ALREADY_REDEEMED"
+    default_message = "This code was redeemed by another order."
 
 
 class SoldOut(CodedropError):

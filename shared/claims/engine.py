@@ -26,6 +26,7 @@ from shared.claims import store as claim_store
 from shared.claims.batched_reads import ReadCoalescer
 from shared.claims.candidate_pool import CandidatePool, Exhausted, PoolTimeout
 from shared.claims.models import ClaimRecord
+from shared.claims.store import Hold
 from shared.clock import utcnow
 from shared.coupons import store as coupon_store
 from shared.coupons.store import Candidate
@@ -263,6 +264,7 @@ class ClaimEngine:
                 slot=attempt.slot,
                 now=self._clock(),
                 idempotency_key=attempt.idempotency_key,
+                hold=self._hold(attempt.campaign),
             )
         except gexc.FailedPrecondition:
             pool.settle(candidate, taken_elsewhere=True)
@@ -287,6 +289,13 @@ class ClaimEngine:
         self.metrics.add(commits=1)
         return ClaimOutcome(claim=claim, created=True)
 
+    def _hold(self, campaign: CampaignRecord) -> Hold | None:
+        if campaign.hold_seconds is None:
+            return None
+        return Hold(
+            seconds=campaign.hold_seconds, bucket_seconds=self._settings.hold_bucket_seconds
+        )
+
     def _prove_sold_out(
         self, campaign_id: str, pool: CandidatePool
     ) -> Sequence[Candidate] | Exhausted:
@@ -294,7 +303,10 @@ class ClaimEngine:
         after reading the campaign, and record sold_out guarded by that read, so an import that
         lands in between (it bumps the campaign) makes the write fail instead of lying."""
         campaign, read_at = self._campaign(campaign_id)
-        pool.observe_generation(campaign.pool_generation)
+        if pool.observe_generation(campaign.pool_generation):
+            # Codes were imported or holds released since this pool last looked: its ranges
+            # start over, and find those codes without a scan of the whole collection.
+            return Exhausted.LOOK_AGAIN
         if campaign.sold_out:
             return Exhausted.SOLD_OUT
         found = coupon_store.find_unassigned(

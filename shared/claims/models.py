@@ -1,13 +1,23 @@
-"""Claim models: the stored claim and what the claim API returns."""
+"""Claim models: the stored claim, what the claim API returns, and the checkout half (codes,
+redemptions, Shopify orders)."""
 
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
+from typing import Annotated
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from shared.events.models import CouponClaimed
-from shared.types import UtcTime
+from shared.intake.csv_rows import MAX_CODE_LENGTH
+from shared.types import RequestBody, UtcTime
+
+
+class ClaimState(StrEnum):
+    HELD = "held"  # a hold for checkout: released at expires_at unless redeemed
+    CLAIMED = "claimed"  # final
+    REDEEMED = "redeemed"
 
 
 class ClaimRecord(BaseModel):
@@ -21,6 +31,10 @@ class ClaimRecord(BaseModel):
     slot: int
     claimed_at: datetime
     idempotency_key: str | None = None
+    state: ClaimState = ClaimState.CLAIMED
+    expires_at: datetime | None = None
+    redeemed_at: datetime | None = None
+    order_id: str | None = None
 
 
 class ClaimPublic(BaseModel):
@@ -29,12 +43,16 @@ class ClaimPublic(BaseModel):
     user_id: str
     code: str
     claimed_at: UtcTime
+    state: ClaimState
+    expires_at: UtcTime | None
 
 
 class HeldClaim(BaseModel):
     claim_id: str
     code: str
     claimed_at: UtcTime
+    state: ClaimState
+    expires_at: UtcTime | None
 
 
 class HeldClaims(BaseModel):
@@ -42,12 +60,82 @@ class HeldClaims(BaseModel):
 
 
 def coupon_claimed(claim: ClaimRecord) -> CouponClaimed:
-    """The claim's event; its id derives from the claim, so re-publishing it is harmless."""
+    """The claim's event; its id derives from the claim, so re-publishing it is harmless. A
+    hold's slot is freed when it is released and may hold another claim later: its id also
+    carries the claim's time, so the next claim in that slot is counted too."""
+    event_id = f"claimed.{claim.campaign_id}.{claim.claim_id}"
+    if claim.expires_at is not None:
+        event_id += f".{_micros(claim.claimed_at)}"
     return CouponClaimed(
-        event_id=f"claimed.{claim.campaign_id}.{claim.claim_id}",
+        event_id=event_id,
         campaign_id=claim.campaign_id,
         occurred_at=claim.claimed_at,
         coupon_id=claim.coupon_id,
         user_id=claim.user_id,
         claim_id=claim.claim_id,
+        expires_at=claim.expires_at,
     )
+
+
+def _micros(at: datetime) -> int:
+    return round(at.timestamp() * 1_000_000)
+
+
+# --- codes and redemptions (admin_api, redeemer access) ---------------------------------------
+OrderId = Annotated[str, StringConstraints(strip_whitespace=True, pattern=r"^[\x21-\x7e]{1,128}$")]
+
+
+class CodeStatus(BaseModel):
+    code: str
+    state: str  # available, held, claimed, redeemed
+    user_id: str | None
+    claimed_at: UtcTime | None
+    expires_at: UtcTime | None
+    redeemed_at: UtcTime | None
+    order_id: str | None
+
+
+class RedemptionCreate(RequestBody):
+    code: Annotated[str, StringConstraints(min_length=1, max_length=MAX_CODE_LENGTH)]
+    order_id: OrderId
+
+
+class RedemptionPublic(BaseModel):
+    code: str
+    order_id: str
+    user_id: str
+    redeemed_at: UtcTime
+
+
+# --- Shopify's orders/create webhook ----------------------------------------------------------
+class ShopifyDiscountCode(BaseModel):
+    # Shopify sends more per code (amount, type); only the code matters here.
+    model_config = ConfigDict(extra="ignore")
+    code: str = Field(min_length=1, max_length=MAX_CODE_LENGTH)
+
+
+class ShopifyOrder(BaseModel):
+    """The part of an order payload that redemption needs; the rest is ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+    id: OrderId
+    discount_codes: list[ShopifyDiscountCode] = Field(default_factory=list, max_length=100)
+
+    @field_validator("id", mode="before")
+    @classmethod
+    def _order_id(cls, value: object) -> object:
+        # Shopify's order ids are JSON integers (64-bit); codedrop keeps order ids as strings.
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return str(value)
+        return value
+
+
+class OrderCodeResult(BaseModel):
+    code: str
+    campaign_id: str | None
+    outcome: str  # redeemed, already_redeemed, or the error_code that refused it
+
+
+class OrderRedemptions(BaseModel):
+    order_id: str
+    results: list[OrderCodeResult]

@@ -21,6 +21,8 @@ EventId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]
 
 class EventType(StrEnum):
     COUPON_CLAIMED = "coupon.claimed"
+    COUPON_REDEEMED = "coupon.redeemed"
+    COUPON_RELEASED = "coupon.released"
     CODES_IMPORTED = "codes.imported"
     LOW_STOCK = "campaign.low_stock"
     SOLD_OUT = "campaign.sold_out"
@@ -39,6 +41,27 @@ class CouponClaimed(_Event):
     coupon_id: str
     user_id: str
     claim_id: str
+    # Set when the claim is a hold: it is released at this time unless redeemed.
+    expires_at: UtcTime | None = None
+
+
+class CouponRedeemed(_Event):
+    type: Literal[EventType.COUPON_REDEEMED] = EventType.COUPON_REDEEMED
+    coupon_id: str
+    user_id: str
+    claim_id: str
+    order_id: str
+    was_held: bool  # the code was a hold (not a final claim) until this redemption
+
+
+class CouponReleased(_Event):
+    """A hold that was not redeemed in time: its code is available again."""
+
+    type: Literal[EventType.COUPON_RELEASED] = EventType.COUPON_RELEASED
+    coupon_id: str
+    user_id: str
+    claim_id: str
+    expired_at: UtcTime
 
 
 class CodesImported(_Event):
@@ -58,7 +81,12 @@ class CampaignSoldOut(_Event):
 
 
 Event = Annotated[
-    CouponClaimed | CodesImported | CampaignLowStock | CampaignSoldOut,
+    CouponClaimed
+    | CouponRedeemed
+    | CouponReleased
+    | CodesImported
+    | CampaignLowStock
+    | CampaignSoldOut,
     Field(discriminator="type"),
 ]
 _EVENT: TypeAdapter[Event] = TypeAdapter(Event)

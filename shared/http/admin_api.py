@@ -1,5 +1,6 @@
-"""admin_api: campaigns, codes, jobs, stats and maintenance for marketers and operators (every
-route needs an ID token with the `admin` claim)."""
+"""admin_api: campaigns, codes, jobs, stats and maintenance for marketers and operators (an ID
+token with the `admin` claim); code look-ups and redemptions for a shop's checkout (`redeemer`
+or `admin`); and Shopify's orders/create webhook (signed by Shopify, no ID token)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from pydantic import BaseModel, ConfigDict
 from shared.campaigns import service as campaign_service
 from shared.campaigns import store as campaign_store
 from shared.campaigns.models import CampaignCreate, CampaignList, CampaignStatus, CampaignUpdate
+from shared.claims.models import RedemptionCreate, ShopifyOrder
 from shared.clock import utcnow
-from shared.errors import JobNotFound
+from shared.errors import CodeNotFound, JobNotFound
+from shared.http import shopify
 from shared.http.routing import (
     Access,
     Call,
@@ -23,6 +26,7 @@ from shared.http.routing import (
     parse_query,
 )
 from shared.intake import jobs as job_store
+from shared.intake.csv_rows import MAX_CODE_LENGTH
 from shared.intake.models import GenerateCodes, JobAccepted, JobList, JobPublic
 from shared.maintenance.models import SweepRequest
 from shared.usage import reconciliation
@@ -32,6 +36,10 @@ _JOB_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 router = Router()
 ADMIN = Access.ADMIN
+REDEEMER = Access.REDEEMER
+# Shopify sends other topics to a URL only if it was subscribed to them; they are acknowledged
+# and ignored, so a misconfigured subscription never redeems anything.
+REDEEMING_TOPICS = {"orders/create"}
 
 
 class CampaignFilter(BaseModel):
@@ -133,3 +141,30 @@ def reconcile(call: Call, campaign_id: str) -> flask.Response:
 def sweep(call: Call) -> flask.Response:
     body = parse_body(call.request, SweepRequest)
     return json_response(call.services.sweeper.sweep(body))
+
+
+# --- checkout: codes and redemptions -----------------------------------------------------------
+@router.route("/v1/campaigns/<campaign_id>/codes/<code>", methods=["GET"], access=REDEEMER)
+def code_status(call: Call, campaign_id: str, code: str) -> flask.Response:
+    campaign_id = campaign_id_param(campaign_id)
+    if len(code) > MAX_CODE_LENGTH:
+        raise CodeNotFound(f"Campaign {campaign_id!r} has no such code.")
+    return json_response(call.services.redemptions.status(campaign_id=campaign_id, code=code))
+
+
+@router.route("/v1/campaigns/<campaign_id>/redemptions", methods=["POST"], access=REDEEMER)
+def redeem(call: Call, campaign_id: str) -> flask.Response:
+    body = parse_body(call.request, RedemptionCreate)
+    outcome = call.services.redemptions.redeem(
+        campaign_id=campaign_id_param(campaign_id), code=body.code, order_id=body.order_id
+    )
+    return json_response(outcome.redemption, 201 if outcome.created else 200)
+
+
+@router.route("/v1/webhooks/shopify/orders", methods=["POST"], access=Access.SHOPIFY_WEBHOOK)
+def shopify_orders(call: Call) -> flask.Response:
+    topic = call.request.headers.get(shopify.TOPIC_HEADER)
+    if topic is not None and topic not in REDEEMING_TOPICS:
+        return json_response({"ignored_topic": topic})
+    order = parse_body(call.request, ShopifyOrder)
+    return json_response(call.services.redemptions.redeem_order(order))

@@ -1,9 +1,14 @@
 """Recount a campaign from its coupon documents and repair the usage counters.
 
-Claimed and imported totals are recounted with aggregation queries; the per-hour series of
-claims is rebuilt from the claim documents. Differences are written into the counters as
-corrections, and reported. Run it when the campaign is quiet: events still in flight during a
-sale show up as differences and would be corrected twice once they land.
+Assigned, imported, redeemed and held coupons are recounted with aggregation queries; the
+per-hour series of claims is rebuilt from the claim documents. Differences are written into the
+counters as corrections, and reported. Run it when the campaign is quiet: events still in flight
+during a sale show up as differences and would be corrected twice once they land.
+
+Assigned coupons are what the counters call claimed - released, and a correction goes into
+`claimed`, so `remaining` (codes_total - claimed + released) comes out right. A released hold
+leaves no claim document behind, so once a campaign has released holds its hourly series of
+claims cannot be rebuilt from the documents and is left as the events made it.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Any
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
+from shared.coupons.store import CouponState
 from shared.gcp.firestore import claims_collection, coupons_collection
 from shared.usage.counters import ShardedCounters, hour_key
 from shared.usage.models import CounterCheck, ReconciliationReport
@@ -35,23 +41,34 @@ def reconcile(
 ) -> ReconciliationReport:
     coupons: Any = coupons_collection(db, campaign_id)
     imported = _count(coupons)
-    claimed = _count(coupons.where(filter=FieldFilter("assigned", "==", True)))
-    hours: Counter[str] = Counter(
-        hour_key((s.to_dict() or {})["claimed_at"])
-        for s in claims_collection(db, campaign_id).select(["claimed_at"]).stream()
-    )
-    totals = counters.totals(campaign_id)
-
-    corrections: dict[str, Any] = {}
-    if claimed != totals.claimed:
-        corrections["claimed"] = firestore.Increment(claimed - totals.claimed)
-    if imported != totals.imported:
-        corrections["imported"] = firestore.Increment(imported - totals.imported)
-    hour_fixes = {
-        key: hours.get(key, 0) - totals.claimed_by_hour.get(key, 0)
-        for key in set(hours) | set(totals.claimed_by_hour)
-        if hours.get(key, 0) != totals.claimed_by_hour.get(key, 0)
+    assigned = _count(coupons.where(filter=FieldFilter("assigned", "==", True)))
+    by_state = {
+        state: _count(coupons.where(filter=FieldFilter("state", "==", state.value)))
+        for state in (CouponState.REDEEMED, CouponState.HELD)
     }
+    totals = counters.totals(campaign_id)
+    checks = {
+        "claimed": CounterCheck(counted=assigned, counters=totals.claimed - totals.released),
+        "imported": CounterCheck(counted=imported, counters=totals.imported),
+        "redeemed": CounterCheck(counted=by_state[CouponState.REDEEMED], counters=totals.redeemed),
+        "held": CounterCheck(counted=by_state[CouponState.HELD], counters=totals.held),
+    }
+    corrections: dict[str, Any] = {
+        name: firestore.Increment(check.difference)
+        for name, check in checks.items()
+        if check.difference
+    }
+    hour_fixes: dict[str, int] = {}
+    if totals.released == 0:
+        hours: Counter[str] = Counter(
+            hour_key((s.to_dict() or {})["claimed_at"])
+            for s in claims_collection(db, campaign_id).select(["claimed_at"]).stream()
+        )
+        hour_fixes = {
+            key: hours.get(key, 0) - totals.claimed_by_hour.get(key, 0)
+            for key in set(hours) | set(totals.claimed_by_hour)
+            if hours.get(key, 0) != totals.claimed_by_hour.get(key, 0)
+        }
     if hour_fixes:
         corrections["claimed_by_hour"] = {k: firestore.Increment(v) for k, v in hour_fixes.items()}
     if repair and corrections:
@@ -60,7 +77,6 @@ def reconcile(
         campaign_id=campaign_id,
         checked_at=now,
         repaired=repair and bool(corrections),
-        claimed=CounterCheck(counted=claimed, counters=totals.claimed),
-        imported=CounterCheck(counted=imported, counters=totals.imported),
         hours_differing=len(hour_fixes),
+        **checks,
     )

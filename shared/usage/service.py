@@ -15,7 +15,7 @@ from shared.campaigns.models import CampaignRecord, CampaignStats
 from shared.errors import CampaignNotFound
 from shared.events import models as events
 from shared.events.bus import EventBus
-from shared.usage.counters import ShardedCounters, minute_key
+from shared.usage.counters import CounterTotals, ShardedCounters, minute_key
 from shared.usage.models import ReportGranularity, ReportPoint, UsageReport
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ class UsageService:
         self._bus = bus
         self._clock = clock
         self._last_check: dict[str, tuple[float, int]] = {}
-        self._claimed_cache: dict[str, tuple[int, float]] = {}
+        self._taken_cache: dict[str, tuple[int, float]] = {}  # claimed - released
         self._lock = threading.Lock()
 
     def handle(self, event: events.Event) -> None:
@@ -70,7 +70,7 @@ class UsageService:
         ):
             return None
         campaign = campaign_store.get_campaign(self._db, campaign_id=campaign_id)
-        remaining = campaign.codes_total - self._counters.totals(campaign_id).claimed
+        remaining = _free(campaign, self._counters.totals(campaign_id))
         with self._lock:
             self._last_check[campaign_id] = (
                 now_mono,
@@ -99,7 +99,7 @@ class UsageService:
     # --- reading ------------------------------------------------------------------------------
     def stats(self, campaign: CampaignRecord, *, now: datetime) -> CampaignStats:
         totals = self._counters.totals(campaign.campaign_id)
-        remaining = 0 if campaign.sold_out else max(campaign.codes_total - totals.claimed, 0)
+        remaining = 0 if campaign.sold_out else max(_free(campaign, totals), 0)
         # The last 60 s: this minute so far plus the part of the previous minute still inside.
         this_minute = totals.claimed_by_minute.get(minute_key(now), 0)
         previous = totals.claimed_by_minute.get(minute_key(now - timedelta(minutes=1)), 0)
@@ -112,6 +112,10 @@ class UsageService:
             codes_total=campaign.codes_total,
             claimed=totals.claimed,
             remaining=remaining,
+            # Events may arrive out of order: a release counted before its hold reads -1 here.
+            held=max(totals.held, 0),
+            redeemed=totals.redeemed,
+            released=totals.released,
             claims_last_minute=last_minute,
             projected_sold_out_at=projected,
         )
@@ -123,35 +127,50 @@ class UsageService:
             return 0
         now = time.monotonic()
         with self._lock:
-            cached = self._claimed_cache.get(campaign.campaign_id)
+            cached = self._taken_cache.get(campaign.campaign_id)
         if cached is None or now - cached[1] > REMAINING_CACHE_SECONDS:
-            cached = (self._counters.totals(campaign.campaign_id).claimed, now)
+            totals = self._counters.totals(campaign.campaign_id)
+            cached = (totals.claimed - totals.released, now)
             with self._lock:
-                self._claimed_cache[campaign.campaign_id] = cached
+                self._taken_cache[campaign.campaign_id] = cached
         return max(campaign.codes_total - cached[0], 0)
 
     def report(self, campaign: CampaignRecord, *, granularity: ReportGranularity) -> UsageReport:
         totals = self._counters.totals(campaign.campaign_id)
-        width = 10 if granularity is ReportGranularity.HOUR else 8  # YYYYMMDDHH or YYYYMMDD
-        claimed: dict[str, int] = {}
-        imported: dict[str, int] = {}
-        for key, value in totals.claimed_by_hour.items():
-            claimed[key[:width]] = claimed.get(key[:width], 0) + value
-        for key, value in totals.imported_by_hour.items():
-            imported[key[:width]] = imported.get(key[:width], 0) + value
-        fmt = "%Y%m%d%H" if granularity is ReportGranularity.HOUR else "%Y%m%d"
-        points = [
-            ReportPoint(
-                period_start=datetime.strptime(key, fmt).replace(tzinfo=UTC),
-                claimed=claimed.get(key, 0),
-                imported=imported.get(key, 0),
-            )
-            for key in sorted(set(claimed) | set(imported))
-        ]
+        columns = {
+            "claimed": totals.claimed_by_hour,
+            "imported": totals.imported_by_hour,
+            "redeemed": totals.redeemed_by_hour,
+            "released": totals.released_by_hour,
+        }
+        periods: dict[datetime, dict[str, int]] = {}
+        for column, by_hour in columns.items():
+            for key, value in by_hour.items():
+                start = period_start(key, granularity)
+                point = periods.setdefault(start, dict.fromkeys(columns, 0))
+                point[column] += value
         return UsageReport(
             campaign_id=campaign.campaign_id,
             granularity=granularity,
             claimed=totals.claimed,
             imported=totals.imported,
-            series=points,
+            redeemed=totals.redeemed,
+            released=totals.released,
+            series=[ReportPoint(period_start=at, **periods[at]) for at in sorted(periods)],
         )
+
+
+def _free(campaign: CampaignRecord, totals: CounterTotals) -> int:
+    """Codes nobody holds: every code, less every claim, plus every hold given back."""
+    return campaign.codes_total - totals.claimed + totals.released
+
+
+def period_start(hour: str, granularity: ReportGranularity) -> datetime:
+    """The start of the report period holding the hour `YYYYMMDDHH` (UTC)."""
+    at = datetime.strptime(hour, "%Y%m%d%H").replace(tzinfo=UTC)
+    if granularity is ReportGranularity.HOUR:
+        return at
+    day = at.replace(hour=0)
+    if granularity is ReportGranularity.DAY:
+        return day
+    return day - timedelta(days=day.weekday())  # the Monday of its ISO week
