@@ -109,7 +109,12 @@ class Services:
         return self._once(
             "claims",
             lambda: ClaimService(
-                engine=self.engine, bus=self.bus, room=self.room, usage=self.usage, clock=utcnow
+                engine=self.engine,
+                bus=self.bus,
+                room=self.room,
+                usage=self.usage,
+                clock=utcnow,
+                deadline_seconds=self.settings.claim_deadline_seconds,
             ),
         )
 

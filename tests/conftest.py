@@ -4,10 +4,12 @@ registered before they are written."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,18 +18,83 @@ from google.cloud import firestore
 from google.cloud.storage import Client as StorageClient
 
 from emulator import EmulatorStack, EmulatorUnavailable, check_prerequisites
+from scripts.support.firestore_indexes import IndexConfig, QueryShape, Recorder, recording
 from tests.support.api import function_client
 from tests.support.cloudevents import deliver, published_event
 from tests.support.stack import (
     BUCKET,
     CORS_ORIGIN,
     EVENTS_TOPIC,
+    INDEXES,
     PROJECT,
     PUMP_SUBSCRIPTION,
     MakeCampaign,
     Pump,
     reset_instance,
 )
+
+# Production truth the emulator forgives, checked over the whole run: every query the code sent
+# must be served by firestore.indexes.json or an automatic single-field index, and every field
+# written to a collection that takes sale- or import-rate writes must be exempted from indexing
+# unless a query needs it (an indexed value that increases in write order caps the collection at
+# about 500 writes/s).
+TESTS = Path(__file__).resolve().parent
+HOT_COLLECTIONS = ("coupons", "claims", "processed_events", "counter_shards")
+_run = contextlib.ExitStack()
+_recorder: Recorder | None = None
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    global _recorder
+    _recorder = _run.enter_context(recording())
+
+
+def production_index_problems(
+    recorder: Recorder, config: IndexConfig, *, whole_suite: bool = True
+) -> list[str]:
+    """What production would refuse. Whether a written field is needed by some query can only
+    be told from a run of the whole suite (a partial run does not issue every query)."""
+    problems = [
+        f"no index serves: {shape.describe()}"
+        for shape in sorted(recorder.shapes, key=QueryShape.describe)
+        if not config.serves(shape)
+    ]
+    queried = {
+        (shape.collection, name)
+        for shape in recorder.shapes
+        for name in (*shape.equalities, *shape.inequalities, *(f for f, _ in shape.orders))
+    }
+    problems += [
+        f"{collection}.{name} is written at sale or import rate, indexed, and no query needs it:"
+        " exempt it in firestore.indexes.json (fieldOverrides)"
+        for collection, name in sorted(recorder.written)
+        if whole_suite
+        and collection in HOT_COLLECTIONS
+        and (collection, name) not in queried
+        and (collection, name) not in config.exempt
+    ]
+    return problems
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _run.close()
+    if _recorder is None or not _recorder.shapes:
+        return
+    options = session.config.option
+    whole_suite = (
+        exitstatus == pytest.ExitCode.OK
+        and not (options.keyword or options.markexpr or options.deselect or options.exitfirst)
+        and all(Path(arg).resolve() == TESTS for arg in session.config.args)
+    )
+    problems = production_index_problems(
+        _recorder, IndexConfig.load(INDEXES), whole_suite=whole_suite
+    )
+    if problems:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        for line in ["production Firestore would refuse what this run did:", *problems]:
+            if reporter is not None:
+                reporter.write_line(line, red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="session")

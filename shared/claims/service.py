@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -28,8 +29,10 @@ class ClaimService:
         room: WaitingRoomService,
         usage: UsageService,
         clock: Callable[[], datetime],
+        deadline_seconds: float,
     ) -> None:
         self.engine = engine
+        self._deadline_seconds = deadline_seconds
         self._bus = bus
         self._room = room
         self._usage = usage
@@ -43,6 +46,7 @@ class ClaimService:
         idempotency_key: str | None = None,
         ticket: str | None = None,
     ) -> ClaimResult:
+        started = time.monotonic()
         campaign = self.engine.campaign(campaign_id)
         room_pass = RoomPass(ticket=None)
         if campaign.waiting_room_enabled:
@@ -57,7 +61,11 @@ class ClaimService:
             campaign_id=campaign_id, user_id=user_id, idempotency_key=idempotency_key
         )
         if outcome.created:
-            # Awaited; on failure the event waits in the outbox and the shopper still gets
-            # the code (the claim is committed). A replay publishes the same event id again.
-            self._bus.publish(coupon_claimed(outcome.claim), now=self._clock())
+            # Awaited, but never past the claim's own deadline: on failure or timeout the event
+            # waits in the outbox and the shopper still gets the code (the claim is committed).
+            # A replay publishes the same event id again.
+            left = started + self._deadline_seconds - time.monotonic()
+            self._bus.publish(
+                coupon_claimed(outcome.claim), now=self._clock(), timeout=max(left, 0.0)
+            )
         return ClaimResult(outcome=outcome, ticket=room_pass.ticket)

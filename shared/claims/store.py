@@ -15,6 +15,7 @@ from google.cloud import firestore
 
 from shared.claims.batched_reads import ReadCoalescer
 from shared.claims.models import ClaimRecord, ClaimState
+from shared.claims.recovery import sweep_bucket
 from shared.coupons.store import EXPIRES_BUCKET, Candidate, expires_bucket
 from shared.gcp.firestore import Snapshot, campaign_ref, claims_collection, coupons_collection
 
@@ -124,7 +125,11 @@ def commit_claim(
     )
     batch.create(
         claims_collection(db, campaign_id).document(claim.claim_id),
-        {**claim.model_dump(exclude={"claim_id"}), "state": claim.state.value},
+        {
+            **claim.model_dump(exclude={"claim_id"}),
+            "state": claim.state.value,
+            "sweep_bucket": sweep_bucket(now),
+        },
     )
     batch.commit()
     return claim

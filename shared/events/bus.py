@@ -60,17 +60,22 @@ class EventBus:
             self._topic, events.encode_event(event), event_id=event.event_id, type=event.type.value
         )
 
-    def send(self, event: events.Event) -> None:
+    def send(self, event: events.Event, *, timeout: float = PUBLISH_TIMEOUT_SECONDS) -> None:
         """Publish and wait for the acknowledgement; raises one of PUBLISH_ERRORS."""
-        self._publish(event).result(timeout=PUBLISH_TIMEOUT_SECONDS)
+        self._publish(event).result(timeout=timeout)
 
     def _outbox_fields(self, event: events.Event, now: datetime) -> dict[str, Any]:
         return {"event": event.model_dump(mode="json"), "recorded_at": now}
 
-    def publish(self, event: events.Event, *, now: datetime) -> bool:
-        """True when published; False when kept in the outbox for the sweeper."""
+    def publish(
+        self, event: events.Event, *, now: datetime, timeout: float = PUBLISH_TIMEOUT_SECONDS
+    ) -> bool:
+        """True when published; False when kept in the outbox for the sweeper.
+
+        A publish that outlasts `timeout` may still go through later: the outbox copy then
+        publishes the same event id again, which consumers ignore."""
         try:
-            self.send(event)
+            self.send(event, timeout=timeout)
         except PUBLISH_ERRORS as exc:
             log.warning(
                 "publish failed; event kept in the outbox",

@@ -53,6 +53,8 @@ class JobRecord(BaseModel):
     errors: list[JobError] = Field(default_factory=list)
     failure_reason: str | None = None
     attempts: int = 1
+    # When this import's write ramp began: a retried attempt continues it instead of restarting.
+    ramp_started_at: datetime | None = None
     files: list[str] = Field(default_factory=list)
     created_at: datetime
     updated_at: datetime
@@ -85,7 +87,9 @@ class JobPublic(BaseModel):
     def of(cls, job: JobRecord) -> JobPublic:
         duration = (job.finished_at - job.created_at).total_seconds() if job.finished_at else None
         return cls(
-            **job.model_dump(exclude={"attempts", "code_length", "code_prefix", "rounds"}),
+            **job.model_dump(
+                exclude={"attempts", "code_length", "code_prefix", "rounds", "ramp_started_at"}
+            ),
             duplicates=job.duplicates_in_file + job.duplicates_in_campaign,
             duration_seconds=duration,
         )

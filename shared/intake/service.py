@@ -139,6 +139,7 @@ class IntakeService:
                 "duplicates_in_campaign": 0,
                 "invalid": 0,
                 "errors": [],
+                "ramp_started_at": job.ramp_started_at or now,
             }
         )
         importer = CodeImporter(
@@ -147,7 +148,7 @@ class IntakeService:
             job_id=job.job_id,
             batch_size=self._settings.import_batch_size,
             parallel_commits=self._settings.import_parallel_commits,
-            limiter=RampLimiter() if self._settings.import_ramp_enabled else Unlimited(),
+            limiter=self._limiter(job, now),
             clock=self._clock,
         )
         failure: str | None = None
@@ -177,6 +178,14 @@ class IntakeService:
             counts = importer.finish()
         job = job.model_copy(update=counts.__dict__)
         return self._finish(job, failure=failure)
+
+    def _limiter(self, job: JobRecord, now: datetime) -> RampLimiter | Unlimited:
+        if not self._settings.import_ramp_enabled:
+            return Unlimited()
+        # Recorded before the first write, so a retried attempt finds where the ramp stands.
+        job_store.save_progress(self._db, job=job)
+        started = job.ramp_started_at or now
+        return RampLimiter(elapsed=(now - started).total_seconds())
 
     def _save_progress(self, job: JobRecord, importer: CodeImporter) -> None:
         snapshot = job.model_copy(update={**importer.counts.__dict__, "updated_at": self._clock()})

@@ -8,7 +8,9 @@ from collections.abc import Callable
 
 
 class RampLimiter:
-    """Allows `initial` writes/s, growing by 50% every 5 minutes; `acquire` blocks as needed."""
+    """Allows `initial` writes/s, growing by 50% every 5 minutes; `acquire` blocks as needed.
+
+    `elapsed` is how long the ramp has already run (a retried import attempt continues it)."""
 
     def __init__(
         self,
@@ -16,13 +18,14 @@ class RampLimiter:
         initial: float = 500.0,
         growth: float = 1.5,
         period_seconds: float = 300.0,
+        elapsed: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._initial, self._growth, self._period = initial, growth, period_seconds
         self._clock, self._sleep = clock, sleep
-        self._started = clock()
-        self._next_free = self._started
+        self._started = clock() - max(elapsed, 0.0)
+        self._next_free = clock()
         self._lock = threading.Lock()
 
     def rate(self) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -12,11 +13,15 @@ from flask.testing import FlaskClient
 from google.cloud import firestore
 from google.cloud.storage import Client as StorageClient
 
+from shared.clock import utcnow
+from shared.container import Services
 from shared.coupons.store import coupon_id_for
 from shared.gcp.firestore import coupons_collection
 from shared.intake import jobs as job_store
 from shared.intake import service as import_service
 from shared.intake.models import CODE_ALPHABET
+from shared.intake.write_rate import RampLimiter
+from shared.settings import get_settings
 from tests.support.api import ADMIN, auth
 from tests.support.cloudevents import deliver, finalized_event
 from tests.support.stack import BUCKET, MakeCampaign
@@ -346,3 +351,31 @@ def test_generation_for_an_unknown_campaign_is_404(admin_client: FlaskClient) ->
         "/v1/campaigns/nope-nope/codes:generate", json={"count": 5}, headers=ADMIN
     )
     assert response.status_code == 404
+
+
+def test_a_retried_attempt_continues_the_write_ramp_where_it_stands(
+    upload: Callable[..., dict[str, Any]],
+    admin_client: FlaskClient,
+    make_campaign: MakeCampaign,
+    db: firestore.Client,
+    storage_client: StorageClient,
+) -> None:
+    """With production's 500/50/5 ramp on, the ramp's start is kept in the job: an attempt that
+    resumes a crashed one goes on at the rate the ramp had reached, instead of 500 writes/s."""
+    campaign_id = make_campaign()
+    event = upload(campaign_id, "code\nRAMP-1\nRAMP-2\n")
+    job_id = job_for(admin_client, event)["job_id"]
+    began = utcnow() - timedelta(minutes=11)
+    job_store.job_ref(db, job_id).update(
+        {"state": "running", "finished_at": None, "ramp_started_at": began}
+    )
+    services = Services(get_settings().model_copy(update={"import_ramp": True}), db=db)
+    ramped = services.intake
+
+    ramped.handle_object_finalized(import_service.object_from_event(event["data"]))
+
+    job = job_store.get_job(db, job_id=job_id)
+    assert job.state.value == "done"
+    assert job.attempts == 2
+    assert job.ramp_started_at == began  # the first attempt's ramp, not a new one
+    assert RampLimiter(elapsed=(utcnow() - began).total_seconds()).rate() == 500 * 1.5**2

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import random
 import threading
-from concurrent.futures import ThreadPoolExecutor
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
@@ -15,14 +17,16 @@ from google.cloud import firestore
 
 from shared.claims.engine import ClaimEngine
 from shared.claims.models import coupon_claimed
+from shared.claims.store import claim_id_for
 from shared.clock import utcnow
-from shared.container import instance_services
+from shared.container import Services, instance_services
 from shared.events import models as events
 from shared.events.bus import EventBus
-from shared.gcp.firestore import counter_shards_collection
+from shared.gcp.firestore import counter_shards_collection, outbox_collection
+from shared.http import claim_api as claim_routes
 from shared.settings import Settings, get_settings
 from shared.usage.counters import ShardedCounters
-from tests.support.api import ADMIN, auth
+from tests.support.api import ADMIN, auth, router_client
 from tests.support.cloudevents import deliver, published_event
 from tests.support.stack import PROJECT, MakeCampaign, Pump
 
@@ -212,6 +216,43 @@ def test_a_failed_publish_waits_in_the_outbox_until_the_sweep(
     assert swept.status_code == 200
     assert swept.get_json()["outbox_published"] >= 1
     assert not outbox.get().exists
+    assert counters().totals(campaign_id).claimed == 1
+
+
+class StalledPublisher:
+    """A Pub/Sub client whose publishes are accepted and never acknowledged."""
+
+    def publish(self, topic: str, data: bytes, **attributes: str) -> Future[str]:
+        return Future()
+
+
+def test_a_claim_never_waits_on_a_publish_past_its_own_deadline(
+    db: firestore.Client,
+    admin_client: FlaskClient,
+    make_campaign: MakeCampaign,
+    cleanup: list[Callable[[], object]],
+    pump_events: Pump,
+) -> None:
+    """The publish gets what is left of the claim's deadline (1 s here, against the bus's
+    10 s); then the outbox takes the event over and the shopper has their code."""
+    campaign_id = make_campaign(codes=1)
+    settings = get_settings().model_copy(update={"claim_deadline_seconds": 1.0})
+    stalled = Services(settings, db=db, publisher=StalledPublisher())
+    client = router_client(claim_routes.router, stalled)
+    claim_id = claim_id_for("patient", 0)
+    outbox = outbox_collection(db).document(f"claimed.{campaign_id}.{claim_id}")
+    cleanup.append(outbox.delete)
+
+    started = time.monotonic()
+    response = client.post(f"/v1/campaigns/{campaign_id}/claims", headers=auth("patient"))
+    waited = time.monotonic() - started
+
+    assert response.status_code == 201
+    assert waited < 5  # bounded by the claim's deadline, not by the 10 s publish timeout
+    assert outbox.get().exists
+    swept = admin_client.post("/v1/maintenance/sweep", json={"grace_seconds": 0}, headers=ADMIN)
+    assert swept.get_json()["outbox_published"] >= 1
+    pump_events()
     assert counters().totals(campaign_id).claimed == 1
 
 

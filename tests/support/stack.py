@@ -8,6 +8,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 MAIN = str(ROOT / "functions" / "main.py")
+INDEXES = ROOT / "firestore.indexes.json"
+RULES = ROOT / "firestore.rules"
 PROJECT = "demo-codedrop-test"
 BUCKET = "codedrop-imports-test"
 CORS_ORIGIN = "https://shop.example"

@@ -1,0 +1,75 @@
+"""firestore.indexes.json against production's rules: what it serves, what it exempts.
+
+The suite also records every query and write the code sends while it runs and checks them with
+the same rules at the end of the session (tests/conftest.py, pytest_sessionfinish).
+"""
+
+from __future__ import annotations
+
+import json
+
+from google.auth.credentials import AnonymousCredentials
+from google.cloud.firestore_v1.base_query import FieldFilter
+from google.cloud.firestore_v1.client import Client
+
+from scripts.support.firestore_indexes import IndexConfig, QueryShape, Recorder, shape_of
+from tests.conftest import HOT_COLLECTIONS, production_index_problems
+from tests.support.stack import INDEXES
+
+
+def _config() -> IndexConfig:
+    return IndexConfig.load(INDEXES)
+
+
+def _shape(query: object) -> QueryShape:
+    return shape_of(query._to_protobuf())  # type: ignore[attr-defined]
+
+
+def _client() -> Client:
+    # Queries are only built here, never sent: anonymous credentials need no environment.
+    return Client(project="demo-unit", credentials=AnonymousCredentials())  # type: ignore[no-untyped-call]
+
+
+def test_the_file_is_valid_json_with_indexes_and_overrides() -> None:
+    data = json.loads(INDEXES.read_text())
+    assert {"indexes", "fieldOverrides"} <= set(data)
+    for override in data["fieldOverrides"]:
+        assert override["indexes"] == []  # exemptions only: nothing here adds an index
+
+
+def test_the_claim_range_query_and_its_sold_out_proof_are_served() -> None:
+    coupons = _client().collection("campaigns").document("c").collection("coupons")
+    ranged = (
+        coupons.where(filter=FieldFilter("assigned", "==", False))
+        .where(filter=FieldFilter("random_float", ">", 0.1))
+        .where(filter=FieldFilter("random_float", "<", 0.2))
+        .order_by("random_float")
+    )
+    proof = coupons.where(filter=FieldFilter("assigned", "==", False)).order_by("random_float")
+    assert _config().serves(_shape(ranged))
+    assert _config().serves(_shape(proof))
+
+
+def test_the_jobs_listing_is_served_newest_first_only() -> None:
+    jobs = _client().collection("jobs").where(filter=FieldFilter("campaign_id", "==", "c"))
+    assert _config().serves(_shape(jobs.order_by("created_at", direction="DESCENDING")))
+    assert not _config().serves(_shape(jobs.order_by("created_at")))
+
+
+def test_a_query_needing_a_missing_composite_or_an_exempt_field_is_refused() -> None:
+    coupons = _client().collection("campaigns").document("c").collection("coupons")
+    two_fields = coupons.where(filter=FieldFilter("assigned", "==", True)).order_by("code")
+    exempt = coupons.order_by("created_at")
+    assert not _config().serves(_shape(two_fields))
+    assert not _config().serves(_shape(exempt))
+
+
+def test_an_indexed_field_written_at_sale_rate_that_no_query_needs_is_a_problem() -> None:
+    recorder = Recorder()
+    recorder.written |= {("claims", "claimed_at"), ("claims", "shiny_new_timestamp")}
+    problems = production_index_problems(recorder, _config())
+    assert problems == [
+        "claims.shiny_new_timestamp is written at sale or import rate, indexed, and no query"
+        " needs it: exempt it in firestore.indexes.json (fieldOverrides)"
+    ]
+    assert "claims" in HOT_COLLECTIONS
