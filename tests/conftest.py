@@ -39,7 +39,8 @@ from tests.support.stack import (
 # unless a query needs it (an indexed value that increases in write order caps the collection at
 # about 500 writes/s).
 TESTS = Path(__file__).resolve().parent
-HOT_COLLECTIONS = ("coupons", "claims", "processed_events", "counter_shards")
+# The outbox takes an entry per redemption and per released hold, at checkout rate.
+HOT_COLLECTIONS = ("coupons", "claims", "processed_events", "counter_shards", "outbox")
 _run = contextlib.ExitStack()
 _recorder: Recorder | None = None
 

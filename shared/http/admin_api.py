@@ -24,6 +24,7 @@ from shared.http.routing import (
     json_response,
     parse_body,
     parse_query,
+    parse_raw_json,
 )
 from shared.intake import jobs as job_store
 from shared.intake.csv_rows import MAX_CODE_LENGTH
@@ -166,5 +167,5 @@ def shopify_orders(call: Call) -> flask.Response:
     topic = call.request.headers.get(shopify.TOPIC_HEADER)
     if topic is not None and topic not in REDEEMING_TOPICS:
         return json_response({"ignored_topic": topic})
-    order = parse_body(call.request, ShopifyOrder)
+    order = parse_raw_json(call.request.get_data(cache=True), ShopifyOrder)
     return json_response(call.services.redemptions.redeem_order(order))

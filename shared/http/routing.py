@@ -138,6 +138,15 @@ def parse_body(request: flask.Request, model: type[M]) -> M:
         raise errors.RequestValidationFailed(_describe(exc)) from exc
 
 
+def parse_raw_json(raw: bytes, model: type[M]) -> M:
+    """Validate a body from its raw bytes, whatever its Content-Type (a signed webhook body is
+    parsed from the very bytes whose signature was checked)."""
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        raise errors.RequestValidationFailed(_describe(exc)) from exc
+
+
 def campaign_id_param(value: str) -> str:
     """A malformed id names no campaign; it never reaches Firestore (which reserves __x__)."""
     if not _CAMPAIGN_ID.match(value):
