@@ -136,6 +136,8 @@ class RedemptionService:
                 **redeemed,
                 "state": CouponState.REDEEMED.value,
                 EXPIRES_BUCKET: firestore.DELETE_FIELD,
+                # Never above 1 while the guard holds; the audit reads it back to prove that.
+                "redemptions": firestore.Increment(1),
             },
             option=self._db.write_option(last_update_time=snapshot.update_time),
         )
