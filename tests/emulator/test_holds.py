@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
@@ -36,10 +37,10 @@ def hold_briefly(db: firestore.Client, campaign_id: str, seconds: int = 1) -> No
     campaign_ref(db, campaign_id).update({"hold_seconds": seconds})
 
 
-def sweep(admin_client: FlaskClient) -> dict[str, object]:
+def sweep(admin_client: FlaskClient) -> dict[str, Any]:
     response = admin_client.post("/v1/maintenance/sweep", json={}, headers=ADMIN)
     assert response.status_code == 200
-    body: dict[str, object] = response.get_json()
+    body: dict[str, Any] = response.get_json()
     return body
 
 
