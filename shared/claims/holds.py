@@ -21,8 +21,11 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import repeat
+from typing import Any
 
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
@@ -90,21 +93,31 @@ class HoldReleaser:
         self._clock = clock
 
     def release_expired(self, *, limit: int = 50_000) -> ReleaseReport:
-        """Release every hold that has expired by now (up to `limit`), across all campaigns."""
+        """Release every hold that has expired by now (up to `limit`), across all campaigns.
+
+        The 16 shards are read side by side, a page each per round, and the batches of a round
+        are committed side by side: a sweep costs a few round trips, not one per shard or batch.
+        """
         started = time.monotonic()
         now = self._clock()
         report = ReleaseReport()
-        for shard in HOLD_SHARDS:
-            cursor = None
-            while report.examined < limit:
-                page_size = min(PAGE_SIZE, limit - report.examined)
-                holds, cursor = find_expired_holds(
-                    self._db, shard=shard, now=now, limit=page_size, after=cursor
-                )
+        cursors: dict[str, Any] = dict.fromkeys(HOLD_SHARDS)
+        with ThreadPoolExecutor(len(HOLD_SHARDS), thread_name_prefix="release") as pool:
+            while cursors and report.examined < limit:
+                page_size = max(1, min(PAGE_SIZE, (limit - report.examined) // len(cursors)))
+                shards = list(cursors)
+                afters = [cursors[shard] for shard in shards]
+                pages = list(pool.map(self._page, shards, afters, repeat(page_size), repeat(now)))
+                holds = [hold for found, _ in pages for hold in found]
+                cursors = {
+                    shard: cursor
+                    for shard, (_, cursor) in zip(shards, pages, strict=True)
+                    if cursor is not None
+                }
                 report.examined += len(holds)
-                self._release_grouped(holds, now=now, report=report)
-                if cursor is None:
-                    break
+                batches = _batches(holds)
+                for done in pool.map(lambda b: self._release_batch(b[0], b[1], now), batches):
+                    report.add(done)
         report.seconds = time.monotonic() - started
         if report.released:
             log.info(
@@ -113,28 +126,26 @@ class HoldReleaser:
             )
         return report
 
+    def _page(
+        self, shard: str, after: Any, limit: int, now: datetime
+    ) -> tuple[list[ExpiredHold], Any]:
+        return find_expired_holds(self._db, shard=shard, now=now, limit=limit, after=after)
+
     def release(self, holds: Sequence[ExpiredHold]) -> ReleaseReport:
         """Release these holds (as read by the caller) if they are still releasable now."""
         report = ReleaseReport(examined=len(holds))
-        self._release_grouped(holds, now=self._clock(), report=report)
+        now = self._clock()
+        for campaign_id, group in _batches(holds):
+            report.add(self._release_batch(campaign_id, group, now))
         return report
 
-    def _release_grouped(
-        self, holds: Sequence[ExpiredHold], *, now: datetime, report: ReleaseReport
-    ) -> None:
-        by_campaign: defaultdict[str, list[ExpiredHold]] = defaultdict(list)
-        for hold in holds:
-            by_campaign[hold.campaign_id].append(hold)
-        for campaign_id, group in by_campaign.items():
-            for start in range(0, len(group), RELEASE_BATCH):
-                self._release_batch(campaign_id, group[start : start + RELEASE_BATCH], now, report)
-
     def _release_batch(
-        self, campaign_id: str, holds: list[ExpiredHold], now: datetime, report: ReleaseReport
-    ) -> None:
+        self, campaign_id: str, holds: list[ExpiredHold], now: datetime
+    ) -> ReleaseReport:
+        report = ReleaseReport()
         for _ in range(MAX_ROUNDS):
             if not holds:
-                return
+                return report
             events = [coupon_released(hold) for hold in holds]
             batch = self._db.batch()
             coupons = coupons_collection(self._db, campaign_id)
@@ -161,12 +172,13 @@ class HoldReleaser:
                 continue
             except gexc.NotFound as exc:  # the campaign document is gone
                 report.failures.append(f"{campaign_id}: {exc!r}")
-                return
+                return report
             report.released += len(holds)
             report.by_campaign[campaign_id] = report.by_campaign.get(campaign_id, 0) + len(holds)
             self._bus.deliver_staged(events)
-            return
+            return report
         report.failures.append(f"{campaign_id}: {len(holds)} holds kept changing; next sweep")
+        return report
 
     def _reread(
         self, campaign_id: str, holds: list[ExpiredHold], now: datetime
@@ -175,3 +187,15 @@ class HoldReleaser:
         refs = [coupons.document(hold.coupon_id) for hold in holds]
         fresh = self._db.get_all(refs, field_paths=HOLD_FIELDS)
         return [hold for s in fresh if (hold := expired_hold(s, now=now)) is not None]
+
+
+def _batches(holds: Sequence[ExpiredHold]) -> list[tuple[str, list[ExpiredHold]]]:
+    """The holds by campaign, in batches of at most RELEASE_BATCH."""
+    by_campaign: defaultdict[str, list[ExpiredHold]] = defaultdict(list)
+    for hold in holds:
+        by_campaign[hold.campaign_id].append(hold)
+    return [
+        (campaign_id, group[start : start + RELEASE_BATCH])
+        for campaign_id, group in by_campaign.items()
+        for start in range(0, len(group), RELEASE_BATCH)
+    ]
