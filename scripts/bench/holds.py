@@ -177,7 +177,7 @@ def counting_rpcs() -> Iterator[Counter[str]]:
 class SaleResult:
     holds: bool
     seconds: float = 0.0
-    outcomes: Counter[str] = field(default_factory=Counter)
+    outcomes: dict[str, int] = field(default_factory=dict)
     claims: int = 0
     sold_out_answers: int = 0
     redeemed: int = 0
@@ -186,6 +186,7 @@ class SaleResult:
     release_seconds: float = 0.0
     redeemed_after_release: int = 0  # redeemed codes whose earlier hold had been released
     rpcs: dict[str, int] = field(default_factory=dict)
+    lags: dict[str, dict[str, float]] = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
     audit: dict[str, int] = field(default_factory=dict)
     violations: dict[str, int] = field(default_factory=dict)
@@ -200,6 +201,10 @@ class Shopper:
     deadline: float = 0.0
     outcome: str = "waiting"
     code: str | None = None
+    # How late this process got to the shopper's first claim and to their checkout: on a busy
+    # machine a checkout can come after the hold's expiry, which the figures must show.
+    claim_lag: float | None = None
+    checkout_lag: float | None = None
 
 
 class Sale:
@@ -244,9 +249,11 @@ class Sale:
             for name, delta in deltas.items():
                 setattr(self.result, name, getattr(self.result, name) + delta)
 
-    def claim(self, shopper: Shopper) -> None:
+    def claim(self, shopper: Shopper, due: float | None = None) -> None:
         from shared.errors import CodedropError, SoldOut
 
+        if due is not None:
+            shopper.claim_lag = time.monotonic() - due
         instance = self.instances[shopper.index % len(self.instances)]
         try:
             claimed = instance.claim(campaign_id=self.campaign_id, user_id=shopper.user_id)
@@ -265,11 +272,13 @@ class Sale:
         if shopper.abandons:
             shopper.outcome = "abandoned"
             return
-        self.scheduler.at(time.monotonic() + shopper.checkout, lambda: self.redeem(shopper))
+        due = time.monotonic() + shopper.checkout
+        self.scheduler.at(due, lambda: self.redeem(shopper, due))
 
-    def redeem(self, shopper: Shopper) -> None:
+    def redeem(self, shopper: Shopper, due: float) -> None:
         from shared.errors import CodedropError
 
+        shopper.checkout_lag = time.monotonic() - due
         assert shopper.code is not None
         try:
             self.services.redemptions.redeem(
@@ -300,7 +309,7 @@ class Sale:
         for shopper in self.shoppers:
             arrives = started + shopper.index * gap
             shopper.deadline = arrives + self.cfg.patience_seconds
-            self.scheduler.at(arrives, lambda s=shopper: self.claim(s))  # type: ignore[misc]
+            self.scheduler.at(arrives, lambda s=shopper, a=arrives: self.claim(s, a))  # type: ignore[misc]
         stop = threading.Event()
         sweeper = threading.Thread(target=self.sweep_until, args=(stop,), name="sweep")
         if self.result.holds:
@@ -319,8 +328,21 @@ class Sale:
         if self.result.holds:
             self.sweep_once()
         self.result.seconds = time.monotonic() - started
-        self.result.outcomes = Counter(s.outcome for s in self.shoppers)
+        self.result.outcomes = dict(Counter(s.outcome for s in self.shoppers))
+        self.result.lags = {
+            "claim": _percentiles([s.claim_lag for s in self.shoppers]),
+            "checkout": _percentiles([s.checkout_lag for s in self.shoppers]),
+        }
         return self.result
+
+
+def _percentiles(values: list[float | None]) -> dict[str, float]:
+    known = sorted(v for v in values if v is not None)
+    if not known:
+        return {}
+    return {
+        f"p{p}": round(known[min(len(known) - 1, int(len(known) * p / 100))], 3) for p in (50, 95)
+    }
 
 
 def make_campaign(services: Any, cfg: Config, *, hold_seconds: int | None) -> str:
@@ -538,6 +560,13 @@ def print_figures(cfg: Config, sales: list[SaleResult], burst: BurstResult) -> N
         ("holds released", lambda r: r.released),
         ("redeemed after an earlier hold was released", lambda r: r.redeemed_after_release),
         ("shoppers left with SOLD_OUT", lambda r: r.outcomes.get("sold_out", 0)),
+        (
+            "checkouts refused: the hold was released first",
+            lambda r: sum(v for k, v in r.outcomes.items() if k.startswith("refused:")),
+        ),
+        ("claims answered CONTENDED", lambda r: r.outcomes.get("error:CONTENDED", 0)),
+        ("lag behind schedule, p50/p95 (s): claim", lambda r: _lag(r, "claim")),
+        ("lag behind schedule, p50/p95 (s): checkout", lambda r: _lag(r, "checkout")),
         ("SOLD_OUT answers (retries included)", lambda r: r.sold_out_answers),
         ("codes unused at the end", lambda r: r.audit["unassigned"]),
         ("sale wall time (s)", lambda r: f"{r.seconds:.1f}"),
@@ -556,6 +585,11 @@ def print_figures(cfg: Config, sales: list[SaleResult], burst: BurstResult) -> N
         f"pass, {burst.seconds} s, {burst.per_second} releases/s; RPCs {burst.rpcs}; "
         f"violations {sum(burst.violations.values())}"
     )
+
+
+def _lag(result: SaleResult, name: str) -> str:
+    lag = result.lags.get(name, {})
+    return f"{lag.get('p50', '-')} / {lag.get('p95', '-')}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -313,6 +313,10 @@ class ClaimEngine:
             self._db, campaign_id=campaign_id, limit=self._settings.pool_refill_size
         )
         if found:
+            # Codes freed after the campaign was read (a release or an import committing in
+            # between) are no miss of the ranges: their commit bumped the generation.
+            if pool.observe_generation(self._campaign(campaign_id)[0].pool_generation):
+                return Exhausted.LOOK_AGAIN
             return found
         if campaign_store.mark_sold_out(
             self._db, campaign_id=campaign_id, read_at=read_at, now=self._clock()
