@@ -161,7 +161,8 @@ def find_expired_holds(
         .where(filter=FieldFilter(EXPIRES_BUCKET, ">=", f"{shard}:"))
         .where(filter=FieldFilter(EXPIRES_BUCKET, "<=", f"{shard}:{_bucket_time(now)}"))
         .order_by(EXPIRES_BUCKET)
-        .select(HOLD_FIELDS)
+        # The bucket too: the next page starts after this one's last (bucket, name).
+        .select([*HOLD_FIELDS, EXPIRES_BUCKET])
         .limit(limit)
     )
     if after is not None:

@@ -260,3 +260,24 @@ def test_events_of_a_slot_held_twice_are_both_counted(
     assert counters.apply(coupon_claimed(first)) is True
     assert counters.apply(coupon_claimed(second)) is True
     assert counters.totals(campaign_id).claimed == 2
+
+
+def test_a_sweep_pages_through_more_expired_holds_than_a_page(
+    db: firestore.Client, make_campaign: MakeCampaign, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from shared.claims import holds
+
+    monkeypatch.setattr(holds, "PAGE_SIZE", 2)  # several pages per shard, and page cursors
+    campaign_id = make_campaign(codes=40, hold_seconds=60)
+    hold_briefly(db, campaign_id)
+    engine = instance_services().engine
+    for i in range(40):
+        engine.claim(campaign_id=campaign_id, user_id=f"pager-{i}")
+    time.sleep(1.1)
+
+    report = instance_services().holds.release_expired()
+
+    assert report.by_campaign[campaign_id] == 40
+    audit = audit_campaign(db, campaign_id=campaign_id)
+    assert audit.ok, audit.violations
+    assert (audit.assigned, audit.claims) == (0, 0)
