@@ -14,7 +14,8 @@ probability `--abandon` (the same shoppers in both runs), otherwise redeems it a
 time drawn from [0.1, `--checkout-seconds`] s. The sweep runs every `--sweep-every` s in its
 own thread, exactly as the scheduled sweep does (HoldReleaser.release_expired), with expiry
 buckets of 1 s. `--instances` claim engines (function instances, each with its candidate pool)
-share the shoppers; everything runs in this process's threads, calling the services directly.
+share the shoppers; checkouts run on threads of their own (admin_api scales apart from
+claim_api); everything runs in this process, calling the services directly.
 
 Then the release throughput on its own: `--burst` holds expire at once and one sweep pass
 releases them. Events go to an in-memory publisher and are applied to the sharded counters
@@ -241,8 +242,12 @@ class Sale:
             for i in range(cfg.shoppers)
         ]
         self._lock = threading.Lock()
+        # Claims and checkouts reach different functions (claim_api, admin_api), each scaled on
+        # its own: a checkout never queues behind the claims of the sale.
         self.pool = ThreadPoolExecutor(cfg.concurrency, thread_name_prefix="shopper")
+        self.checkout_pool = ThreadPoolExecutor(cfg.concurrency, thread_name_prefix="checkout")
         self.scheduler = Scheduler(self.pool)
+        self.checkouts = Scheduler(self.checkout_pool)
 
     def count(self, **deltas: int) -> None:
         with self._lock:
@@ -273,7 +278,7 @@ class Sale:
             shopper.outcome = "abandoned"
             return
         due = time.monotonic() + shopper.checkout
-        self.scheduler.at(due, lambda: self.redeem(shopper, due))
+        self.checkouts.at(due, lambda: self.redeem(shopper, due))
 
     def redeem(self, shopper: Shopper, due: float) -> None:
         from shared.errors import CodedropError
@@ -316,6 +321,7 @@ class Sale:
             sweeper.start()
         try:
             self.scheduler.drain()
+            self.checkouts.drain()
             if self.result.holds:
                 # The last holds expire and the sweep takes them back.
                 time.sleep(self.cfg.hold_seconds + 1.5 + self.cfg.sweep_every)
@@ -323,8 +329,12 @@ class Sale:
             stop.set()
             if sweeper.is_alive():
                 sweeper.join()
-            self.scheduler.close()
-            self.pool.shutdown(wait=True)
+            for scheduler, pool in (
+                (self.scheduler, self.pool),
+                (self.checkouts, self.checkout_pool),
+            ):
+                scheduler.close()
+                pool.shutdown(wait=True)
         if self.result.holds:
             self.sweep_once()
         self.result.seconds = time.monotonic() - started
