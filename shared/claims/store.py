@@ -7,13 +7,13 @@ concurrent requests of one shopper cannot both create the same slot.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from google.cloud import firestore
 
 from shared.claims.batched_reads import ReadCoalescer
+from shared.claims.identity import IdentityKind, identity_key
 from shared.claims.models import ClaimRecord, ClaimState
 from shared.claims.recovery import sweep_bucket
 from shared.coupons.store import EXPIRES_BUCKET, Candidate, expires_bucket
@@ -30,7 +30,7 @@ class Hold:
 
 def user_key(user_id: str) -> str:
     # Firebase uids may hold characters a document id cannot; a hash is safe and fixed-length.
-    return hashlib.sha256(user_id.encode("utf-8")).hexdigest()[:32]
+    return identity_key(IdentityKind.UID, user_id)
 
 
 def claim_id_for(user_id: str, slot: int) -> str:

@@ -1,5 +1,5 @@
-"""Tests for the flash-sale load test (scripts/loadtest, scripts/locustfile.py,
-scripts/loadtest_report.py).
+"""Tests for the flash-sale load test (scripts/loadtest: the scripts/load_test package, its
+locustfile, audit and report).
 
 The emulator test runs the small scenario end to end, exactly as a person would: its own local
 stack on free ports, a campaign through admin_api, 150 codes through the bucket and import_codes,
@@ -12,20 +12,18 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from emulator import EmulatorUnavailable, check_prerequisites
-from scripts import loadtest
-from scripts import loadtest_report as report
-from shared.audit import AuditReport
+from scripts.load_test import report
+from scripts.load_test.audit import Truth, audit_sale
+from scripts.support.audit import AuditReport
+from tests.support.processes import run_module
 
-REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "scripts" / "loadtest.py"
+REPO = Path(__file__).resolve().parents[2]
 # About 30 s on an idle two-core machine (stack start included); the rest is headroom for a
 # loaded CI machine. Exceeding it fails the test.
 TIMEOUT = 300
@@ -53,10 +51,9 @@ def test_small_sale_has_no_violation_and_issues_every_code(tmp_path: Path) -> No
     env = _clean_env()
     # One claim_api process starts faster; 300 shoppers need no more.
     env["CODEDROP_CLAIM_API_WORKERS"] = "1"
-    process = subprocess.Popen(
+    finished = run_module(
+        "scripts.load_test",
         [
-            sys.executable,
-            str(SCRIPT),
             "--shoppers",
             "300",
             "--codes",
@@ -69,21 +66,13 @@ def test_small_sale_has_no_violation_and_issues_every_code(tmp_path: Path) -> No
             "--report-dir",
             str(out),
         ],
-        cwd=REPO,
         env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+        timeout=TIMEOUT,
+        stop_with=signal.SIGINT,  # it stops its stack on the way out
     )
-    try:
-        output, _ = process.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        process.send_signal(signal.SIGINT)  # it stops its stack on the way out
-        output, _ = process.communicate(timeout=90)
-        pytest.fail(f"the load test did not finish in {TIMEOUT} s:\n{output}")
+    output = finished.stdout + finished.stderr
 
-    assert process.returncode == 0, output
+    assert finished.returncode == 0, output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["violations"] == 0, output
     assert [c["name"] for c in summary["audit"] if c["count"]] == [], output
@@ -141,9 +130,7 @@ def _journey(shopper: str, outcome: str, *, at: float, code: str | None = None) 
     }
 
 
-def _truth(
-    codes_by_user: dict[str, list[str]], *, codes_total: int, **lists: list[str]
-) -> loadtest.Truth:
+def _truth(codes_by_user: dict[str, list[str]], *, codes_total: int, **lists: list[str]) -> Truth:
     claims = sum(len(c) for c in codes_by_user.values())
     audit = AuditReport(
         campaign_id="c",
@@ -155,17 +142,17 @@ def _truth(
         max_per_user=1,
         **lists,
     )
-    return loadtest.Truth(audit=audit, codes_by_user=codes_by_user, claimed_at=[])
+    return Truth(audit=audit, codes_by_user=codes_by_user, claimed_at=[])
 
 
 def _violations(
-    records: list[dict[str, Any]], truth: loadtest.Truth, *, shoppers: int, claimed: int
+    records: list[dict[str, Any]], truth: Truth, *, shoppers: int, claimed: int
 ) -> dict[str, int]:
     counters = {
         "stats": {"claimed": claimed, "codes_total": truth.audit.codes_total},
         "seconds_to_settle": 0.1,
     }
-    checks, _ = loadtest.audit_sale(records, truth, counters, shoppers=shoppers, max_per_user=1)
+    checks, _ = audit_sale(records, truth, counters, shoppers=shoppers, max_per_user=1)
     return {c.name: c.count for c in checks if c.count}
 
 
