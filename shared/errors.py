@@ -5,6 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
+# No error message repeats more of a caller's input than this (ids, paths, field names).
+SHOWN_CHARS = 64
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """`value` as an error message may quote it: repr'd (so control characters are spelled
+    out) and cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
 
 class CodedropError(Exception):
     error_code = "INTERNAL"
@@ -27,6 +37,11 @@ class CodedropError(Exception):
 class RequestValidationFailed(CodedropError):
     error_code = "REQUEST_VALIDATION_FAILED"
     default_message = "The request is not valid."
+
+
+class RequestTooLarge(CodedropError):
+    error_code = "REQUEST_TOO_LARGE"
+    default_message = "The request body is too large."
 
 
 class Unauthenticated(CodedropError):

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Annotated
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+# An origin as browsers send it: scheme, host and optional port; no path, never "null".
+_ORIGIN = re.compile(r"^https?://[a-z0-9.-]+(:[0-9]{1,5})?$")
 
 
 class Settings(BaseSettings):
@@ -80,8 +84,13 @@ class Settings(BaseSettings):
     # Waiting room (shared/waiting_room.py). The secret signs tickets: required outside demo-
     # projects, so production never runs on a default anyone could read here.
     ticket_secret: SecretStr | None = Field(default=None, validation_alias="CODEDROP_TICKET_SECRET")
+    # A ticket's signature lives this long; every poll re-signs it (sliding), so a shopper who
+    # keeps polling keeps their place for up to ticket_max_wait_seconds after their first try.
     ticket_max_age_seconds: int = Field(
         default=3600, ge=60, le=86_400, validation_alias="CODEDROP_TICKET_MAX_AGE_SECONDS"
+    )
+    ticket_max_wait_seconds: int = Field(
+        default=86_400, ge=60, le=7 * 86_400, validation_alias="CODEDROP_TICKET_MAX_WAIT_SECONDS"
     )
     waiting_room_tick_seconds: float = Field(
         default=1.0, gt=0, le=30, validation_alias="CODEDROP_WAITING_ROOM_TICK_SECONDS"
@@ -132,6 +141,17 @@ class Settings(BaseSettings):
                 if isinstance(raw, str):
                     data[key] = tuple(o.strip() for o in raw.split(",") if o.strip())
         return data
+
+    @model_validator(mode="after")
+    def _valid_origins(self) -> Settings:
+        # "*" means any origin, answered with "*" and without credentials (never echoed).
+        for origin in self.cors_origins:
+            if origin != "*" and not _ORIGIN.match(origin):
+                raise ValueError(
+                    f"CODEDROP_CORS_ORIGINS: {origin[:80]!r} is not an origin like "
+                    "https://shop.example (lowercase, no path; 'null' is never allowed), nor '*'"
+                )
+        return self
 
     @model_validator(mode="after")
     def _production_safety(self) -> Settings:

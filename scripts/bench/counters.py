@@ -64,8 +64,10 @@ from google.cloud import firestore
 
 from scripts.bench import harness
 from scripts.bench.harness import Row, fmt
+from scripts.support.claims import add_claims
 from scripts.support.firestore_rpcs import RpcCounter, RpcCounts
 from scripts.support.measure import per, percentiles
+from shared.claims.models import ClaimRecord
 from shared.clock import utcnow
 from shared.container import instance_services
 from shared.events import models as events
@@ -274,18 +276,24 @@ def published_event(payload: bytes, *, message_id: str, now: datetime) -> dict[s
     }
 
 
-def claimed_events(campaign_id: str, count: int, *, now: datetime) -> list[events.CouponClaimed]:
-    return [
-        events.CouponClaimed(
-            event_id=f"claimed.{campaign_id}.u{i:06d}-0",
-            campaign_id=campaign_id,
-            occurred_at=now,
-            coupon_id=f"c{i:06d}",
-            user_id=f"user-{i:06d}",
+def claimed_events(
+    db: firestore.Client, campaign_id: str, count: int, *, now: datetime
+) -> list[events.CouponClaimed]:
+    """The events of `count` claims, whose documents are written first: count_usage counts only
+    claims that exist."""
+    claims = [
+        ClaimRecord(
             claim_id=f"u{i:06d}-0",
+            campaign_id=campaign_id,
+            user_id=f"user-{i:06d}",
+            coupon_id=f"c{i:06d}",
+            code=f"CODE-{i:06d}",
+            slot=0,
+            claimed_at=now,
         )
         for i in range(count)
     ]
+    return add_claims(db, claims)
 
 
 def make_deliveries(
@@ -670,7 +678,7 @@ def warm_up(app: Any, db: firestore.Client) -> None:
     now = utcnow()
     client = app.test_client()
     for delivery in make_deliveries(
-        claimed_events(WARMUP_CAMPAIGN, WARMUP_EVENTS, now=now), duplicates=0, seed=0, now=now
+        claimed_events(db, WARMUP_CAMPAIGN, WARMUP_EVENTS, now=now), duplicates=0, seed=0, now=now
     ):
         response = client.post("/", data=delivery.body, content_type="application/cloudevents+json")
         if response.status_code != 200:
@@ -799,7 +807,7 @@ def bench(
     )
     now = utcnow()
     deliveries = make_deliveries(
-        claimed_events(CAMPAIGN, args.events, now=now),
+        claimed_events(db, CAMPAIGN, args.events, now=now),
         duplicates=args.duplicates,
         seed=args.seed,
         now=now,

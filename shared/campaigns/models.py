@@ -5,19 +5,21 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Self
+from typing import Annotated, Any, Self
 
-from pydantic import AwareDatetime, BaseModel, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from shared.types import CampaignId, RequestBody, UtcTime
+from shared.types import CampaignId, InputTime, RequestBody, SafeText, UtcTime
 
 MAX_CODES_PER_USER = 10
 DEFAULT_ADMISSIONS_PER_SECOND = 100.0
+# Far beyond any pool (imports are bounded by time, not by this), and inside Firestore's int64.
+MAX_LOW_STOCK_THRESHOLD = 1_000_000_000
 # A hold lasts long enough to check out, and no longer than a day.
 MIN_HOLD_SECONDS = 60
 MAX_HOLD_SECONDS = 86_400
 
-Title = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+Title = Annotated[SafeText, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
 HoldSeconds = Annotated[int, Field(ge=MIN_HOLD_SECONDS, le=MAX_HOLD_SECONDS)]
 
 
@@ -32,10 +34,10 @@ class CampaignStatus(StrEnum):
 class CampaignCreate(RequestBody):
     campaign_id: CampaignId | None = None
     title: Title
-    starts_at: AwareDatetime
-    ends_at: AwareDatetime
+    starts_at: InputTime
+    ends_at: InputTime
     max_per_user: int = Field(default=1, ge=1, le=MAX_CODES_PER_USER)
-    low_stock_threshold: int | None = Field(default=None, ge=0)
+    low_stock_threshold: int | None = Field(default=None, ge=0, le=MAX_LOW_STOCK_THRESHOLD)
     waiting_room_enabled: bool = False
     admissions_per_second: float = Field(default=DEFAULT_ADMISSIONS_PER_SECOND, gt=0, le=100_000)
     # null: a claim is final; a number: a claim is a hold for checkout, released if not redeemed.
@@ -48,12 +50,36 @@ class CampaignCreate(RequestBody):
         return self
 
 
+# Fields of an update that may be left out but never set to null.
+_NOT_NULLABLE = (
+    "title",
+    "starts_at",
+    "ends_at",
+    "max_per_user",
+    "paused",
+    "waiting_room_enabled",
+    "admissions_per_second",
+)
+
+
+def _without_null(schema: dict[str, Any]) -> None:
+    """The API description says what _something() enforces: these fields are never null."""
+    for name in _NOT_NULLABLE:
+        field = schema["properties"][name]
+        options = [o for o in field.pop("anyOf", []) if o.get("type") != "null"]
+        field.pop("default", None)
+        if options:
+            field.update(options[0])
+
+
 class CampaignUpdate(RequestBody):
+    model_config = ConfigDict(json_schema_extra=_without_null)
+
     title: Title | None = None
-    starts_at: AwareDatetime | None = None
-    ends_at: AwareDatetime | None = None
+    starts_at: InputTime | None = None
+    ends_at: InputTime | None = None
     max_per_user: int | None = Field(default=None, ge=1, le=MAX_CODES_PER_USER)
-    low_stock_threshold: int | None = Field(default=None, ge=0)
+    low_stock_threshold: int | None = Field(default=None, ge=0, le=MAX_LOW_STOCK_THRESHOLD)
     paused: bool | None = None
     waiting_room_enabled: bool | None = None
     admissions_per_second: float | None = Field(default=None, gt=0, le=100_000)
@@ -63,15 +89,7 @@ class CampaignUpdate(RequestBody):
     def _something(self) -> Self:
         if not self.model_fields_set:
             raise ValueError("nothing to update")
-        for name in (
-            "title",
-            "starts_at",
-            "ends_at",
-            "max_per_user",
-            "paused",
-            "waiting_room_enabled",
-            "admissions_per_second",
-        ):
+        for name in _NOT_NULLABLE:
             if name in self.model_fields_set and getattr(self, name) is None:
                 raise ValueError(f"{name} cannot be null")
         return self

@@ -23,7 +23,6 @@ from google.cloud import firestore
 from shared.campaigns import store as campaign_store
 from shared.campaigns.models import CampaignRecord, CampaignStatus
 from shared.claims import store as claim_store
-from shared.claims.batched_reads import ReadCoalescer
 from shared.claims.candidate_pool import CandidatePool, Exhausted, PoolTimeout
 from shared.claims.models import ClaimRecord
 from shared.claims.store import Hold
@@ -31,6 +30,7 @@ from shared.clock import utcnow
 from shared.coupons import store as coupon_store
 from shared.coupons.store import Candidate
 from shared.errors import CampaignNotActive, CampaignNotFound, Contended, SoldOut
+from shared.gcp.batched_reads import ReadCoalescer
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -204,6 +204,13 @@ class ClaimEngine:
 
         status = campaign.status_at(self._clock())
         if status not in (CampaignStatus.ACTIVE, CampaignStatus.SOLD_OUT):
+            # Paused or ended: no new code, but a holder asking again (a retry, a double click,
+            # with or without a key) gets the code already held.
+            held = self._held(campaign, user_id) if held is None else held
+            if held:
+                return _held_answer(held, campaign, idempotency_key) or ClaimOutcome(
+                    claim=held[-1], created=False
+                )
             raise CampaignNotActive(f"Campaign {campaign_id!r} is {status.value}.")
         pool.observe_generation(campaign.pool_generation)
         if status is CampaignStatus.SOLD_OUT:

@@ -2,8 +2,9 @@
 
 A release is one atomic batch per campaign and group of holds: each coupon goes back to
 available (guarded by the update time it was read with), each shopper's claim slot is deleted
-(so they may claim again), each `coupon.released` event is staged in the outbox, and the
-campaign's `pool_generation` is bumped with `sold_out` cleared. Why each part:
+(so they may claim again) and a record of the released hold created in its place (what
+count_usage checks the hold's events against), each `coupon.released` event is staged in the
+outbox, and the campaign's `pool_generation` is bumped with `sold_out` cleared. Why each part:
 - The coupon guard makes a release and a redemption (or anything else touching the coupon)
   mutually exclusive: whichever commits second fails its precondition and re-reads. So a code is
   never redeemed after its release, nor free while a slot still holds it. The slot needs no
@@ -39,31 +40,50 @@ from shared.coupons.store import (
     release_fields,
 )
 from shared.events.bus import EventBus
-from shared.events.models import CouponReleased
-from shared.gcp.firestore import campaign_ref, claims_collection, coupons_collection
+from shared.events.models import CouponReleased, released_event_id, released_record_id
+from shared.gcp.firestore import (
+    campaign_ref,
+    claims_collection,
+    coupons_collection,
+    released_holds_collection,
+)
 
 log = logging.getLogger(__name__)
 
-# Three writes per hold (coupon, slot, outbox entry) plus the campaign: under 500 per batch.
-RELEASE_BATCH = 150
+# Four writes per hold (coupon, slot, released record, outbox entry) plus the campaign: under
+# Firestore's 500 writes per batch.
+RELEASE_BATCH = 120
 PAGE_SIZE = 300
 # A batch that lost a race is re-read and retried; redemptions racing a release are rare, so a
 # few rounds settle it, and what is left waits for the next sweep.
 MAX_ROUNDS = 4
 
 
-def coupon_released(hold: ExpiredHold) -> CouponReleased:
-    # One event per hold: the same coupon may be held and released again later.
-    micros = round(hold.assigned_at.timestamp() * 1_000_000)
+def coupon_released(hold: ExpiredHold, *, now: datetime) -> CouponReleased:
     return CouponReleased(
-        event_id=f"released.{hold.campaign_id}.{hold.coupon_id}.{micros}",
+        event_id=released_event_id(hold.campaign_id, hold.coupon_id, hold.assigned_at),
         campaign_id=hold.campaign_id,
-        occurred_at=hold.expires_at,
+        occurred_at=now,
         coupon_id=hold.coupon_id,
         user_id=hold.user_id,
         claim_id=hold.claim_id,
+        claimed_at=hold.assigned_at,
         expired_at=hold.expires_at,
     )
+
+
+def released_record(hold: ExpiredHold, *, now: datetime) -> dict[str, object]:
+    """What the released hold was: its claim slot is deleted (the shopper may claim again), so
+    this is the record that count_usage checks the hold's events against."""
+    return {
+        "campaign_id": hold.campaign_id,
+        "claim_id": hold.claim_id,
+        "user_id": hold.user_id,
+        "coupon_id": hold.coupon_id,
+        "claimed_at": hold.assigned_at,
+        "expires_at": hold.expires_at,
+        "released_at": now,
+    }
 
 
 @dataclass
@@ -146,10 +166,11 @@ class HoldReleaser:
         for _ in range(MAX_ROUNDS):
             if not holds:
                 return report
-            events = [coupon_released(hold) for hold in holds]
+            events = [coupon_released(hold, now=now) for hold in holds]
             batch = self._db.batch()
             coupons = coupons_collection(self._db, campaign_id)
             claims = claims_collection(self._db, campaign_id)
+            released = released_holds_collection(self._db, campaign_id)
             for hold, event in zip(holds, events, strict=True):
                 batch.update(
                     coupons.document(hold.coupon_id),
@@ -157,6 +178,10 @@ class HoldReleaser:
                     option=self._db.write_option(last_update_time=hold.read_at),
                 )
                 batch.delete(claims.document(hold.claim_id))
+                batch.create(
+                    released.document(released_record_id(hold.claim_id, hold.assigned_at)),
+                    released_record(hold, now=now),
+                )
                 self._bus.stage(batch, event, now=now)
             batch.update(
                 campaign_ref(self._db, campaign_id),

@@ -5,11 +5,18 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Self
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
-from shared.events.models import CouponClaimed
+from shared.events.models import CouponClaimed, claimed_event_id
 from shared.intake.csv_rows import MAX_CODE_LENGTH
 from shared.types import RequestBody, UtcTime
 
@@ -37,22 +44,30 @@ class ClaimRecord(BaseModel):
     order_id: str | None = None
 
 
-class ClaimPublic(BaseModel):
+class _ExpiresWhileHeld(BaseModel):
+    state: ClaimState
+    expires_at: UtcTime | None
+
+    @model_validator(mode="after")
+    def _expiry_only_while_held(self) -> Self:
+        # A redeemed hold keeps its expiry in the database; to the shopper it no longer expires.
+        if self.state is not ClaimState.HELD:
+            self.expires_at = None
+        return self
+
+
+class ClaimPublic(_ExpiresWhileHeld):
     claim_id: str
     campaign_id: str
     user_id: str
     code: str
     claimed_at: UtcTime
-    state: ClaimState
-    expires_at: UtcTime | None
 
 
-class HeldClaim(BaseModel):
+class HeldClaim(_ExpiresWhileHeld):
     claim_id: str
     code: str
     claimed_at: UtcTime
-    state: ClaimState
-    expires_at: UtcTime | None
 
 
 class HeldClaims(BaseModel):
@@ -60,14 +75,12 @@ class HeldClaims(BaseModel):
 
 
 def coupon_claimed(claim: ClaimRecord) -> CouponClaimed:
-    """The claim's event; its id derives from the claim, so re-publishing it is harmless. A
-    hold's slot is freed when it is released and may hold another claim later: its id also
-    carries the claim's time, so the next claim in that slot is counted too."""
-    event_id = f"claimed.{claim.campaign_id}.{claim.claim_id}"
-    if claim.expires_at is not None:
-        event_id += f".{_micros(claim.claimed_at)}"
+    """The claim's event; its id derives from the claim (claimed_event_id), so re-publishing it
+    is harmless."""
     return CouponClaimed(
-        event_id=event_id,
+        event_id=claimed_event_id(
+            claim.campaign_id, claim.claim_id, claim.claimed_at, hold=claim.expires_at is not None
+        ),
         campaign_id=claim.campaign_id,
         occurred_at=claim.claimed_at,
         coupon_id=claim.coupon_id,
@@ -75,10 +88,6 @@ def coupon_claimed(claim: ClaimRecord) -> CouponClaimed:
         claim_id=claim.claim_id,
         expires_at=claim.expires_at,
     )
-
-
-def _micros(at: datetime) -> int:
-    return round(at.timestamp() * 1_000_000)
 
 
 # --- codes and redemptions (admin_api, redeemer access) ---------------------------------------
@@ -139,3 +148,5 @@ class OrderCodeResult(BaseModel):
 class OrderRedemptions(BaseModel):
     order_id: str
     results: list[OrderCodeResult]
+    # Set when the delivery's X-Shopify-Topic is not one that redeems: nothing was done.
+    ignored_topic: str | None = None

@@ -37,7 +37,7 @@ from shared.coupons.store import (
 )
 from shared.errors import CodeAlreadyRedeemed, CodeNotClaimed, CodeNotFound, Contended
 from shared.events.bus import EventBus
-from shared.events.models import CouponRedeemed
+from shared.events.models import CouponRedeemed, redeemed_event_id
 from shared.gcp.firestore import Snapshot, claims_collection, coupons_collection
 
 log = logging.getLogger(__name__)
@@ -119,7 +119,7 @@ class RedemptionService:
         now = self._clock()
         was_held = coupon_state(data) is CouponState.HELD
         event = CouponRedeemed(
-            event_id=f"redeemed.{campaign_id}.{snapshot.id}",
+            event_id=redeemed_event_id(campaign_id, snapshot.id),
             campaign_id=campaign_id,
             occurred_at=now,
             coupon_id=snapshot.id,
@@ -128,7 +128,9 @@ class RedemptionService:
             order_id=order_id,
             was_held=was_held,
         )
-        redeemed = {"redeemed_at": now, "order_id": order_id, "expires_at": None}
+        # expires_at stays: it tells a redeemed hold from a redeemed final claim (count_usage
+        # checks coupon.redeemed's was_held against it); the views show it only while held.
+        redeemed = {"redeemed_at": now, "order_id": order_id}
         batch = self._db.batch()
         batch.update(
             snapshot.reference,

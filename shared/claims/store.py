@@ -12,11 +12,11 @@ from datetime import datetime, timedelta
 
 from google.cloud import firestore
 
-from shared.claims.batched_reads import ReadCoalescer
 from shared.claims.identity import IdentityKind, identity_key
 from shared.claims.models import ClaimRecord, ClaimState
 from shared.claims.recovery import sweep_bucket
 from shared.coupons.store import EXPIRES_BUCKET, Candidate, expires_bucket
+from shared.gcp.batched_reads import ReadCoalescer
 from shared.gcp.firestore import Snapshot, campaign_ref, claims_collection, coupons_collection
 
 

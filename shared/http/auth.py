@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
 
@@ -10,6 +11,8 @@ from firebase_admin import auth as firebase_auth
 
 from shared.errors import Unauthenticated
 from shared.settings import Settings
+
+log = logging.getLogger(__name__)
 
 _app_lock = threading.Lock()
 _APP_NAME = "codedrop"
@@ -49,7 +52,10 @@ def authenticate(authorization: str | None, *, settings: Settings) -> Principal:
     try:
         claims = firebase_auth.verify_id_token(token, app=_firebase_app(settings))
     except (ValueError, firebase_auth.InvalidIdTokenError) as exc:
-        raise Unauthenticated(f"Invalid ID token: {exc}") from exc
+        # The library's reason may quote the token and its claims: logged (cut short), never
+        # answered.
+        log.info("ID token refused", extra={"reason": str(exc)[:200]})
+        raise Unauthenticated("The ID token is invalid or expired.") from exc
     except firebase_auth.CertificateFetchError as exc:
         # Google's public keys could not be fetched: not the shopper's fault, but no identity.
         raise Unauthenticated("ID token could not be verified right now.") from exc

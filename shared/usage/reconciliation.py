@@ -6,9 +6,9 @@ counters as corrections, and reported. Run it when the campaign is quiet: events
 during a sale show up as differences and would be corrected twice once they land.
 
 Assigned coupons are what the counters call claimed - released, and a correction goes into
-`claimed`, so `remaining` (codes_total - claimed + released) comes out right. A released hold
-leaves no claim document behind, so once a campaign has released holds its hourly series of
-claims cannot be rebuilt from the documents and is left as the events made it.
+`claimed`, so `remaining` (codes_total - claimed + released) comes out right. The hourly series
+of claims counts every claim ever made: the claim documents, and the records of released holds
+(whose claim documents are gone).
 """
 
 from __future__ import annotations
@@ -21,7 +21,11 @@ from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
 from shared.coupons.store import CouponState
-from shared.gcp.firestore import claims_collection, coupons_collection
+from shared.gcp.firestore import (
+    claims_collection,
+    coupons_collection,
+    released_holds_collection,
+)
 from shared.usage.counters import ShardedCounters, hour_key
 from shared.usage.models import CounterCheck, ReconciliationReport
 
@@ -58,17 +62,16 @@ def reconcile(
         for name, check in checks.items()
         if check.difference
     }
-    hour_fixes: dict[str, int] = {}
-    if totals.released == 0:
-        hours: Counter[str] = Counter(
-            hour_key((s.to_dict() or {})["claimed_at"])
-            for s in claims_collection(db, campaign_id).select(["claimed_at"]).stream()
-        )
-        hour_fixes = {
-            key: hours.get(key, 0) - totals.claimed_by_hour.get(key, 0)
-            for key in set(hours) | set(totals.claimed_by_hour)
-            if hours.get(key, 0) != totals.claimed_by_hour.get(key, 0)
-        }
+    hours: Counter[str] = Counter(
+        hour_key((s.to_dict() or {})["claimed_at"])
+        for collection in (claims_collection, released_holds_collection)
+        for s in collection(db, campaign_id).select(["claimed_at"]).stream()
+    )
+    hour_fixes = {
+        key: hours.get(key, 0) - totals.claimed_by_hour.get(key, 0)
+        for key in set(hours) | set(totals.claimed_by_hour)
+        if hours.get(key, 0) != totals.claimed_by_hour.get(key, 0)
+    }
     if hour_fixes:
         corrections["claimed_by_hour"] = {k: firestore.Increment(v) for k, v in hour_fixes.items()}
     if repair and corrections:

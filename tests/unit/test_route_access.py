@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 from google.auth.credentials import AnonymousCredentials
@@ -34,21 +35,27 @@ CHECKOUT = {
 WEBHOOK = (("POST",), "/v1/webhooks/shopify/orders")
 
 
-def test_every_admin_route_is_for_admins_but_checkout_and_the_signed_webhook() -> None:
+def test_every_admin_route_is_for_admins_but_checkout_the_webhook_and_the_description() -> None:
     routes = admin_api.router.routes()
     by_access: dict[Access, set[tuple[tuple[str, ...], str]]] = {}
     for route in routes:
         by_access.setdefault(route.access, set()).add((route.methods, route.rule))
-    assert set(by_access) == {Access.ADMIN, Access.REDEEMER, Access.SHOPIFY_WEBHOOK}
+    assert set(by_access) == {
+        Access.PUBLIC,
+        Access.ADMIN,
+        Access.REDEEMER,
+        Access.SHOPIFY_WEBHOOK,
+    }
+    assert by_access[Access.PUBLIC] == {(("GET",), "/openapi.json")}
     assert by_access[Access.REDEEMER] == CHECKOUT
     assert by_access[Access.SHOPIFY_WEBHOOK] == {WEBHOOK}
     assert len(by_access[Access.ADMIN]) >= 10
 
 
-def test_only_the_campaign_view_of_claim_api_is_public() -> None:
+def test_only_the_campaign_view_and_the_api_description_of_claim_api_are_public() -> None:
     routes = claim_api.router.routes()
-    public = [(r.methods, r.rule) for r in routes if r.access is Access.PUBLIC]
-    assert public == [(("GET",), "/v1/campaigns/<campaign_id>")]
+    public = sorted((r.methods, r.rule) for r in routes if r.access is Access.PUBLIC)
+    assert public == [(("GET",), "/openapi.json"), (("GET",), "/v1/campaigns/<campaign_id>")]
     assert {r.access for r in routes if r.access is not Access.PUBLIC} == {Access.SHOPPER}
 
 
@@ -80,7 +87,7 @@ def test_closed_routes_refuse_a_caller_without_a_token(router: Router, services:
 def test_admin_routes_refuse_a_shopper_before_the_handler_runs(services: Services) -> None:
     client = router_client(admin_api.router, services)
     for route in admin_api.router.routes():
-        if route.access is Access.SHOPIFY_WEBHOOK:
+        if route.access in (Access.PUBLIC, Access.SHOPIFY_WEBHOOK):
             continue
         for method in route.methods:
             response = client.open(_path(route), method=method, headers=auth("shopper-1"))
@@ -108,15 +115,17 @@ def test_a_shopify_signature_is_checked_on_the_raw_body(services: Services) -> N
     key = services.settings.shopify_webhook_key
     assert key is not None  # a demo- project signs with its demo key
     body = b'{"id": 1, "discount_codes": []}'
-    path = WEBHOOK[1]
-    good = client.post(path, data=body, headers={SIGNATURE_HEADER: signature(body, key)})
+
+    def post(data: bytes, signed: str) -> Any:
+        headers = {SIGNATURE_HEADER: signed}
+        return client.post(WEBHOOK[1], data=data, headers=headers, content_type="application/json")
+
+    good = post(body, signature(body, key))
     # The same JSON with other whitespace is another body: its signature does not carry over.
-    respaced = client.post(
-        path, data=body.replace(b" ", b""), headers={SIGNATURE_HEADER: signature(body, key)}
-    )
-    wrong_key = client.post(path, data=body, headers={SIGNATURE_HEADER: signature(body, b"x" * 32)})
+    respaced = post(body.replace(b" ", b""), signature(body, key))
+    wrong_key = post(body, signature(body, b"x" * 32))
     assert good.status_code == 200
-    assert good.get_json() == {"order_id": "1", "results": []}
+    assert good.get_json() == {"order_id": "1", "results": [], "ignored_topic": None}
     for refused in (respaced, wrong_key):
         assert refused.status_code == 401
         assert refused.get_json()["error_code"] == "INVALID_SIGNATURE"
@@ -137,6 +146,6 @@ def test_outside_demo_projects_the_webhook_needs_its_secret() -> None:
 
 
 def test_a_route_cannot_be_added_without_its_access() -> None:
-    router = Router()
+    router = Router(title="test")
     with pytest.raises(TypeError):
         router.route("/v1/open", methods=["GET"])  # type: ignore[call-arg]

@@ -72,3 +72,21 @@ def test_invalid_values_fail_at_start(
 
     with pytest.raises(ValidationError):
         Settings()
+
+
+@pytest.mark.parametrize(
+    "origins", ["null", "https://shop.example/landing", "shop.example", "https://a.example,null"]
+)
+def test_cors_origins_must_be_origins(monkeypatch: pytest.MonkeyPatch, origins: str) -> None:
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "demo-anything")
+    monkeypatch.setenv("CODEDROP_CORS_ORIGINS", origins)
+
+    with pytest.raises(ValidationError, match="CODEDROP_CORS_ORIGINS"):
+        Settings()
+
+
+def test_a_wildcard_origin_is_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "demo-anything")
+    monkeypatch.setenv("CODEDROP_CORS_ORIGINS", "*")
+
+    assert Settings().cors_origins == ("*",)
