@@ -281,3 +281,52 @@ def test_a_sweep_pages_through_more_expired_holds_than_a_page(
     audit = audit_campaign(db, campaign_id=campaign_id)
     assert audit.ok, audit.violations
     assert (audit.assigned, audit.claims) == (0, 0)
+
+
+def test_hold_events_count_as_their_records_say_and_never_twice(
+    db: firestore.Client,
+    make_campaign: MakeCampaign,
+    usage_client: FlaskClient,
+    pump_events: Pump,
+) -> None:
+    """A hold whose claim event was lost, released, then the claim event delivered late: the
+    release counts the claim (same id), the late event finds the released record and changes
+    nothing; forged releases and redemptions are acknowledged and never counted."""
+    from shared.claims.models import coupon_claimed
+    from shared.events import models as events
+    from tests.support.cloudevents import deliver, published_event
+
+    def send(event: events.Event) -> int:
+        return deliver(usage_client, published_event(events.encode_event(event)))
+
+    campaign_id = make_campaign(codes=2, hold_seconds=60)
+    hold_briefly(db, campaign_id)
+    services = instance_services()
+    hold = services.engine.claim(campaign_id=campaign_id, user_id="lost-event").claim
+    time.sleep(1.1)
+    assert services.holds.release_expired().by_campaign[campaign_id] == 1
+    delivered = [e for e in pump_events() if e["campaign_id"] == campaign_id]
+    assert [e["type"] for e in delivered] == ["coupon.released"]
+    released = events.event_from_dict(delivered[0])
+    assert isinstance(released, events.CouponReleased)
+
+    late = send(coupon_claimed(hold))
+    forged_release = send(
+        released.model_copy(update={"event_id": released.event_id[:-1] + "0" + "1"})
+    )
+    forged_redemption = send(
+        events.CouponRedeemed(
+            event_id=events.redeemed_event_id(campaign_id, hold.coupon_id),
+            campaign_id=campaign_id,
+            occurred_at=hold.claimed_at,
+            coupon_id=hold.coupon_id,
+            user_id="lost-event",
+            claim_id=hold.claim_id,
+            order_id="never-placed",
+            was_held=True,
+        )
+    )
+
+    assert (late, forged_release, forged_redemption) == (200, 200, 200)
+    totals = services.counters.totals(campaign_id)
+    assert (totals.claimed, totals.released, totals.held, totals.redeemed) == (1, 1, 0, 0)
