@@ -16,6 +16,8 @@ from google.cloud import firestore
 from google.cloud.storage import Client as StorageClient
 
 from shared.claims.engine import ClaimEngine
+from shared.claims.holds import HoldReleaser
+from shared.claims.redemption import RedemptionService
 from shared.claims.service import ClaimService
 from shared.clock import utcnow
 from shared.events.bus import EventBus
@@ -143,9 +145,22 @@ class Services:
         )
 
     @property
+    def holds(self) -> HoldReleaser:
+        return self._once("holds", lambda: HoldReleaser(db=self.db, bus=self.bus, clock=utcnow))
+
+    @property
+    def redemptions(self) -> RedemptionService:
+        return self._once(
+            "redemptions", lambda: RedemptionService(db=self.db, bus=self.bus, clock=utcnow)
+        )
+
+    @property
     def sweeper(self) -> Sweeper:
         return self._once(
-            "sweeper", lambda: Sweeper(db=self.db, bus=self.bus, usage=self.usage, clock=utcnow)
+            "sweeper",
+            lambda: Sweeper(
+                db=self.db, bus=self.bus, usage=self.usage, holds=self.holds, clock=utcnow
+            ),
         )
 
     # --- announcements ------------------------------------------------------------------------

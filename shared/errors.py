@@ -74,6 +74,16 @@ class JobNotFound(NotFound):
     default_message = "No such job."
 
 
+class CodeNotFound(NotFound):
+    error_code = "CODE_NOT_FOUND"
+    default_message = "No such code in this campaign."
+
+
+class InvalidSignature(Unauthenticated):
+    error_code = "INVALID_SIGNATURE"
+    default_message = "The webhook signature is missing or does not match the body."
+
+
 class Conflict(CodedropError):
     error_code = "CONFLICT"
 
@@ -86,6 +96,16 @@ class CampaignExists(Conflict):
 class CampaignNotActive(Conflict):
     error_code = "CAMPAIGN_NOT_ACTIVE"
     default_message = "The campaign is not accepting claims."
+
+
+class CodeNotClaimed(Conflict):
+    error_code = "CODE_NOT_CLAIMED"
+    default_message = "Nobody holds this code: it is available, or its hold was released."
+
+
+class CodeAlreadyRedeemed(Conflict):
+    error_code = "CODE_ALREADY_REDEEMED"
+    default_message = "This code was redeemed by another order."
 
 
 class SoldOut(CodedropError):

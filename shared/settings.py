@@ -99,6 +99,27 @@ class Settings(BaseSettings):
         default=0.5, ge=0, le=5, validation_alias="CODEDROP_WAITING_ROOM_KP"
     )
 
+    # Holds (campaigns with hold_seconds): expired holds are found by a coarse bucket of their
+    # expiry time, so the sweep's query never indexes an increasing timestamp (see
+    # shared/coupons/store.py). A hold is released at most a bucket plus a sweep period late.
+    hold_bucket_seconds: int = Field(
+        default=60, ge=1, le=3600, validation_alias="CODEDROP_HOLD_BUCKET_SECONDS"
+    )
+
+    # Shopify's orders/create webhook is signed with the app's secret (base64 HMAC-SHA256 of the
+    # raw body). Outside demo- projects the route refuses every delivery until it is set.
+    shopify_webhook_secret: SecretStr | None = Field(
+        default=None, validation_alias="CODEDROP_SHOPIFY_WEBHOOK_SECRET"
+    )
+
+    @property
+    def shopify_webhook_key(self) -> bytes | None:
+        if self.shopify_webhook_secret is not None:
+            return self.shopify_webhook_secret.get_secret_value().encode()
+        if self.is_local:
+            return f"demo-only-shopify-secret-{self.project_id}".encode()
+        return None
+
     @property
     def ticket_signing_key(self) -> str:
         if self.ticket_secret is not None:
@@ -146,6 +167,9 @@ class Settings(BaseSettings):
             raise ValueError("CODEDROP_TICKET_SECRET is required outside demo- projects")
         if self.ticket_secret is not None and len(self.ticket_secret.get_secret_value()) < 32:
             raise ValueError("CODEDROP_TICKET_SECRET must be at least 32 characters")
+        shopify = self.shopify_webhook_secret
+        if shopify is not None and len(shopify.get_secret_value()) < 16:
+            raise ValueError("CODEDROP_SHOPIFY_WEBHOOK_SECRET must be at least 16 characters")
         return self
 
     @property

@@ -39,7 +39,15 @@ from tests.support.stack import (
 # unless a query needs it (an indexed value that increases in write order caps the collection at
 # about 500 writes/s).
 TESTS = Path(__file__).resolve().parent
-HOT_COLLECTIONS = ("coupons", "claims", "processed_events", "counter_shards")
+# The outbox and released_holds take an entry per redemption or released hold, at checkout rate.
+HOT_COLLECTIONS = (
+    "coupons",
+    "claims",
+    "released_holds",
+    "processed_events",
+    "counter_shards",
+    "outbox",
+)
 _run = contextlib.ExitStack()
 _recorder: Recorder | None = None
 

@@ -15,8 +15,12 @@ MAX_CODES_PER_USER = 10
 DEFAULT_ADMISSIONS_PER_SECOND = 100.0
 # Far beyond any pool (imports are bounded by time, not by this), and inside Firestore's int64.
 MAX_LOW_STOCK_THRESHOLD = 1_000_000_000
+# A hold lasts long enough to check out, and no longer than a day.
+MIN_HOLD_SECONDS = 60
+MAX_HOLD_SECONDS = 86_400
 
 Title = Annotated[SafeText, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+HoldSeconds = Annotated[int, Field(ge=MIN_HOLD_SECONDS, le=MAX_HOLD_SECONDS)]
 
 
 class CampaignStatus(StrEnum):
@@ -36,6 +40,8 @@ class CampaignCreate(RequestBody):
     low_stock_threshold: int | None = Field(default=None, ge=0, le=MAX_LOW_STOCK_THRESHOLD)
     waiting_room_enabled: bool = False
     admissions_per_second: float = Field(default=DEFAULT_ADMISSIONS_PER_SECOND, gt=0, le=100_000)
+    # null: a claim is final; a number: a claim is a hold for checkout, released if not redeemed.
+    hold_seconds: HoldSeconds | None = None
 
     @model_validator(mode="after")
     def _window(self) -> Self:
@@ -77,6 +83,7 @@ class CampaignUpdate(RequestBody):
     paused: bool | None = None
     waiting_room_enabled: bool | None = None
     admissions_per_second: float | None = Field(default=None, gt=0, le=100_000)
+    hold_seconds: HoldSeconds | None = None  # null switches holds off for new claims
 
     @model_validator(mode="after")
     def _something(self) -> Self:
@@ -100,10 +107,13 @@ class CampaignRecord(BaseModel):
     paused: bool = False
     waiting_room_enabled: bool = False
     admissions_per_second: float = DEFAULT_ADMISSIONS_PER_SECOND
+    # Validated by the API; the record takes any positive value so benchmarks can hold briefly.
+    hold_seconds: int | None = Field(default=None, gt=0)
     # Set only by a claimer that proved no unassigned code exists; cleared by every import.
     sold_out: bool = False
     sold_out_at: datetime | None = None
-    # Bumped by every import so a claimer's proof of "sold out" is invalidated by new codes.
+    # Bumped by every import and every release of holds, so a claimer's proof of "sold out" is
+    # invalidated by codes that became free, and candidate pools scan their ranges again.
     pool_generation: int = 0
     codes_total: int = 0
     # The widest max_per_user ever set: a shopper may hold claims in slots up to it.
@@ -142,8 +152,11 @@ class CampaignPublic(BaseModel):
 
 class CampaignStats(BaseModel):
     codes_total: int
-    claimed: int
-    remaining: int
+    claimed: int  # every claim ever made, holds included (a released hold stays counted)
+    remaining: int  # codes_total - claimed + released
+    held: int = 0  # holds right now: neither redeemed nor released yet
+    redeemed: int = 0
+    released: int = 0
     claims_last_minute: int = 0
     projected_sold_out_at: UtcTime | None = None
 
@@ -159,6 +172,7 @@ class CampaignAdmin(BaseModel):
     paused: bool
     waiting_room_enabled: bool
     admissions_per_second: float
+    hold_seconds: int | None
     created_at: UtcTime
     updated_at: UtcTime
     stats: CampaignStats | None = None

@@ -37,6 +37,7 @@ def create_campaign(db: firestore.Client, *, data: CampaignCreate, now: datetime
         low_stock_threshold=data.low_stock_threshold,
         waiting_room_enabled=data.waiting_room_enabled,
         admissions_per_second=data.admissions_per_second,
+        hold_seconds=data.hold_seconds,
         created_at=now,
         updated_at=now,
     )
@@ -78,6 +79,7 @@ def admin_view(
         paused=campaign.paused,
         waiting_room_enabled=campaign.waiting_room_enabled,
         admissions_per_second=campaign.admissions_per_second,
+        hold_seconds=campaign.hold_seconds,
         created_at=campaign.created_at,
         updated_at=campaign.updated_at,
         stats=stats,

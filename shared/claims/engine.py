@@ -25,6 +25,7 @@ from shared.campaigns.models import CampaignRecord, CampaignStatus
 from shared.claims import store as claim_store
 from shared.claims.candidate_pool import CandidatePool, Exhausted, PoolTimeout
 from shared.claims.models import ClaimRecord
+from shared.claims.store import Hold
 from shared.clock import utcnow
 from shared.coupons import store as coupon_store
 from shared.coupons.store import Candidate
@@ -270,6 +271,7 @@ class ClaimEngine:
                 slot=attempt.slot,
                 now=self._clock(),
                 idempotency_key=attempt.idempotency_key,
+                hold=self._hold(attempt.campaign),
             )
         except gexc.FailedPrecondition:
             pool.settle(candidate, taken_elsewhere=True)
@@ -294,6 +296,13 @@ class ClaimEngine:
         self.metrics.add(commits=1)
         return ClaimOutcome(claim=claim, created=True)
 
+    def _hold(self, campaign: CampaignRecord) -> Hold | None:
+        if campaign.hold_seconds is None:
+            return None
+        return Hold(
+            seconds=campaign.hold_seconds, bucket_seconds=self._settings.hold_bucket_seconds
+        )
+
     def _prove_sold_out(
         self, campaign_id: str, pool: CandidatePool
     ) -> Sequence[Candidate] | Exhausted:
@@ -301,13 +310,20 @@ class ClaimEngine:
         after reading the campaign, and record sold_out guarded by that read, so an import that
         lands in between (it bumps the campaign) makes the write fail instead of lying."""
         campaign, read_at = self._campaign(campaign_id)
-        pool.observe_generation(campaign.pool_generation)
+        if pool.observe_generation(campaign.pool_generation):
+            # Codes were imported or holds released since this pool last looked: its ranges
+            # start over, and find those codes without a scan of the whole collection.
+            return Exhausted.LOOK_AGAIN
         if campaign.sold_out:
             return Exhausted.SOLD_OUT
         found = coupon_store.find_unassigned(
             self._db, campaign_id=campaign_id, limit=self._settings.pool_refill_size
         )
         if found:
+            # Codes freed after the campaign was read (a release or an import committing in
+            # between) are no miss of the ranges: their commit bumped the generation.
+            if pool.observe_generation(self._campaign(campaign_id)[0].pool_generation):
+                return Exhausted.LOOK_AGAIN
             return found
         if campaign_store.mark_sold_out(
             self._db, campaign_id=campaign_id, read_at=read_at, now=self._clock()

@@ -7,16 +7,25 @@ concurrent requests of one shopper cannot both create the same slot.
 
 from __future__ import annotations
 
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from google.cloud import firestore
 
 from shared.claims.identity import IdentityKind, identity_key
-from shared.claims.models import ClaimRecord
+from shared.claims.models import ClaimRecord, ClaimState
 from shared.claims.recovery import sweep_bucket
-from shared.coupons.store import Candidate
+from shared.coupons.store import EXPIRES_BUCKET, Candidate, expires_bucket
 from shared.gcp.batched_reads import ReadCoalescer
 from shared.gcp.firestore import Snapshot, campaign_ref, claims_collection, coupons_collection
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """A claim on a campaign with hold_seconds: how long, and the sweep's bucket width."""
+
+    seconds: int
+    bucket_seconds: int
 
 
 def user_key(user_id: str) -> str:
@@ -73,14 +82,17 @@ def commit_claim(
     slot: int,
     now: datetime,
     idempotency_key: str | None,
+    hold: Hold | None = None,
 ) -> ClaimRecord:
     """Assign the candidate to the shopper in one atomic batch of two writes.
 
     The coupon update is guarded by the update time it was read with (FailedPrecondition if
     anybody touched it since) and the claim slot is created (AlreadyExists if the shopper already
     holds that slot). Either failure leaves nothing written. Nothing is read and nothing is
-    locked, so a loser fails at once instead of waiting for a lock timeout.
+    locked, so a loser fails at once instead of waiting for a lock timeout. A hold is the same
+    commit with an expiry and the bucket the sweep finds it by.
     """
+    expires_at = now + timedelta(seconds=hold.seconds) if hold is not None else None
     claim = ClaimRecord(
         claim_id=claim_id_for(user_id, slot),
         campaign_id=campaign_id,
@@ -90,16 +102,34 @@ def commit_claim(
         slot=slot,
         claimed_at=now,
         idempotency_key=idempotency_key,
+        state=ClaimState.HELD if hold is not None else ClaimState.CLAIMED,
+        expires_at=expires_at,
     )
+    coupon: dict[str, object] = {
+        "assigned": True,
+        "state": claim.state.value,
+        "assigned_to": user_id,
+        "claim_id": claim.claim_id,
+        "assigned_at": now,
+        "expires_at": expires_at,
+    }
+    if hold is not None and expires_at is not None:
+        coupon[EXPIRES_BUCKET] = expires_bucket(
+            candidate.coupon_id, expires_at, width_seconds=hold.bucket_seconds
+        )
     batch = db.batch()
     batch.update(
         coupons_collection(db, campaign_id).document(candidate.coupon_id),
-        {"assigned": True, "assigned_to": user_id, "claim_id": claim.claim_id, "assigned_at": now},
+        coupon,
         option=db.write_option(last_update_time=candidate.read_at),
     )
     batch.create(
         claims_collection(db, campaign_id).document(claim.claim_id),
-        {**claim.model_dump(exclude={"claim_id"}), "sweep_bucket": sweep_bucket(now)},
+        {
+            **claim.model_dump(exclude={"claim_id"}),
+            "state": claim.state.value,
+            "sweep_bucket": sweep_bucket(now),
+        },
     )
     batch.commit()
     return claim

@@ -3,6 +3,7 @@
 campaigns/{campaign_id}                                  settings, sold_out, pool_generation
 campaigns/{campaign_id}/coupons/{coupon_id}              coupon_id derived from the code
 campaigns/{campaign_id}/claims/{claim_id}                user key + slot, one per code held
+campaigns/{campaign_id}/released_holds/{claim_id}-{µs}   what a released hold was (its claim)
 campaigns/{campaign_id}/counter_shards/{n}               usage counters
 campaigns/{campaign_id}/counters/config                  how many shards
 campaigns/{campaign_id}/processed_events/{event_id}      count_usage's idempotency markers
@@ -25,6 +26,7 @@ Client = firestore.Client
 CAMPAIGNS = "campaigns"
 COUPONS = "coupons"
 CLAIMS = "claims"
+RELEASED_HOLDS = "released_holds"
 COUNTER_SHARDS = "counter_shards"
 COUNTERS = "counters"
 PROCESSED_EVENTS = "processed_events"
@@ -58,6 +60,12 @@ def coupons_collection(db: firestore.Client, campaign_id: str) -> firestore.Coll
 
 def claims_collection(db: firestore.Client, campaign_id: str) -> firestore.CollectionReference:
     return _sub(db, campaign_id, CLAIMS)
+
+
+def released_holds_collection(
+    db: firestore.Client, campaign_id: str
+) -> firestore.CollectionReference:
+    return _sub(db, campaign_id, RELEASED_HOLDS)
 
 
 def counter_shards_collection(

@@ -1,5 +1,6 @@
-"""admin_api: campaigns, codes, jobs, stats and maintenance for marketers and operators (every
-route needs an ID token with the `admin` claim)."""
+"""admin_api: campaigns, codes, jobs, stats and maintenance for marketers and operators (an ID
+token with the `admin` claim); code look-ups and redemptions for a shop's checkout (`redeemer`
+or `admin`); and Shopify's orders/create webhook (signed by Shopify, no ID token)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,25 @@ from shared.campaigns.models import (
     CampaignStatus,
     CampaignUpdate,
 )
+from shared.claims.models import (
+    CodeStatus,
+    OrderRedemptions,
+    RedemptionCreate,
+    RedemptionPublic,
+    ShopifyOrder,
+)
 from shared.clock import utcnow
-from shared.errors import CampaignExists, CampaignNotFound, JobNotFound, shown
-from shared.http import openapi
+from shared.errors import (
+    CampaignExists,
+    CampaignNotFound,
+    CodeAlreadyRedeemed,
+    CodeNotClaimed,
+    CodeNotFound,
+    Contended,
+    JobNotFound,
+    shown,
+)
+from shared.http import openapi, shopify
 from shared.http.routing import (
     Access,
     Call,
@@ -26,6 +43,7 @@ from shared.http.routing import (
     json_response,
 )
 from shared.intake import jobs as job_store
+from shared.intake.csv_rows import MAX_CODE_LENGTH
 from shared.intake.models import GenerateCodes, JobAccepted, JobList, JobPublic
 from shared.maintenance.models import SweepRequest, SweepResult
 from shared.types import JobId
@@ -41,6 +59,10 @@ _JOB_ID: TypeAdapter[str] = TypeAdapter(JobId)
 
 router = Router(title="codedrop admin_api")
 ADMIN = Access.ADMIN
+REDEEMER = Access.REDEEMER
+# Shopify sends other topics to a URL only if it was subscribed to them; they are acknowledged
+# and ignored, so a misconfigured subscription never redeems anything.
+REDEEMING_TOPICS = {"orders/create"}
 
 
 class CampaignFilter(BaseModel):
@@ -184,7 +206,7 @@ def list_jobs(call: Call, campaign_id: str) -> flask.Response:
     "/v1/campaigns/<campaign_id>/report",
     methods=["GET"],
     access=ADMIN,
-    summary="Claims and imports over time.",
+    summary="Claims, imports, redemptions and releases over time (by hour, day or week).",
     query=ReportQuery,
     responses={200: UsageReport},
     raises=[CampaignNotFound],
@@ -223,10 +245,60 @@ def reconcile(call: Call, campaign_id: str) -> flask.Response:
     "/v1/maintenance/sweep",
     methods=["POST"],
     access=ADMIN,
-    summary="Publish the outbox and events the counters never saw (Cloud Scheduler).",
+    summary="Release expired holds, publish the outbox and events the counters never saw.",
     body=SweepRequest,
     responses={200: SweepResult},
 )
 def sweep(call: Call) -> flask.Response:
     body = call.body_as(SweepRequest)
     return json_response(call.services.sweeper.sweep(body))
+
+
+# --- checkout: codes and redemptions -----------------------------------------------------------
+@router.route(
+    "/v1/campaigns/<campaign_id>/codes/<code>",
+    methods=["GET"],
+    access=REDEEMER,
+    summary="Where a code stands: available, held, claimed or redeemed.",
+    responses={200: CodeStatus},
+    raises=[CampaignNotFound, CodeNotFound],
+)
+def code_status(call: Call, campaign_id: str, code: str) -> flask.Response:
+    campaign_id = campaign_id_param(campaign_id)
+    if len(code) > MAX_CODE_LENGTH:
+        raise CodeNotFound(f"Campaign {campaign_id!r} has no such code.")
+    return json_response(call.services.redemptions.status(campaign_id=campaign_id, code=code))
+
+
+@router.route(
+    "/v1/campaigns/<campaign_id>/redemptions",
+    methods=["POST"],
+    access=REDEEMER,
+    summary="Redeem a held or claimed code for an order (idempotent on the order).",
+    body=RedemptionCreate,
+    responses={201: RedemptionPublic, 200: RedemptionPublic},
+    raises=[CampaignNotFound, CodeNotFound, CodeNotClaimed, CodeAlreadyRedeemed, Contended],
+)
+def redeem(call: Call, campaign_id: str) -> flask.Response:
+    body = call.body_as(RedemptionCreate)
+    outcome = call.services.redemptions.redeem(
+        campaign_id=campaign_id_param(campaign_id), code=body.code, order_id=body.order_id
+    )
+    return json_response(outcome.redemption, 201 if outcome.created else 200)
+
+
+@router.route(
+    "/v1/webhooks/shopify/orders",
+    methods=["POST"],
+    access=Access.SHOPIFY_WEBHOOK,
+    summary="Shopify's orders/create webhook: redeem the order's discount codes.",
+    body=ShopifyOrder,
+    responses={200: OrderRedemptions},
+    raises=[Contended],
+)
+def shopify_orders(call: Call) -> flask.Response:
+    order = call.body_as(ShopifyOrder)
+    topic = call.request.headers.get(shopify.TOPIC_HEADER)
+    if topic is not None and topic not in REDEEMING_TOPICS:
+        return json_response(OrderRedemptions(order_id=order.id, results=[], ignored_topic=topic))
+    return json_response(call.services.redemptions.redeem_order(order))

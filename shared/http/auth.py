@@ -22,6 +22,8 @@ _APP_NAME = "codedrop"
 class Principal:
     user_id: str
     is_admin: bool
+    # A shop's checkout: may look codes up and redeem them (admins may too).
+    is_redeemer: bool = False
 
 
 def _firebase_app(settings: Settings) -> firebase_admin.App:
@@ -60,4 +62,7 @@ def authenticate(authorization: str | None, *, settings: Settings) -> Principal:
     user_id = claims.get("uid") or claims.get("sub")
     if not isinstance(user_id, str) or not user_id:
         raise Unauthenticated("ID token has no subject.")
-    return Principal(user_id=user_id, is_admin=claims.get("admin") is True)
+    is_admin = claims.get("admin") is True
+    return Principal(
+        user_id=user_id, is_admin=is_admin, is_redeemer=is_admin or claims.get("redeemer") is True
+    )

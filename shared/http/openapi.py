@@ -14,16 +14,20 @@ from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from shared import errors
 from shared.http.routing import MAX_BODY_BYTES, Access, ErrorBody, RouteInfo, Router
+from shared.http.shopify import SIGNATURE_HEADER
+from shared.intake.csv_rows import MAX_CODE_LENGTH
 from shared.types import CampaignId, JobId
 
 OPENAPI_VERSION = "3.1.0"
 REF = "#/components/schemas/{model}"
 BEARER = "bearerAuth"
+SHOPIFY = "shopifyHmac"
 
 # Path parameters by name (every rule names them the same way).
 _PATH_PARAMETERS: dict[str, dict[str, Any]] = {
     "campaign_id": TypeAdapter(CampaignId).json_schema(),
     "job_id": TypeAdapter(JobId).json_schema(),
+    "code": {"type": "string", "minLength": 1, "maxLength": MAX_CODE_LENGTH},
 }
 _RULE_PARAMETER = re.compile(r"<(?:[a-z_]+:)?([a-z_]+)>")
 
@@ -110,6 +114,14 @@ def _responses(route: RouteInfo, refs: Mapping[Any, dict[str, Any]]) -> dict[str
     return responses
 
 
+def _security(access: Access) -> list[dict[str, list[str]]]:
+    if access in (Access.SHOPPER, Access.REDEEMER, Access.ADMIN):
+        return [{BEARER: []}]
+    if access is Access.SHOPIFY_WEBHOOK:
+        return [{SHOPIFY: []}]
+    return []
+
+
 def _operation(
     route: RouteInfo, method: str, refs: Mapping[Any, dict[str, Any]], defs: dict[str, Any]
 ) -> dict[str, Any]:
@@ -118,10 +130,17 @@ def _operation(
         "summary": route.summary,
         "parameters": _parameters(route, refs, defs),
         "responses": _responses(route, refs),
-        "security": [{BEARER: []}] if route.access in (Access.SHOPPER, Access.ADMIN) else [],
+        "security": _security(route.access),
     }
     if route.access is Access.ADMIN:
         operation["description"] = "Needs an ID token with the `admin` custom claim."
+    if route.access is Access.REDEEMER:
+        operation["description"] = "Needs an ID token with the `redeemer` or `admin` custom claim."
+    if route.access is Access.SHOPIFY_WEBHOOK:
+        operation["description"] = (
+            f"Called by Shopify: `{SIGNATURE_HEADER}` is the base64 HMAC-SHA256 of the raw body "
+            "with the app's secret."
+        )
     if route.body is not None:
         operation["requestBody"] = {
             "required": False,  # an empty body counts as {}
@@ -160,7 +179,8 @@ def document(router: Router, *, version: str = "1.0.0") -> dict[str, Any]:
                     "type": "http",
                     "scheme": "bearer",
                     "bearerFormat": "Firebase ID token",
-                }
+                },
+                SHOPIFY: {"type": "apiKey", "in": "header", "name": SIGNATURE_HEADER},
             },
         },
     }

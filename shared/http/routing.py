@@ -19,7 +19,9 @@ from werkzeug.routing import Map, Rule
 
 from shared import errors
 from shared.container import Services
+from shared.http import shopify
 from shared.http.auth import Principal, authenticate
+from shared.http.shopify import SIGNATURE_HEADER as SIGNATURE
 from shared.logs import request_context, trace_fields
 from shared.types import CampaignId
 
@@ -63,7 +65,10 @@ class Access(Enum):
 
     PUBLIC = "public"
     SHOPPER = "shopper"  # any valid Firebase ID token
+    REDEEMER = "redeemer"  # an ID token with the `redeemer` or the `admin` custom claim
     ADMIN = "admin"  # an ID token with the `admin` custom claim
+    # No Google or Firebase identity: Shopify signs the raw body with the app's secret.
+    SHOPIFY_WEBHOOK = "shopify_webhook"
     # Behind IAM: Cloud Run admits only callers granted the invoker role (Cloud Scheduler's
     # service account), so the function itself checks no token. Never on a public function.
     IAM = "iam"
@@ -126,10 +131,12 @@ class RouteInfo:
         found: list[type[errors.CodedropError]] = [errors.RequestTooLarge, *self.raises]
         if self.body is not None or self.query is not None or self.headers:
             found.append(errors.RequestValidationFailed)
-        if self.access in (Access.SHOPPER, Access.ADMIN):
+        if self.access in (Access.SHOPPER, Access.REDEEMER, Access.ADMIN):
             found.append(errors.Unauthenticated)
-        if self.access is Access.ADMIN:
+        if self.access in (Access.REDEEMER, Access.ADMIN):
             found.append(errors.Forbidden)
+        if self.access is Access.SHOPIFY_WEBHOOK:
+            found.append(errors.InvalidSignature)
         if "<" in self.rule:
             # An id no route can match (a line break in it) is answered before any handler.
             found.append(errors.NotFound)
@@ -346,9 +353,18 @@ class Router:
     def _principal(self, request: flask.Request, access: Access, services: Services) -> Any:
         if access in (Access.PUBLIC, Access.IAM):
             return None
+        if access is Access.SHOPIFY_WEBHOOK:
+            key = services.settings.shopify_webhook_key
+            if key is None:
+                log.error("Shopify webhook refused: CODEDROP_SHOPIFY_WEBHOOK_SECRET is not set")
+            # The body stays cached for the handler, which parses the very bytes checked here.
+            shopify.verify(request.get_data(cache=True), request.headers.get(SIGNATURE), key)
+            return None
         principal = authenticate(request.headers.get("Authorization"), settings=services.settings)
         if access is Access.ADMIN and not principal.is_admin:
             raise errors.Forbidden("This operation needs an ID token with the admin claim.")
+        if access is Access.REDEEMER and not principal.is_redeemer:
+            raise errors.Forbidden("This operation needs an ID token with the redeemer claim.")
         return principal
 
     def dispatch(self, request: flask.Request, services: Services) -> flask.Response:

@@ -1,7 +1,8 @@
 """The sweep: what must happen even when an instance died at the wrong moment.
 
-It publishes the outbox, re-publishes recent claims whose event the counters never saw, and
-re-checks every recent campaign's stock so low-stock and sold-out announcements are never lost.
+It releases the holds that expired unredeemed (shared/claims/holds.py), publishes the outbox,
+re-publishes recent claims whose event the counters never saw, and re-checks every recent
+campaign's stock so low-stock and sold-out announcements are never lost.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from datetime import datetime, timedelta
 from google.cloud import firestore
 
 from shared.campaigns import store as campaign_store
+from shared.claims.holds import HoldReleaser
 from shared.claims.recovery import republish_unseen_claims
 from shared.events.bus import EventBus
 from shared.maintenance.models import SweepRequest, SweepResult
@@ -25,10 +27,12 @@ class Sweeper:
         db: firestore.Client,
         bus: EventBus,
         usage: UsageService,
+        holds: HoldReleaser,
         clock: Callable[[], datetime],
     ) -> None:
         self._db = db
         self._bus = bus
+        self._holds = holds
         self._usage = usage
         self._clock = clock
 
@@ -36,8 +40,10 @@ class Sweeper:
         now = self._clock()
         window = timedelta(minutes=request.window_minutes)
         grace = timedelta(seconds=request.grace_seconds)
+        released = self._holds.release_expired(limit=request.max_releases)
+        # After the releases: an event whose publish failed just now goes out on this sweep.
         outbox = self._bus.flush_outbox()
-        failures = list(outbox.failures)
+        failures = released.failures + outbox.failures
         republished = 0
         # Every campaign, page by page: a sweep that stopped at the first thousand would leave
         # the others' lost events unpublished for good.
@@ -55,6 +61,7 @@ class Sweeper:
             failures += report.failures
             self._usage.check_stock(campaign.campaign_id, force=True)
         return SweepResult(
+            holds_released=released.released,
             outbox_published=outbox.published,
             claims_republished=republished,
             failures=failures,

@@ -3,6 +3,7 @@ every documented error), and true: live answers of a whole sale validate against
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -14,11 +15,13 @@ from google.cloud import firestore
 from werkzeug.test import TestResponse
 
 from shared.clock import utcnow
+from shared.container import instance_services
 from shared.gcp.firestore import campaign_ref
 from shared.http import admin_api, claim_api
 from shared.http.routing import Access, Router
+from shared.http.shopify import signature
 from shared.intake import jobs as job_store
-from tests.support.api import ADMIN, auth
+from tests.support.api import ADMIN, REDEEMER, auth
 from tests.support.stack import MakeCampaign
 
 try:
@@ -98,10 +101,13 @@ def test_every_operation_documents_its_errors_and_security(
             assert "413" in statuses  # any request may be too large
             if route.access is Access.PUBLIC:
                 assert operation["security"] == []
+            elif route.access is Access.SHOPIFY_WEBHOOK:
+                assert operation["security"] == [{"shopifyHmac": []}]
+                assert "401" in statuses
             else:
                 assert operation["security"] == [{"bearerAuth": []}]
                 assert "401" in statuses
-            if route.access is Access.ADMIN:
+            if route.access in (Access.ADMIN, Access.REDEEMER):
                 assert "403" in statuses
             if route.body is not None:
                 assert "400" in statuses
@@ -176,6 +182,22 @@ def test_a_whole_sale_answers_as_documented(
     call("admin_api", "GET", f"{one}/report?granularity=day", full + "/report", headers=ADMIN)
     call("admin_api", "GET", f"{one}/report?granularity=x", full + "/report", headers=ADMIN)
     call("admin_api", "POST", f"{one}/reconcile", full + "/reconcile", headers=ADMIN, json={})
+    # A checkout, and Shopify.
+    code = claim_client.get(f"{claims}/me", headers=auth("ann")).get_json()["claims"][0]["code"]
+    codes, redemptions = full + "/codes/{code}", full + "/redemptions"
+    call("admin_api", "GET", f"{one}/codes/{code}", codes, headers=REDEEMER)
+    call("admin_api", "GET", f"{one}/codes/NOPE", codes, headers=REDEEMER)  # 404
+    call("admin_api", "GET", f"{one}/codes/{code}", codes, headers=auth("ann"))  # 403
+    for order in ("o-1", "o-1", "o-2"):  # 201, 200, 409
+        redeem = {"code": code, "order_id": order}
+        call("admin_api", "POST", f"{one}/redemptions", redemptions, headers=REDEEMER, json=redeem)
+    payload = json.dumps({"id": 7, "discount_codes": [{"code": code}]}).encode()
+    key = instance_services().settings.shopify_webhook_key
+    assert key is not None
+    shopify = {"X-Shopify-Hmac-Sha256": signature(payload, key), "Content-Type": "application/json"}
+    webhook = "/v1/webhooks/shopify/orders"
+    call("admin_api", "POST", webhook, webhook, headers=shopify, data=payload)  # 200
+    call("admin_api", "POST", webhook, webhook, data=payload)  # 401
 
     statuses = set()
     for api, method, template, response in answers:

@@ -102,7 +102,12 @@ def test_out_of_order_delivery_lands_in_the_right_hours(
         f"/v1/campaigns/{campaign_id}/report?granularity=day", headers=ADMIN
     ).get_json()
     assert sum(p["claimed"] for p in daily["series"]) == 30
-    bad = admin_client.get(f"/v1/campaigns/{campaign_id}/report?granularity=week", headers=ADMIN)
+    weekly = admin_client.get(
+        f"/v1/campaigns/{campaign_id}/report?granularity=week", headers=ADMIN
+    ).get_json()
+    assert sum(p["claimed"] for p in weekly["series"]) == 30
+    assert all(p["period_start"].endswith("T00:00:00.000Z") for p in weekly["series"])
+    bad = admin_client.get(f"/v1/campaigns/{campaign_id}/report?granularity=month", headers=ADMIN)
     assert bad.status_code == 400
 
 
