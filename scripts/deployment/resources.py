@@ -13,7 +13,6 @@ goes on); update steps follow them where a re-run must apply changed settings.
 from __future__ import annotations
 
 import json
-import secrets
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -21,7 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from scripts.deployment.functions import FunctionSpec
-from scripts.deployment.gcloud import INVOKER_ACCOUNT, account_email
+from scripts.deployment.gcloud import (
+    INVOKER_ACCOUNT,
+    SECRETS,
+    TICKET_SECRET,
+    Secret,
+    account_email,
+    secrets_of,
+)
 from scripts.deployment.plan import Step
 
 APIS = (
@@ -64,6 +70,9 @@ class Target:
     @property
     def push_subscription(self) -> str:
         return f"{self.events_topic}-count-usage"
+
+    def secret_name(self, secret: Secret) -> str:
+        return self.ticket_secret if secret is TICKET_SECRET else secret.name
 
     def url(self, spec: FunctionSpec) -> str:
         """A gen2 function's stable URL (it also answers on its run.app URL)."""
@@ -225,6 +234,34 @@ def rules_step(target: Target, rules: Path) -> Step:
     return Step("Firestore rules (deny every client)", command)
 
 
+def secret_steps(target: Target, secret: Secret) -> list[Step]:
+    """The secret, and a first value only when it has none (a function deployed with
+    `--set-secrets=…:latest` needs one to start)."""
+    name = target.secret_name(secret)
+    return [
+        Step(
+            f"secret {name}",
+            _gcloud("secrets", "create", name, "--replication-policy=automatic", target=target),
+            exists_ok=True,
+        ),
+        Step(
+            f"secret {name}: a first value ({secret.first_value})",
+            _gcloud("secrets", "versions", "add", name, "--data-file=-", target=target),
+            stdin=secret.value,
+            unless=_gcloud(
+                "secrets",
+                "versions",
+                "list",
+                name,
+                "--filter=state=enabled",
+                "--limit=1",
+                "--format=value(name)",
+                target=target,
+            ),
+        ),
+    ]
+
+
 def identity_steps(target: Target, specs: Iterable[FunctionSpec]) -> list[Step]:
     """Service accounts, the bucket, topics and the secret, with the IAM each caller needs."""
     specs = list(specs)
@@ -283,34 +320,7 @@ def identity_steps(target: Target, specs: Iterable[FunctionSpec]) -> list[Step]:
             ),
             exists_ok=True,
         ),
-        Step(
-            "ticket secret",
-            _gcloud(
-                "secrets",
-                "create",
-                target.ticket_secret,
-                "--replication-policy=automatic",
-                target=target,
-            ),
-            exists_ok=True,
-        ),
-        Step(
-            "ticket secret value (only when it has none; 64 random characters)",
-            _gcloud(
-                "secrets", "versions", "add", target.ticket_secret, "--data-file=-", target=target
-            ),
-            stdin=lambda: secrets.token_urlsafe(48).encode(),
-            unless=_gcloud(
-                "secrets",
-                "versions",
-                "list",
-                target.ticket_secret,
-                "--filter=state=enabled",
-                "--limit=1",
-                "--format=value(name)",
-                target=target,
-            ),
-        ),
+        *(step for secret in SECRETS for step in secret_steps(target, secret)),
     ]
     for spec in specs:
         account = target.account(spec.account)
@@ -339,16 +349,19 @@ def identity_steps(target: Target, specs: Iterable[FunctionSpec]) -> list[Step]:
                     target=target,
                 ),
             ),
-            Step(
-                f"{spec.name} reads the ticket secret",
-                _gcloud(
-                    "secrets",
-                    "add-iam-policy-binding",
-                    target.ticket_secret,
-                    _sa(account),
-                    "--role=roles/secretmanager.secretAccessor",
-                    target=target,
-                ),
+            *(
+                Step(
+                    f"{spec.name} reads {secret.env}",
+                    _gcloud(
+                        "secrets",
+                        "add-iam-policy-binding",
+                        target.secret_name(secret),
+                        _sa(account),
+                        "--role=roles/secretmanager.secretAccessor",
+                        target=target,
+                    ),
+                )
+                for secret in secrets_of(spec)
             ),
         ]
         if spec.account in BUCKET_ROLES:

@@ -222,6 +222,30 @@ def test_each_caller_can_pass_the_iam_set_for_it(plan: list[str]) -> None:
             f"--run-service-account=codedrop-{spec.account}@{PROJECT}.iam.gserviceaccount.com"
             in command
         )
-        assert "--set-secrets=CODEDROP_TICKET_SECRET=codedrop-ticket-secret:latest" in command
+        (secrets,) = [arg for arg in command if arg.startswith("--set-secrets=")]
+        expected = "--set-secrets=CODEDROP_TICKET_SECRET=codedrop-ticket-secret:latest"
+        if spec.name == "admin_api":  # it verifies Shopify's order webhooks
+            expected += ",CODEDROP_SHOPIFY_WEBHOOK_SECRET=codedrop-shopify-webhook-secret:latest"
+        assert secrets == expected
         for flag in ("--memory=", "--cpu=", "--timeout=", "--concurrency=", "--min-instances="):
             assert any(arg.startswith(flag) for arg in command), (spec.name, flag)
+
+
+def test_every_secret_a_function_reads_exists_with_a_value_before_the_functions(
+    plan: list[str],
+) -> None:
+    first_deploy = next(i for i, line in enumerate(plan) if " functions deploy " in line)
+    for name in ("codedrop-ticket-secret", "codedrop-shopify-webhook-secret"):
+        create = plan.index(
+            next(line for line in plan if line.startswith(f"gcloud secrets create {name} "))
+        )
+        value = plan.index(
+            next(line for line in plan if line.startswith(f"gcloud secrets versions add {name} "))
+        )
+        assert create < value < first_deploy
+    admin = f"codedrop-admin-api@{PROJECT}.iam.gserviceaccount.com"
+    assert any(
+        line.startswith("gcloud secrets add-iam-policy-binding codedrop-shopify-webhook-secret ")
+        and admin in line
+        for line in plan
+    )
