@@ -30,6 +30,7 @@ from shared.settings import Settings, get_settings
 from shared.usage.counters import ShardedCounters
 from shared.usage.service import UsageService
 from shared.waiting_room.service import WaitingRoomService
+from shared.webhooks.service import WebhookService
 
 T = TypeVar("T")
 
@@ -143,9 +144,18 @@ class Services:
         )
 
     @property
+    def webhooks(self) -> WebhookService:
+        return self._once(
+            "webhooks", lambda: WebhookService(db=self.db, settings=self.settings, clock=utcnow)
+        )
+
+    @property
     def sweeper(self) -> Sweeper:
         return self._once(
-            "sweeper", lambda: Sweeper(db=self.db, bus=self.bus, usage=self.usage, clock=utcnow)
+            "sweeper",
+            lambda: Sweeper(
+                db=self.db, bus=self.bus, usage=self.usage, webhooks=self.webhooks, clock=utcnow
+            ),
         )
 
     # --- announcements ------------------------------------------------------------------------

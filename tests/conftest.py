@@ -39,7 +39,7 @@ from tests.support.stack import (
 # unless a query needs it (an indexed value that increases in write order caps the collection at
 # about 500 writes/s).
 TESTS = Path(__file__).resolve().parent
-HOT_COLLECTIONS = ("coupons", "claims", "processed_events", "counter_shards")
+HOT_COLLECTIONS = ("coupons", "claims", "processed_events", "counter_shards", "deliveries")
 _run = contextlib.ExitStack()
 _recorder: Recorder | None = None
 

@@ -1,5 +1,5 @@
-"""admin_api: campaigns, codes, jobs, stats and maintenance for marketers and operators (every
-route needs an ID token with the `admin` claim)."""
+"""admin_api: campaigns, codes, jobs, stats, webhooks and maintenance for marketers and operators
+(every route needs an ID token with the `admin` claim)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from shared.campaigns import service as campaign_service
 from shared.campaigns import store as campaign_store
 from shared.campaigns.models import CampaignCreate, CampaignList, CampaignStatus, CampaignUpdate
 from shared.clock import utcnow
-from shared.errors import JobNotFound
+from shared.errors import JobNotFound, WebhookNotFound
 from shared.http.routing import (
     Access,
     Call,
@@ -27,8 +27,10 @@ from shared.intake.models import GenerateCodes, JobAccepted, JobList, JobPublic
 from shared.maintenance.models import SweepRequest
 from shared.usage import reconciliation
 from shared.usage.models import ReconcileRequest, ReportGranularity
+from shared.webhooks.models import DeliveriesQuery, WebhookCreate
 
 _JOB_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_WEBHOOK_ID = re.compile(r"^wh_[a-f0-9]{16}$")
 
 router = Router()
 ADMIN = Access.ADMIN
@@ -127,6 +129,48 @@ def reconcile(call: Call, campaign_id: str) -> flask.Response:
         repair=body.repair,
     )
     return json_response(result)
+
+
+def webhook_id_param(value: str) -> str:
+    if not _WEBHOOK_ID.match(value):
+        raise WebhookNotFound(f"Webhook {value!r} does not exist.")
+    return value
+
+
+@router.route("/v1/campaigns/<campaign_id>/webhooks", methods=["POST"], access=ADMIN)
+def create_webhook(call: Call, campaign_id: str) -> flask.Response:
+    data = parse_body(call.request, WebhookCreate)
+    created = call.services.webhooks.subscribe(
+        campaign_id=campaign_id_param(campaign_id), data=data
+    )
+    return json_response(created, 201)
+
+
+@router.route("/v1/campaigns/<campaign_id>/webhooks", methods=["GET"], access=ADMIN)
+def list_webhooks(call: Call, campaign_id: str) -> flask.Response:
+    listed = call.services.webhooks.list_webhooks(campaign_id=campaign_id_param(campaign_id))
+    return json_response(listed)
+
+
+@router.route("/v1/campaigns/<campaign_id>/webhooks/<webhook_id>", methods=["DELETE"], access=ADMIN)
+def delete_webhook(call: Call, campaign_id: str, webhook_id: str) -> flask.Response:
+    call.services.webhooks.unsubscribe(
+        campaign_id=campaign_id_param(campaign_id), webhook_id=webhook_id_param(webhook_id)
+    )
+    return flask.Response(status=204)
+
+
+@router.route(
+    "/v1/campaigns/<campaign_id>/webhooks/<webhook_id>/deliveries", methods=["GET"], access=ADMIN
+)
+def list_deliveries(call: Call, campaign_id: str, webhook_id: str) -> flask.Response:
+    query = parse_query(call.request, DeliveriesQuery)
+    deliveries = call.services.webhooks.deliveries(
+        campaign_id=campaign_id_param(campaign_id),
+        webhook_id=webhook_id_param(webhook_id),
+        limit=query.limit,
+    )
+    return json_response(deliveries)
 
 
 @router.route("/v1/maintenance/sweep", methods=["POST"], access=ADMIN)

@@ -15,4 +15,6 @@ class SweepRequest(RequestBody):
 class SweepResult(BaseModel):
     outbox_published: int
     claims_republished: int
+    webhook_attempts: int  # deliveries attempted by the webhook drains
+    webhook_deliveries: int  # of which answered 2xx
     failures: list[str]

@@ -1,7 +1,8 @@
 """The sweep: what must happen even when an instance died at the wrong moment.
 
-It publishes the outbox, re-publishes recent claims whose event the counters never saw, and
-re-checks every recent campaign's stock so low-stock and sold-out announcements are never lost.
+It publishes the outbox, re-publishes recent claims whose event the counters never saw,
+re-checks every recent campaign's stock so low-stock and sold-out announcements are never lost,
+and drains every webhook endpoint with a delivery due (retries, and what a crashed drainer left).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from shared.claims.recovery import republish_unseen_claims
 from shared.events.bus import EventBus
 from shared.maintenance.models import SweepRequest, SweepResult
 from shared.usage.service import UsageService
+from shared.webhooks.service import WebhookService
 
 
 class Sweeper:
@@ -25,11 +27,13 @@ class Sweeper:
         db: firestore.Client,
         bus: EventBus,
         usage: UsageService,
+        webhooks: WebhookService,
         clock: Callable[[], datetime],
     ) -> None:
         self._db = db
         self._bus = bus
         self._usage = usage
+        self._webhooks = webhooks
         self._clock = clock
 
     def sweep(self, request: SweepRequest) -> SweepResult:
@@ -54,8 +58,12 @@ class Sweeper:
             republished += report.republished
             failures += report.failures
             self._usage.check_stock(campaign.campaign_id, force=True)
+        # Last: it takes up to the drain budget when endpoints are slow.
+        webhooks = self._webhooks.drain_due()
         return SweepResult(
             outbox_published=outbox.published,
             claims_republished=republished,
+            webhook_attempts=webhooks.attempted,
+            webhook_deliveries=webhooks.delivered,
             failures=failures,
         )
