@@ -73,7 +73,11 @@ class AddressPolicy:
         if not checked:
             raise AddressRefused(f"{host} resolves to no address")
         for text in checked:
-            if not self.allows(ipaddress.ip_address(text.split("%", 1)[0])):
+            try:
+                address = ipaddress.ip_address(text.split("%", 1)[0])  # no IPv6 zone
+            except ValueError as exc:
+                raise AddressRefused(f"{host} resolves to {text!r}, not an address") from exc
+            if not self.allows(address):
                 raise AddressRefused(f"{host} resolves to {text}, which is not a public address")
         return checked
 
