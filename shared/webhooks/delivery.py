@@ -9,10 +9,10 @@ endpoint's deliveries, and never a claim (claims are another function).
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -55,39 +55,39 @@ class RetryPolicy:
         return at > created_at + self.max_age
 
 
-class WindowLimiter:
-    """At most `limit` requests started in any `window` seconds, shared by a run's threads.
+class RateLimiter:
+    """Requests start at least 1/rate seconds apart, so no second ever sees more than `rate`
+    of them start; shared by a run's threads.
 
-    Each start is reserved under the lock at the earliest time the window allows (the limit-th
-    start before it plus the window), then waited for outside the lock."""
+    Evenly spaced rather than in bursts of `rate`: an endpoint sees a steady flow, and a sender
+    thread that is late by a few milliseconds does not bunch up with the next burst. A start is
+    logged when its thread is let go, so one that overslept never lets the next start early."""
 
     def __init__(
         self,
-        limit: int,
+        rate: int,
         *,
-        window: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self._starts: deque[float] = deque(maxlen=limit)
-        self._window = window
+        self._interval = 1.0 / rate
+        self._last = -math.inf
         self._clock = clock
         self._sleep = sleep
         self._lock = threading.Lock()
 
     def acquire(self, deadline: float) -> bool:
-        """Wait for a start; False (and nothing reserved) if it would come after `deadline`."""
-        with self._lock:
-            now = self._clock()
-            start = now
-            if len(self._starts) == self._starts.maxlen:
-                start = max(now, self._starts[0] + self._window)
-            if start > deadline:
-                return False
-            self._starts.append(start)
-        if start > now:
-            self._sleep(start - now)
-        return True
+        """Wait for a start; False if it could only come after `deadline`."""
+        while True:
+            with self._lock:
+                now = self._clock()
+                opens = self._last + self._interval
+                if now >= opens:
+                    self._last = now
+                    return True
+                if opens > deadline:
+                    return False
+            self._sleep(opens - now)
 
 
 @dataclass(frozen=True)
@@ -220,7 +220,7 @@ class DrainRun:
         self._deadline = deadline
         self._linger = linger
         self._still_subscribed = still_subscribed
-        self._limiter = WindowLimiter(endpoint.max_per_second)
+        self._limiter = RateLimiter(endpoint.max_per_second)
         self._streak = _Streak()
         self.report = RunReport()
 

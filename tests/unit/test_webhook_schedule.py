@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from google.cloud import firestore
 
-from shared.webhooks.delivery import Attempt, RetryPolicy, WindowLimiter, outcome_fields
+from shared.webhooks.delivery import Attempt, RateLimiter, RetryPolicy, outcome_fields
 from shared.webhooks.models import DeliveryRecord, DeliveryState
 
 CREATED = datetime(2026, 11, 27, 10, 0, tzinfo=UTC)
@@ -103,9 +103,9 @@ class FakeTime:
         self.now += seconds
 
 
-def test_the_limiter_never_lets_more_than_the_limit_start_in_a_second() -> None:
+def test_the_limiter_spaces_starts_so_no_second_sees_more_than_the_rate() -> None:
     time = FakeTime()
-    limiter = WindowLimiter(5, clock=time.clock, sleep=time.sleep)
+    limiter = RateLimiter(5, clock=time.clock, sleep=time.sleep)
     starts = []
     for _ in range(23):
         assert limiter.acquire(deadline=time.now + 60)
@@ -114,14 +114,14 @@ def test_the_limiter_never_lets_more_than_the_limit_start_in_a_second() -> None:
 
     for i, start in enumerate(starts):
         assert sum(1 for s in starts[i:] if s < start + 1.0) <= 5
-    assert starts[-1] - starts[0] == pytest.approx(4.0, abs=0.1)  # 23 at 5 per second
+    assert starts[-1] - starts[0] == pytest.approx(22 * 0.2)
 
 
 def test_the_limiter_refuses_a_start_after_the_deadline() -> None:
     time = FakeTime()
-    limiter = WindowLimiter(2, clock=time.clock, sleep=time.sleep)
+    limiter = RateLimiter(2, clock=time.clock, sleep=time.sleep)
 
-    assert limiter.acquire(deadline=time.now + 0.5)
-    assert limiter.acquire(deadline=time.now + 0.5)
-    assert not limiter.acquire(deadline=time.now + 0.5)  # the next start is a second away
-    assert limiter.acquire(deadline=time.now + 2)
+    assert limiter.acquire(deadline=time.now + 0.25)
+    assert not limiter.acquire(deadline=time.now + 0.25)  # the next start is 0.5 s away
+    assert limiter.acquire(deadline=time.now + 1)
+    assert time.now == pytest.approx(1000.5)
