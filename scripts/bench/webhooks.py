@@ -2,7 +2,7 @@
 
     .venv/bin/python -m scripts.bench.webhooks [--events 500] [--events-ten 200]
         [--push-threads 8] [--max-per-second 1000] [--max-in-flight 8] [--throttle 20]
-        [--json PATH]
+        [--json PATH] [-v]
 
 Starts its own Firestore emulator (free port) and, per scenario, receivers in this process
 (scripts/support/receiver.py, answering 200 at once). Events are synthetic `coupon.claimed`
@@ -18,38 +18,40 @@ the push-started drains left). After an unmeasured warm-up of 50 events, the sce
                  the rate the receiver sees should be that limit
 
 Reported: deliveries (unique events received, summed over endpoints), requests (duplicates
-included), seconds, events/s per endpoint and deliveries/s in total, and the most requests any
-endpoint saw start within one second.
+included), seconds, events/s per endpoint and deliveries/s in total, the most requests any
+endpoint saw start within one second, and the CPU seconds of this process and of the emulator
+per 100 deliveries (both share the machine's cores), with the load average before and after.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
-import os
 import sys
-import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from datetime import timedelta
-from pathlib import Path
 
-from emulator import free_port, start_firestore
+from scripts.bench import harness
 from scripts.support.receiver import Receiver
-from shared.campaigns import service as campaign_service
-from shared.campaigns.models import CampaignCreate
 from shared.clock import utcnow
 from shared.container import Services
 from shared.events.models import CouponClaimed, EventType, encode_event
 from shared.gcp.firestore import webhook_ref
-from shared.settings import Settings
+from shared.settings import get_settings
 from shared.webhooks.models import WebhookCreate
-from shared.webhooks.service import WebhookService
 
-PROJECT = "demo-codedrop-bench"
+log = logging.getLogger("bench.webhooks")
+
+OPTIONS: list[harness.Option] = [
+    ("--events", harness.positive, 500, "events to one endpoint"),
+    ("--events-ten", harness.positive, 200, "events to each of ten endpoints"),
+    ("--push-threads", harness.positive, 8, "pushes handled at once"),
+    ("--max-per-second", harness.positive, 1000, "the endpoints' rate limit"),
+    ("--max-in-flight", harness.positive, 8, "the endpoints' concurrency limit"),
+    ("--throttle", harness.positive, 20, "the throttled endpoint's rate limit"),
+]
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,9 @@ class Figures:
     events_per_second_per_endpoint: float
     deliveries_per_second: float
     most_started_in_a_second: int
+    cpu_seconds_per_100: float
+    emulator_cpu_seconds_per_100: float | None
+    load: tuple[float, float]
 
 
 def _events(campaign_id: str, count: int) -> list[tuple[CouponClaimed, bytes]]:
@@ -84,6 +89,7 @@ def _events(campaign_id: str, count: int) -> list[tuple[CouponClaimed, bytes]]:
 
 def scenario(
     services: Services,
+    emulators: harness.Emulators,
     *,
     name: str,
     endpoints: int,
@@ -92,18 +98,9 @@ def scenario(
     max_in_flight: int,
     push_threads: int,
 ) -> Figures:
-    webhooks: WebhookService = services.webhooks
-    now = utcnow()
-    campaign_id = f"bench-{uuid.uuid4().hex[:8]}"
-    campaign_service.create_campaign(
-        services.db,
-        data=CampaignCreate(
-            campaign_id=campaign_id,
-            title="Webhook benchmark",
-            starts_at=now - timedelta(minutes=1),
-            ends_at=now + timedelta(hours=1),
-        ),
-        now=now,
+    webhooks = services.webhooks
+    campaign_id = harness.create_campaign(
+        services.db, campaign_id=f"bench-{uuid.uuid4().hex[:8]}", title="Webhook benchmark"
     )
     receivers = [Receiver().start() for _ in range(endpoints)]
     try:
@@ -118,12 +115,13 @@ def scenario(
                 ),
             )
         batch = _events(campaign_id, events)
-        started = time.monotonic()
-        with ThreadPoolExecutor(push_threads) as pool:
-            list(pool.map(lambda pair: webhooks.handle(*pair), batch))
-        while any(len(r.unique_event_ids()) < events for r in receivers):
-            webhooks.drain_due()
-            time.sleep(0.05)
+        with harness.timed(emulators.firestore_pid) as phase:
+            started = time.monotonic()
+            with ThreadPoolExecutor(push_threads) as pool:
+                list(pool.map(lambda pair: webhooks.handle(*pair), batch))
+            while any(len(r.unique_event_ids()) < events for r in receivers):
+                webhooks.drain_due()  # what the sweep does every minute
+                time.sleep(0.05)
         seconds = max(r.starts()[-1] for r in receivers) - started
     finally:
         for receiver in receivers:
@@ -131,6 +129,8 @@ def scenario(
         for record in webhooks.list_webhooks(campaign_id=campaign_id).webhooks:
             services.db.recursive_delete(webhook_ref(services.db, record.webhook_id))
     deliveries = sum(len(r.unique_event_ids()) for r in receivers)
+    emulator_cpu = phase.emulator_cpu_seconds
+    log.info("%s: %d deliveries in %.2f s", name, deliveries, seconds)
     return Figures(
         scenario=name,
         endpoints=endpoints,
@@ -142,72 +142,95 @@ def scenario(
         events_per_second_per_endpoint=round(events / seconds, 1),
         deliveries_per_second=round(deliveries / seconds, 1),
         most_started_in_a_second=max(r.max_in_window(1.0) for r in receivers),
+        cpu_seconds_per_100=round(phase.cpu_seconds * 100 / deliveries, 2),
+        emulator_cpu_seconds_per_100=(
+            round(emulator_cpu * 100 / deliveries, 2) if emulator_cpu is not None else None
+        ),
+        load=phase.load,
     )
 
 
-def _print(rows: list[Figures]) -> None:
-    header = (
-        f"{'scenario':<14} {'endpoints':>9} {'events':>6} {'limit/s':>7} {'deliveries':>10} "
-        f"{'requests':>8} {'seconds':>7} {'events/s/endpoint':>17} {'deliveries/s':>12} "
-        f"{'max in 1 s':>10}"
-    )
-    print(header)
-    for f in rows:
-        print(
-            f"{f.scenario:<14} {f.endpoints:>9} {f.events:>6} {f.max_per_second:>7} "
-            f"{f.deliveries:>10} {f.requests:>8} {f.seconds:>7.2f} "
-            f"{f.events_per_second_per_endpoint:>17.1f} {f.deliveries_per_second:>12.1f} "
-            f"{f.most_started_in_a_second:>10}"
-        )
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m scripts.bench.webhooks",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--events", type=int, default=500)
-    parser.add_argument("--events-ten", type=int, default=200)
-    parser.add_argument("--push-threads", type=int, default=8)
-    parser.add_argument("--max-per-second", type=int, default=1000)
-    parser.add_argument("--max-in-flight", type=int, default=8)
-    parser.add_argument("--throttle", type=int, default=20)
-    parser.add_argument("--json", type=Path, metavar="PATH")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
-
-    with tempfile.TemporaryDirectory(prefix="codedrop-bench-webhooks-") as logs:
-        firestore = start_firestore(port=free_port(), project=PROJECT, log_dir=Path(logs))
-        try:
-            os.environ["FIRESTORE_EMULATOR_HOST"] = firestore.host_port
-            services = Services(Settings(project_id=PROJECT))
-            limits = {"max_per_second": args.max_per_second, "max_in_flight": args.max_in_flight}
-            runs = [
-                ("one endpoint", 1, args.events, limits),
-                ("ten endpoints", 10, args.events_ten, limits),
-                ("throttled", 1, 100, {"max_per_second": args.throttle, "max_in_flight": 4}),
+def _table(rows: Sequence[Figures]) -> str:
+    header = [
+        "scenario",
+        "endpoints",
+        "events",
+        "limit/s",
+        "deliveries",
+        "requests",
+        "seconds",
+        "events/s/endpoint",
+        "deliveries/s",
+        "max in 1 s",
+        "CPU s/100",
+        "emulator CPU s/100",
+        "load",
+    ]
+    return harness.table(
+        header,
+        [
+            [
+                f.scenario,
+                str(f.endpoints),
+                str(f.events),
+                str(f.max_per_second),
+                str(f.deliveries),
+                str(f.requests),
+                f"{f.seconds:.2f}",
+                f"{f.events_per_second_per_endpoint:.1f}",
+                f"{f.deliveries_per_second:.1f}",
+                str(f.most_started_in_a_second),
+                f"{f.cpu_seconds_per_100:.2f}",
+                harness.fmt(f.emulator_cpu_seconds_per_100, 2),
+                harness.shown_load(f.load),
             ]
+            for f in rows
+        ],
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = harness.parser(__doc__, prog="webhooks", options=OPTIONS).parse_args(argv)
+    harness.setup_logging(harness.level(args.verbose), role="webhooks")
+    for chatty in ("shared", "httpx"):  # a log line per event or request otherwise
+        logging.getLogger(chatty).setLevel(logging.WARNING)
+    harness.stop_on_sigterm()
+    limits = {"max_per_second": args.max_per_second, "max_in_flight": args.max_in_flight}
+    runs = [
+        ("one endpoint", 1, args.events, limits),
+        ("ten endpoints", 10, args.events_ten, limits),
+        ("throttled", 1, 100, {"max_per_second": args.throttle, "max_in_flight": 4}),
+    ]
+    try:
+        with harness.Emulators() as emulators:
+            services = Services(get_settings())
             # The emulator's first requests are slow (a JVM warming up): not measured.
-            scenario(services, name="warm-up", endpoints=1, events=50, push_threads=8, **limits)
+            scenario(
+                services,
+                emulators,
+                name="warm-up",
+                endpoints=1,
+                events=50,
+                push_threads=args.push_threads,
+                **limits,
+            )
             rows = [
                 scenario(
                     services,
+                    emulators,
                     name=name,
                     endpoints=endpoints,
                     events=events,
                     push_threads=args.push_threads,
-                    max_per_second=int(lim["max_per_second"]),
-                    max_in_flight=int(lim["max_in_flight"]),
+                    **lim,
                 )
                 for name, endpoints, events, lim in runs
             ]
-        finally:
-            firestore.stop()
-    _print(rows)
-    print(f"load average (1, 5, 15 min): {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    if args.json:
-        args.json.write_text(json.dumps([asdict(r) for r in rows], indent=2) + "\n")
+    except KeyboardInterrupt:
+        log.warning("interrupted")
+        return 130
+    print(_table(rows))
+    harness.write_json(args.json, {"runs": [asdict(r) for r in rows]})
     return 0
 
 
