@@ -367,11 +367,11 @@ def test_the_throttle_holds_at_the_receiver(
 
     assert receiver.unique_event_ids() == {e.event_id for e in events}
     assert receiver.max_in_flight <= 2
-    # Started 0.2 s apart by the sender: 5 per second, 4.8 s for 25. Arrival times carry the
-    # threads' scheduling jitter (tens of ms on a busy machine), hence 0.9 s windows here.
+    # Started 0.21 s apart by the sender: under 5 per second, 5 s for 25. Arrival times carry
+    # the threads' scheduling jitter (tens of ms on a busy machine), hence 0.9 s windows here.
     assert receiver.max_in_window(0.9) <= 5
     starts = receiver.starts()
-    assert starts[-1] - starts[0] >= 4.5  # not 25 x 0.15 s / 2 in flight
+    assert starts[-1] - starts[0] >= 4.6  # not 25 x 0.15 s / 2 in flight
     states = {d["state"] for d in deliveries(db, webhook.webhook_id).values()}
     assert states == {"delivered"}
 

@@ -10,7 +10,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from google.cloud import firestore
 
-from shared.webhooks.delivery import Attempt, RateLimiter, RetryPolicy, outcome_fields
+from shared.webhooks.delivery import (
+    SPACING_MARGIN,
+    Attempt,
+    RateLimiter,
+    RetryPolicy,
+    outcome_fields,
+)
 from shared.webhooks.models import DeliveryRecord, DeliveryState
 
 CREATED = datetime(2026, 11, 27, 10, 0, tzinfo=UTC)
@@ -114,7 +120,7 @@ def test_the_limiter_spaces_starts_so_no_second_sees_more_than_the_rate() -> Non
 
     for i, start in enumerate(starts):
         assert sum(1 for s in starts[i:] if s < start + 1.0) <= 5
-    assert starts[-1] - starts[0] == pytest.approx(22 * 0.2)
+    assert starts[-1] - starts[0] == pytest.approx(22 * 0.2 * SPACING_MARGIN)
 
 
 def test_the_limiter_refuses_a_start_after_the_deadline() -> None:
@@ -124,4 +130,4 @@ def test_the_limiter_refuses_a_start_after_the_deadline() -> None:
     assert limiter.acquire(deadline=time.now + 0.25)
     assert not limiter.acquire(deadline=time.now + 0.25)  # the next start is 0.5 s away
     assert limiter.acquire(deadline=time.now + 1)
-    assert time.now == pytest.approx(1000.5)
+    assert time.now == pytest.approx(1000 + 0.5 * SPACING_MARGIN)
