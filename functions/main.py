@@ -15,6 +15,7 @@ from shared.http import wsgi
 from shared.intake import trigger as intake_trigger
 from shared.logs import configure_logging
 from shared.usage import trigger as usage_trigger
+from shared.webhooks import trigger as webhook_trigger
 
 configure_logging()
 instance_services()  # a wrong configuration fails the instance at start-up, not a request
@@ -49,3 +50,8 @@ def import_codes(event: CloudEvent) -> None:
 @functions_framework.cloud_event
 def count_usage(event: CloudEvent) -> None:
     usage_trigger.handle(event, instance_services().usage)
+
+
+@functions_framework.cloud_event
+def deliver_webhooks(event: CloudEvent) -> None:
+    webhook_trigger.handle(event, instance_services().webhooks)

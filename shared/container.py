@@ -32,6 +32,7 @@ from shared.settings import Settings, get_settings
 from shared.usage.counters import ShardedCounters
 from shared.usage.service import UsageService
 from shared.waiting_room.service import WaitingRoomService
+from shared.webhooks.service import WebhookService
 
 T = TypeVar("T")
 
@@ -155,11 +156,22 @@ class Services:
         )
 
     @property
+    def webhooks(self) -> WebhookService:
+        return self._once(
+            "webhooks", lambda: WebhookService(db=self.db, settings=self.settings, clock=utcnow)
+        )
+
+    @property
     def sweeper(self) -> Sweeper:
         return self._once(
             "sweeper",
             lambda: Sweeper(
-                db=self.db, bus=self.bus, usage=self.usage, holds=self.holds, clock=utcnow
+                db=self.db,
+                bus=self.bus,
+                usage=self.usage,
+                holds=self.holds,
+                webhooks=self.webhooks,
+                clock=utcnow,
             ),
         )
 

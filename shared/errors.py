@@ -84,6 +84,16 @@ class InvalidSignature(Unauthenticated):
     default_message = "The webhook signature is missing or does not match the body."
 
 
+class WebhookNotFound(NotFound):
+    error_code = "WEBHOOK_NOT_FOUND"
+    default_message = "No such webhook."
+
+
+class WebhookUrlNotAllowed(RequestValidationFailed):
+    error_code = "WEBHOOK_URL_NOT_ALLOWED"
+    default_message = "Webhooks must be https URLs of public addresses."
+
+
 class Conflict(CodedropError):
     error_code = "CONFLICT"
 
@@ -91,6 +101,11 @@ class Conflict(CodedropError):
 class CampaignExists(Conflict):
     error_code = "CAMPAIGN_EXISTS"
     default_message = "A campaign with this id already exists."
+
+
+class TooManyWebhooks(Conflict):
+    error_code = "TOO_MANY_WEBHOOKS"
+    default_message = "This campaign has as many webhooks as it may have."
 
 
 class CampaignNotActive(Conflict):

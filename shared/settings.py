@@ -120,11 +120,35 @@ class Settings(BaseSettings):
             return f"demo-only-shopify-secret-{self.project_id}".encode()
         return None
 
+    # Webhooks (shared/webhooks). The key seals each webhook's signing secret in Firestore; it is
+    # needed only once a webhook exists, so functions that never touch webhooks start without it.
+    webhook_key: SecretStr | None = Field(default=None, validation_alias="CODEDROP_WEBHOOK_KEY")
+    webhook_timeout_seconds: float = Field(
+        default=5.0, gt=0, le=30, validation_alias="CODEDROP_WEBHOOK_TIMEOUT_SECONDS"
+    )
+    webhook_retry_base_seconds: float = Field(
+        default=10.0, gt=0, le=3600, validation_alias="CODEDROP_WEBHOOK_RETRY_BASE_SECONDS"
+    )
+    webhook_drain_seconds: float = Field(
+        default=20.0, gt=0, le=300, validation_alias="CODEDROP_WEBHOOK_DRAIN_SECONDS"
+    )
+    webhook_linger_seconds: float = Field(
+        default=1.0, ge=0, le=30, validation_alias="CODEDROP_WEBHOOK_LINGER_SECONDS"
+    )
+
     @property
     def ticket_signing_key(self) -> str:
         if self.ticket_secret is not None:
             return self.ticket_secret.get_secret_value()
         return f"demo-only-ticket-key-{self.project_id}"  # demo- projects only (validated)
+
+    @property
+    def webhook_sealing_key(self) -> str:
+        if self.webhook_key is not None:
+            return self.webhook_key.get_secret_value()
+        if not self.is_local:
+            raise ValueError("CODEDROP_WEBHOOK_KEY is required outside demo- projects")
+        return f"demo-only-webhook-key-{self.project_id}"
 
     @property
     def import_ramp_enabled(self) -> bool:
@@ -170,6 +194,8 @@ class Settings(BaseSettings):
         shopify = self.shopify_webhook_secret
         if shopify is not None and len(shopify.get_secret_value()) < 16:
             raise ValueError("CODEDROP_SHOPIFY_WEBHOOK_SECRET must be at least 16 characters")
+        if self.webhook_key is not None and len(self.webhook_key.get_secret_value()) < 32:
+            raise ValueError("CODEDROP_WEBHOOK_KEY must be at least 32 characters")
         return self
 
     @property

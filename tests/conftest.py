@@ -47,6 +47,7 @@ HOT_COLLECTIONS = (
     "processed_events",
     "counter_shards",
     "outbox",
+    "deliveries",
 )
 _run = contextlib.ExitStack()
 _recorder: Recorder | None = None

@@ -38,6 +38,7 @@ PORTS: tuple[Port, ...] = (
     Port("admin-api", "CODEDROP_ADMIN_API_PORT", 8002, "admin_api"),
     Port("count-usage", "CODEDROP_COUNT_USAGE_PORT", 8003, "count_usage"),
     Port("import-codes", "CODEDROP_IMPORT_CODES_PORT", 8004, "import_codes"),
+    Port("deliver-webhooks", "CODEDROP_DELIVER_WEBHOOKS_PORT", 8005, "deliver_webhooks"),
     Port(
         "sweep", "CODEDROP_SWEEP_PORT", 8006, "sweep (called every minute, as Cloud Scheduler does)"
     ),
@@ -96,6 +97,9 @@ FUNCTIONS: tuple[Function, ...] = (
     Function("admin_api", "http", workers=1, threads=8),
     Function("count_usage", "cloudevent", workers=1, threads=8),
     Function("import_codes", "cloudevent", workers=1, threads=4),
+    # Each request may drain an endpoint for up to CODEDROP_WEBHOOK_DRAIN_SECONDS; the others
+    # only record their deliveries and answer.
+    Function("deliver_webhooks", "cloudevent", workers=1, threads=8),
     Function("sweep", "http", workers=1, threads=1),
 )
 

@@ -143,7 +143,10 @@ class LocalStack:
         mark = time.monotonic()
         names = {f.name for f in functions}
         count_usage_url = config.url("count_usage") if "count_usage" in names else None
-        self.resources = create_pubsub_resources(config, count_usage_url=count_usage_url)
+        webhooks_url = config.url("deliver_webhooks") if "deliver_webhooks" in names else None
+        self.resources = create_pubsub_resources(
+            config, count_usage_url=count_usage_url, deliver_webhooks_url=webhooks_url
+        )
         verify_bucket(config)
         self.timings["resources"] = time.monotonic() - mark
 

@@ -11,6 +11,8 @@ campaigns/{campaign_id}/announcements/{event_id}         facts announced exactly
 campaigns/{campaign_id}/room_instances/{instance_id}     waiting-room heartbeats
 jobs/{job_id}                                            import and generation jobs
 outbox/{event_id}                                        events waiting to be published
+webhooks/{webhook_id}                                    a campaign's webhook and its drain lease
+webhooks/{webhook_id}/deliveries/{event_id}              one event's delivery to that webhook
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ ANNOUNCEMENTS = "announcements"
 ROOM_INSTANCES = "room_instances"
 JOBS = "jobs"
 OUTBOX = "outbox"
+WEBHOOKS = "webhooks"
+DELIVERIES = "deliveries"
 
 
 def make_client(project_id: str) -> firestore.Client:
@@ -103,3 +107,16 @@ def jobs_collection(db: firestore.Client) -> firestore.CollectionReference:
 
 def outbox_collection(db: firestore.Client) -> firestore.CollectionReference:
     return db.collection(OUTBOX)
+
+
+def webhooks_collection(db: firestore.Client) -> firestore.CollectionReference:
+    return db.collection(WEBHOOKS)
+
+
+def webhook_ref(db: firestore.Client, webhook_id: str) -> firestore.DocumentReference:
+    return db.collection(WEBHOOKS).document(webhook_id)
+
+
+def deliveries_collection(db: firestore.Client, webhook_id: str) -> firestore.CollectionReference:
+    collection: firestore.CollectionReference = webhook_ref(db, webhook_id).collection(DELIVERIES)
+    return collection

@@ -1,8 +1,10 @@
-"""admin_api: campaigns, codes, jobs, stats and maintenance for marketers and operators (an ID
-token with the `admin` claim); code look-ups and redemptions for a shop's checkout (`redeemer`
-or `admin`); and Shopify's orders/create webhook (signed by Shopify, no ID token)."""
+"""admin_api: campaigns, codes, jobs, stats, webhooks and maintenance for marketers and operators
+(an ID token with the `admin` claim); code look-ups and redemptions for a shop's checkout
+(`redeemer` or `admin`); and Shopify's orders/create webhook (signed by Shopify, no ID token)."""
 
 from __future__ import annotations
+
+import re
 
 import flask
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
@@ -32,6 +34,9 @@ from shared.errors import (
     CodeNotFound,
     Contended,
     JobNotFound,
+    TooManyWebhooks,
+    WebhookNotFound,
+    WebhookUrlNotAllowed,
     shown,
 )
 from shared.http import openapi, shopify
@@ -54,8 +59,16 @@ from shared.usage.models import (
     ReportGranularity,
     UsageReport,
 )
+from shared.webhooks.models import (
+    DeliveriesQuery,
+    DeliveryList,
+    WebhookCreate,
+    WebhookCreated,
+    WebhookList,
+)
 
 _JOB_ID: TypeAdapter[str] = TypeAdapter(JobId)
+_WEBHOOK_ID = re.compile(r"^wh_[a-f0-9]{16}$")
 
 router = Router(title="codedrop admin_api")
 ADMIN = Access.ADMIN
@@ -241,11 +254,81 @@ def reconcile(call: Call, campaign_id: str) -> flask.Response:
     return json_response(result)
 
 
+def webhook_id_param(value: str) -> str:
+    if not _WEBHOOK_ID.match(value):
+        raise WebhookNotFound(f"Webhook {shown(value)} does not exist.")
+    return value
+
+
+@router.route(
+    "/v1/campaigns/<campaign_id>/webhooks",
+    methods=["POST"],
+    access=ADMIN,
+    summary="Subscribe an endpoint to the campaign's events (its signing secret is shown once).",
+    body=WebhookCreate,
+    responses={201: WebhookCreated},
+    raises=[CampaignNotFound, WebhookUrlNotAllowed, TooManyWebhooks],
+)
+def create_webhook(call: Call, campaign_id: str) -> flask.Response:
+    data = call.body_as(WebhookCreate)
+    created = call.services.webhooks.subscribe(
+        campaign_id=campaign_id_param(campaign_id), data=data
+    )
+    return json_response(created, 201)
+
+
+@router.route(
+    "/v1/campaigns/<campaign_id>/webhooks",
+    methods=["GET"],
+    access=ADMIN,
+    summary="The campaign's webhook subscriptions.",
+    responses={200: WebhookList},
+    raises=[CampaignNotFound],
+)
+def list_webhooks(call: Call, campaign_id: str) -> flask.Response:
+    listed = call.services.webhooks.list_webhooks(campaign_id=campaign_id_param(campaign_id))
+    return json_response(listed)
+
+
+@router.route(
+    "/v1/campaigns/<campaign_id>/webhooks/<webhook_id>",
+    methods=["DELETE"],
+    access=ADMIN,
+    summary="Stop delivering to an endpoint.",
+    responses={204: None},
+    raises=[CampaignNotFound, WebhookNotFound],
+)
+def delete_webhook(call: Call, campaign_id: str, webhook_id: str) -> flask.Response:
+    call.services.webhooks.unsubscribe(
+        campaign_id=campaign_id_param(campaign_id), webhook_id=webhook_id_param(webhook_id)
+    )
+    return flask.Response(status=204)
+
+
+@router.route(
+    "/v1/campaigns/<campaign_id>/webhooks/<webhook_id>/deliveries",
+    methods=["GET"],
+    access=ADMIN,
+    summary="The endpoint's recent deliveries: event, attempts, last status, next attempt.",
+    query=DeliveriesQuery,
+    responses={200: DeliveryList},
+    raises=[CampaignNotFound, WebhookNotFound],
+)
+def list_deliveries(call: Call, campaign_id: str, webhook_id: str) -> flask.Response:
+    query = call.query_as(DeliveriesQuery)
+    deliveries = call.services.webhooks.deliveries(
+        campaign_id=campaign_id_param(campaign_id),
+        webhook_id=webhook_id_param(webhook_id),
+        limit=query.limit,
+    )
+    return json_response(deliveries)
+
+
 @router.route(
     "/v1/maintenance/sweep",
     methods=["POST"],
     access=ADMIN,
-    summary="Release expired holds, publish the outbox and events the counters never saw.",
+    summary="Release expired holds, publish the outbox and lost events, drain due webhooks.",
     body=SweepRequest,
     responses={200: SweepResult},
 )

@@ -18,4 +18,6 @@ class SweepResult(BaseModel):
     holds_released: int
     outbox_published: int
     claims_republished: int
+    webhook_attempts: int  # deliveries attempted by the webhook drains
+    webhook_deliveries: int  # of which answered 2xx
     failures: list[str]

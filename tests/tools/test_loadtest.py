@@ -9,6 +9,7 @@ The other tests feed the audit made-up sales to show that it catches each violat
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -140,8 +141,8 @@ def _truth(codes_by_user: dict[str, list[str]], *, codes_total: int, **lists: li
         claims=claims,
         shoppers=len(codes_by_user),
         max_per_user=1,
-        **lists,
     )
+    audit = dataclasses.replace(audit, **lists)
     return Truth(audit=audit, codes_by_user=codes_by_user, claimed_at=[])
 
 

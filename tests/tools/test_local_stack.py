@@ -120,6 +120,7 @@ def test_every_port_has_its_own_variable_and_default() -> None:
         "CODEDROP_ADMIN_API_PORT": 8002,
         "CODEDROP_COUNT_USAGE_PORT": 8003,
         "CODEDROP_IMPORT_CODES_PORT": 8004,
+        "CODEDROP_DELIVER_WEBHOOKS_PORT": 8005,
         "CODEDROP_SWEEP_PORT": 8006,
     }
     for function in config.FUNCTIONS:
@@ -185,3 +186,45 @@ def test_count_usage_gets_a_push_subscription_with_retries_and_dead_letters(
     assert push.dead_letter_policy.max_delivery_attempts == 5
     assert dead_letters.topic == dead_letter_topic
     assert not dead_letters.push_config.push_endpoint
+
+
+@pytest.mark.emulator
+def test_deliver_webhooks_gets_a_push_subscription_of_its_own(
+    pubsub_emulator: RunningEmulator, tmp_path: Path
+) -> None:
+    """A slow business endpoint must never hold back count_usage: separate subscriptions, and
+    time to drain an endpoint before the message is acknowledged."""
+    from google.cloud.pubsub_v1 import SubscriberClient
+
+    stack_config = config.Config(
+        project="demo-local-stack",
+        ports={port.key: port.default for port in config.PORTS},
+        log_dir=tmp_path,
+        bucket="codedrop-imports",
+        topic="coupon-events",
+        cors_origins="",
+        timeout=30,
+        demo=False,
+        check=False,
+    )
+    created = resources.create_pubsub_resources(
+        stack_config,
+        count_usage_url="http://127.0.0.1:18003",
+        deliver_webhooks_url="http://127.0.0.1:18005",
+    )
+
+    assert "subscription deliver-webhooks-push" in created
+    assert "subscription count-usage-push" in created
+    project = "projects/demo-local-stack"
+    with SubscriberClient() as subscriber:
+        push = subscriber.get_subscription(
+            subscription=f"{project}/subscriptions/deliver-webhooks-push"
+        )
+    assert push.topic == f"{project}/topics/coupon-events"
+    assert push.push_config.push_endpoint == "http://127.0.0.1:18005/"
+    assert push.ack_deadline_seconds == 60
+    assert push.retry_policy.minimum_backoff.total_seconds() == 5
+    assert push.retry_policy.maximum_backoff.total_seconds() == 300
+    dead_letters = push.dead_letter_policy
+    assert dead_letters.dead_letter_topic == f"{project}/topics/coupon-events-dead-letter"
+    assert dead_letters.max_delivery_attempts == 5
