@@ -9,7 +9,6 @@ The other tests feed the audit made-up sales to show that it catches each violat
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
@@ -142,7 +141,8 @@ def _truth(codes_by_user: dict[str, list[str]], *, codes_total: int, **lists: li
         shoppers=len(codes_by_user),
         max_per_user=1,
     )
-    audit = dataclasses.replace(audit, **lists)
+    for name, offenders in lists.items():  # the invariants this case breaks
+        setattr(audit, name, offenders)
     return Truth(audit=audit, codes_by_user=codes_by_user, claimed_at=[])
 
 
