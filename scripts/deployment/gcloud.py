@@ -144,13 +144,24 @@ SHOPIFY_SECRET = Secret(
     first_value="$CODEDROP_SHOPIFY_WEBHOOK_SECRET from the deployer's shell, else random",
     value=_shopify_secret,
 )
-SECRETS = (TICKET_SECRET, SHOPIFY_SECRET)
+WEBHOOK_KEY = Secret(
+    name="codedrop-webhook-key",
+    env="CODEDROP_WEBHOOK_KEY",
+    first_value="64 random characters",
+    value=lambda: secrets.token_urlsafe(48).encode(),
+)
+SECRETS = (TICKET_SECRET, SHOPIFY_SECRET, WEBHOOK_KEY)
 
 
 def secrets_of(spec: FunctionSpec) -> tuple[Secret, ...]:
     """Every function validates the settings at start-up, and outside demo- projects the
-    waiting-room ticket key is required; admin_api also verifies Shopify's webhooks."""
-    return SECRETS if spec.name == "admin_api" else (TICKET_SECRET,)
+    waiting-room ticket key is required; admin_api verifies Shopify's webhooks; whoever
+    creates or delivers businesses' webhooks unseals their signing secrets."""
+    readers = {
+        SHOPIFY_SECRET: {"admin_api"},
+        WEBHOOK_KEY: {"admin_api", "deliver_webhooks", "sweep"},
+    }
+    return tuple(s for s in SECRETS if s is TICKET_SECRET or spec.name in readers[s])
 
 
 # Cloud Scheduler, the Pub/Sub push subscription and Eventarc sign their requests as this one.

@@ -67,9 +67,8 @@ class Target:
     def dead_letter_topic(self) -> str:
         return f"{self.events_topic}-dead-letter"
 
-    @property
-    def push_subscription(self) -> str:
-        return f"{self.events_topic}-count-usage"
+    def subscription_for(self, spec: FunctionSpec) -> str:
+        return f"{self.events_topic}-{spec.service}"
 
     def secret_name(self, secret: Secret) -> str:
         return self.ticket_secret if secret is TICKET_SECRET else secret.name
@@ -444,22 +443,40 @@ def invoker_steps(target: Target, specs: Iterable[FunctionSpec]) -> list[Step]:
     ]
 
 
-def subscription_steps(target: Target, count_usage: FunctionSpec) -> list[Step]:
-    """count_usage's push subscription: OIDC as the invoker, backoff, dead letters."""
-    url = target.url(count_usage)
+@dataclass(frozen=True)
+class Subscription:
+    """A push subscription on the events topic feeding one private function."""
+
+    function: str  # the FunctionSpec's name
+    retry: tuple[str, str]  # min and max backoff between redeliveries
+    max_delivery_attempts: int  # then the dead-letter topic
+
+
+# count_usage: a failure is Firestore having a bad moment, so back off far and retry long.
+# deliver_webhooks: records deliveries and drains them; the drain retries by itself for 24 h,
+# so a push that keeps failing is dead-lettered sooner.
+SUBSCRIPTIONS = (
+    Subscription("count_usage", PUSH_RETRY, MAX_DELIVERY_ATTEMPTS),
+    Subscription("deliver_webhooks", ("--min-retry-delay=5s", "--max-retry-delay=300s"), 5),
+)
+
+
+def subscription_steps(target: Target, spec: FunctionSpec, sub: Subscription) -> list[Step]:
+    """A push subscription: OIDC as the invoker, backoff, dead letters."""
+    url = target.url(spec)
     settings = [
         f"--push-endpoint={url}",
         f"--push-auth-service-account={target.invoker}",
         f"--push-auth-token-audience={url}",
         f"--ack-deadline={ACK_DEADLINE_SECONDS}",
-        *PUSH_RETRY,
+        *sub.retry,
         f"--dead-letter-topic={target.dead_letter_topic}",
-        f"--max-delivery-attempts={MAX_DELIVERY_ATTEMPTS}",
+        f"--max-delivery-attempts={sub.max_delivery_attempts}",
     ]
-    name = target.push_subscription
+    name = target.subscription_for(spec)
     return [
         Step(
-            "count_usage's push subscription",
+            f"{spec.name}'s push subscription",
             _gcloud(
                 "pubsub",
                 "subscriptions",
@@ -473,24 +490,13 @@ def subscription_steps(target: Target, count_usage: FunctionSpec) -> list[Step]:
             exists_ok=True,
         ),
         Step(
-            "count_usage's push subscription settings (a re-run applies changes)",
+            f"{spec.name}'s push subscription settings (a re-run applies changes)",
             _gcloud("pubsub", "subscriptions", "update", name, *settings, target=target),
         ),
-        # Dead-lettering: Pub/Sub's agent forwards from the subscription to the topic.
+        # Dead-lettering: Pub/Sub's agent takes the message off the subscription and
+        # publishes it to the dead-letter topic.
         Step(
-            "Pub/Sub's agent publishes dead letters",
-            _gcloud(
-                "pubsub",
-                "topics",
-                "add-iam-policy-binding",
-                target.dead_letter_topic,
-                _sa(target.pubsub_agent),
-                "--role=roles/pubsub.publisher",
-                target=target,
-            ),
-        ),
-        Step(
-            "Pub/Sub's agent takes dead letters off the subscription",
+            f"Pub/Sub's agent takes dead letters off {name}",
             _gcloud(
                 "pubsub",
                 "subscriptions",
@@ -502,6 +508,21 @@ def subscription_steps(target: Target, count_usage: FunctionSpec) -> list[Step]:
             ),
         ),
     ]
+
+
+def dead_letter_publisher_step(target: Target) -> Step:
+    return Step(
+        "Pub/Sub's agent publishes dead letters",
+        _gcloud(
+            "pubsub",
+            "topics",
+            "add-iam-policy-binding",
+            target.dead_letter_topic,
+            _sa(target.pubsub_agent),
+            "--role=roles/pubsub.publisher",
+            target=target,
+        ),
+    )
 
 
 def scheduler_steps(target: Target, sweep: FunctionSpec) -> list[Step]:

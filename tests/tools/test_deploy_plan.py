@@ -168,6 +168,17 @@ def _line(plan: list[str], start: str) -> list[str]:
     return shlex.split(line)
 
 
+def test_webhook_deliveries_have_their_own_push_subscription(plan: list[str]) -> None:
+    create = _line(plan, "gcloud pubsub subscriptions create coupon-events-deliver-webhooks ")
+    url = f"https://europe-west1-{PROJECT}.cloudfunctions.net/deliver-webhooks"
+    for flag in (
+        f"--push-endpoint={url}",
+        "--dead-letter-topic=coupon-events-dead-letter",
+        "--max-delivery-attempts=5",
+    ):
+        assert flag in create
+
+
 def test_the_push_subscription_retries_with_backoff_and_dead_letters(plan: list[str]) -> None:
     create = _line(plan, "gcloud pubsub subscriptions create coupon-events-count-usage ")
     url = f"https://europe-west1-{PROJECT}.cloudfunctions.net/count-usage"
@@ -212,10 +223,10 @@ def test_each_caller_can_pass_the_iam_set_for_it(plan: list[str]) -> None:
     for name in ("claim_api", "admin_api"):
         assert "--allow-unauthenticated" in deploys[name]
     # The private ones admit only the invoker that Scheduler, Pub/Sub and Eventarc sign as.
-    for name in ("sweep", "count_usage"):
+    for name in ("sweep", "count_usage", "deliver_webhooks"):
         assert "--no-allow-unauthenticated" in deploys[name]
     invoked = {line.split()[3] for line in plan if " add-invoker-policy-binding " in line}
-    assert invoked == {"sweep", "count-usage", "import-codes"}
+    assert invoked == {"sweep", "count-usage", "import-codes", "deliver-webhooks"}
     for spec in functions.FUNCTIONS:
         command = deploys[spec.name]
         assert (
@@ -223,10 +234,14 @@ def test_each_caller_can_pass_the_iam_set_for_it(plan: list[str]) -> None:
             in command
         )
         (secrets,) = [arg for arg in command if arg.startswith("--set-secrets=")]
-        expected = "--set-secrets=CODEDROP_TICKET_SECRET=codedrop-ticket-secret:latest"
+        expected = ["CODEDROP_TICKET_SECRET=codedrop-ticket-secret:latest"]
         if spec.name == "admin_api":  # it verifies Shopify's order webhooks
-            expected += ",CODEDROP_SHOPIFY_WEBHOOK_SECRET=codedrop-shopify-webhook-secret:latest"
-        assert secrets == expected
+            expected.append(
+                "CODEDROP_SHOPIFY_WEBHOOK_SECRET=codedrop-shopify-webhook-secret:latest"
+            )
+        if spec.name in ("admin_api", "deliver_webhooks", "sweep"):  # businesses' webhooks
+            expected.append("CODEDROP_WEBHOOK_KEY=codedrop-webhook-key:latest")
+        assert secrets == "--set-secrets=" + ",".join(expected)
         for flag in ("--memory=", "--cpu=", "--timeout=", "--concurrency=", "--min-instances="):
             assert any(arg.startswith(flag) for arg in command), (spec.name, flag)
 
@@ -235,7 +250,11 @@ def test_every_secret_a_function_reads_exists_with_a_value_before_the_functions(
     plan: list[str],
 ) -> None:
     first_deploy = next(i for i, line in enumerate(plan) if " functions deploy " in line)
-    for name in ("codedrop-ticket-secret", "codedrop-shopify-webhook-secret"):
+    for name in (
+        "codedrop-ticket-secret",
+        "codedrop-shopify-webhook-secret",
+        "codedrop-webhook-key",
+    ):
         create = plan.index(
             next(line for line in plan if line.startswith(f"gcloud secrets create {name} "))
         )
