@@ -83,7 +83,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     options = session.config.option
     whole_suite = (
         exitstatus == pytest.ExitCode.OK
-        and not (options.keyword or options.markexpr or options.deselect or options.exitfirst)
+        and not (options.keyword or options.markexpr or options.deselect or options.maxfail)
         and all(Path(arg).resolve() == TESTS for arg in session.config.args)
     )
     problems = production_index_problems(
