@@ -18,12 +18,12 @@ import pytest
 
 from emulator import EmulatorStack, free_port
 from tests.support.auth_emulator import AuthEmulator, AuthEmulatorUnavailable
-from tests.support.pages import PageConfig, PagesUnavailable, PageServer
+from tests.support.pages import PageConfig, PageServer, PagesUnavailable
 from tests.support.servers import function_servers
 from tests.support.stack import CORS_ORIGIN, PROJECT
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, BrowserContext, Page, Request, Route
+    from playwright.sync_api import Browser, BrowserContext, Page, Request, Route, ViewportSize
 
 # Debian's real binary: /usr/bin/chromium is a wrapper script that adds flags and noise.
 CHROMIUM_PATHS = ("/usr/lib/chromium/chromium", "/usr/lib/chromium-browser/chromium-browser")
@@ -32,7 +32,7 @@ CHROMIUM_HINT = (
     "when it runs as root), or set CODEDROP_CHROMIUM to a Chromium or Chrome binary."
 )
 PLAYWRIGHT_HINT = "Install Playwright for Python: `pip install -r requirements-dev.txt`."
-PHONE = {"width": 390, "height": 844}
+PHONE: ViewportSize = {"width": 390, "height": 844}
 LOCAL_HOSTS = {"127.0.0.1", "localhost"}
 
 
@@ -126,9 +126,7 @@ class Shopper:
         return self.page
 
     def claims_sent(self) -> list[Request]:
-        return [
-            r for r in self.requests if r.method == "POST" and r.url.endswith("/claims")
-        ]
+        return [r for r in self.requests if r.method == "POST" and r.url.endswith("/claims")]
 
     def sent(self, pattern: str) -> list[Request]:
         return [r for r in self.requests if re.search(pattern, r.url)]

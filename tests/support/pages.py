@@ -69,7 +69,7 @@ class PageConfig:
 class _Handler(BaseHTTPRequestHandler):
     server: _PageHTTPServer
 
-    def do_GET(self) -> None:  # noqa: N802 (the http.server name)
+    def do_GET(self) -> None:
         path = urlsplit(self.path).path
         if path == "/config.json":
             self._send(json.dumps(self.server.config.as_json()).encode(), "application/json")
@@ -90,7 +90,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server's name)
+    def log_message(self, format: str, *args: Any) -> None:
         return  # quiet: the page's own requests are not news
 
 

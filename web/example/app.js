@@ -23,9 +23,9 @@ const MESSAGES = {
   ready: () => "The sale is on. Get your code while they last.",
   paused: () => "The sale is paused for a moment.",
   claiming: () => "Getting your code…",
-  waiting: () => "You're in line. Your code comes as soon as it's your turn.",
-  claimed: (s) => `Your code is ready: ${s.code}`,
-  sold_out: () => "Sold out: every code has been claimed.",
+  waiting: () => "The sale is busy right now: you have a place in line.",
+  claimed: () => "You got it! Here is your code.",
+  sold_out: () => "Sold out.",
   ended: () => "This sale has ended.",
   error: (s) => s.error?.message ?? "Something went wrong.",
 };
