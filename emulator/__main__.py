@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
 import time
 from pathlib import Path
-from types import FrameType
 
 from emulator.manager import (
     EmulatorFailed,
@@ -16,18 +14,9 @@ from emulator.manager import (
     EmulatorUnavailable,
     check_prerequisites,
 )
+from emulator.processes import StopRequestedError, stop_signals_raise
 
 log = logging.getLogger("emulator")
-
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-class _StopRequestedError(Exception):
-    """Raised from the signal handler so that cleanup runs however far start-up got."""
-
-
-def _on_signal(signum: int, frame: FrameType | None) -> None:
-    raise _StopRequestedError(signal.Signals(signum).name)
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -66,25 +55,26 @@ def _run(args: argparse.Namespace) -> int:
         log_dir=args.log_dir,
         timeout=args.timeout,
     )
-    for signum in _STOP_SIGNALS:
-        signal.signal(signum, _on_signal)
     failed = False
     try:
-        stack.start()
-        for name, value in stack.env().items():
-            sys.stdout.write(f"export {name}={value}\n")
-        sys.stdout.flush()
-        log.info("emulators running (logs in %s); Ctrl-C to stop", stack.log_dir)
-        while True:
-            for emulator in (stack.firestore, stack.pubsub, stack.storage):
-                if emulator is not None and emulator.process.poll() is not None:
-                    log.error(
-                        "%s emulator exited unexpectedly; see %s", emulator.name, emulator.log_path
-                    )
-                    failed = True
-                    return 1
-            time.sleep(0.5)
-    except _StopRequestedError as stop:
+        with stop_signals_raise():
+            stack.start()
+            for name, value in stack.env().items():
+                sys.stdout.write(f"export {name}={value}\n")
+            sys.stdout.flush()
+            log.info("emulators running (logs in %s); Ctrl-C to stop", stack.log_dir)
+            while True:
+                for emulator in stack.emulators():
+                    if emulator.process.poll() is not None:
+                        log.error(
+                            "%s emulator exited unexpectedly; see %s",
+                            emulator.name,
+                            emulator.log_path,
+                        )
+                        failed = True
+                        return 1
+                time.sleep(0.5)
+    except StopRequestedError as stop:
         log.info("%s received, stopping the emulators", stop)
         return 0
     except (EmulatorUnavailable, EmulatorFailed) as exc:
@@ -92,9 +82,6 @@ def _run(args: argparse.Namespace) -> int:
         log.error("%s", exc)
         return 1
     finally:
-        # A second Ctrl-C must not abandon the JVMs half-stopped; stop() is bounded anyway.
-        for signum in _STOP_SIGNALS:
-            signal.signal(signum, signal.SIG_IGN)
         stack.stop(keep_logs=failed)
 
 

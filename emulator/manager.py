@@ -10,42 +10,26 @@ import logging
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-log = logging.getLogger(__name__)
+from emulator.processes import GroupProcess, ProcessFailed, port_taken, spawn
+from scripts.support import http
 
-__all__ = [
-    "EmulatorFailed",
-    "EmulatorStack",
-    "EmulatorUnavailable",
-    "RunningEmulator",
-    "check_prerequisites",
-    "find_sdk_root",
-    "free_port",
-    "reset_firestore",
-    "reset_pubsub",
-    "start_firestore",
-    "start_pubsub",
-    "start_storage",
-]
+log = logging.getLogger(__name__)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_TIMEOUT = 30.0
 # For an emulator that failed to start: how long SIGTERM gets before SIGKILL.
 FAILED_STOP_TIMEOUT = 10.0
-LOG_TAIL_LINES = 30
 
 SDK_ENV_VARS = ("CLOUDSDK_ROOT", "GCLOUD_SDK_ROOT")
 SDK_USUAL_PATHS = (
@@ -90,111 +74,34 @@ class EmulatorFailed(RuntimeError):
 _running: dict[int, RunningEmulator] = {}
 
 
-@dataclass(eq=False)
-class RunningEmulator:
+@dataclass(eq=False, kw_only=True)
+class RunningEmulator(GroupProcess):
     """An emulator process group started by this module."""
 
-    name: str
     host: str
     port: int
-    process: subprocess.Popen[bytes]
-    log_path: Path
     _stopped: bool = field(default=False, init=False, repr=False)
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} emulator"
 
     @property
     def host_port(self) -> str:
         """`host:port`, the form the *_EMULATOR_HOST variables use."""
         return f"{self.host}:{self.port}"
 
-    @property
-    def pgid(self) -> int:
-        """The process group id; start_new_session makes it the leader's pid."""
-        return self.process.pid
-
-    def group_alive(self) -> bool:
-        """Whether any process of the emulator's group is still running (zombies aside)."""
-        return _group_running(self.pgid)
-
     def stop(self, timeout: float = 10) -> None:
         """Stop the whole process group: SIGTERM, wait up to `timeout`, then SIGKILL."""
         if self._stopped:
             return
-        pgid = self.pgid
-        # A launcher script may not exec Java, so the leader's pid need not be the JVM's: signal
-        # the group. The group cannot be someone else's while we have not reaped its leader or
-        # while any of its members exists, which is exactly when killpg can reach it.
-        if _signal_group(pgid, signal.SIGTERM) and not self._wait_until_stopped(timeout):
-            log.warning("%s did not stop within %.0f s; killing it", self.name, timeout)
-            _signal_group(pgid, signal.SIGKILL)
-            if not self._wait_until_stopped(5):
-                raise EmulatorFailed(
-                    f"{self.name} emulator (process group {pgid}) survived SIGKILL"
-                )
-        self.process.wait()
-        # Orphaned members (the JVM behind a launcher that died first) stay zombies until init
-        # reaps them; wait for that so the group id is really gone when we return.
-        if not _wait_for(lambda: not _group_exists(pgid), 5):
-            log.debug("process group %d still has unreaped zombies", pgid)
-        self._stopped = True
-        _running.pop(pgid, None)
-        log.info("%s emulator stopped (exit code %s)", self.name, self.process.returncode)
-
-    def _wait_until_stopped(self, timeout: float) -> bool:
-        # poll() reaps the leader, which would otherwise stay a zombie member of its own group.
-        return _wait_for(
-            lambda: self.process.poll() is not None and not _group_running(self.pgid), timeout
-        )
-
-
-def _wait_for(condition: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> bool:
-    """Send `sig` to the group; False if the group no longer exists."""
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def _group_exists(pgid: int) -> bool:
-    """Whether the group has any member, zombies included."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        # Not ours: the id was reused by someone else, so ours is gone.
-        return False
-    return True
-
-
-def _group_running(pgid: int) -> bool:
-    """Whether the group has a member that is not a zombie."""
-    proc = Path("/proc")
-    if not (proc / "self" / "stat").is_file():
-        # No procfs (macOS): zombies cannot be told apart, count them as running.
-        return _group_exists(pgid)
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
         try:
-            text = (entry / "stat").read_text()
-        except OSError:  # exited while we looked
-            continue
-        # The command name may contain spaces and parentheses; the fields after the last ")"
-        # are state, ppid, pgrp, ...
-        fields = text[text.rindex(")") + 2 :].split()
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            return True
-    return False
+            super().stop(timeout)
+        except ProcessFailed as exc:
+            raise EmulatorFailed(str(exc)) from exc
+        self._stopped = True
+        _running.pop(self.pgid, None)
+        log.info("%s emulator stopped (exit code %s)", self.name, self.process.returncode)
 
 
 @atexit.register
@@ -210,21 +117,6 @@ def free_port() -> int:
         sock.bind((DEFAULT_HOST, 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-def _check_port_free(name: str, host: str, port: int) -> None:
-    """Fail early if something listens there: it would answer the readiness probe for us."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # SO_REUSEADDR ignores TIME_WAIT leftovers of a just-stopped emulator but still fails
-        # when something is listening.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            raise EmulatorFailed(
-                f"{name} emulator: cannot bind {host}:{port} ({exc}); is the port already "
-                "in use, perhaps by another emulator?"
-            ) from exc
 
 
 # --- prerequisites ----------------------------------------------------------------------------
@@ -323,101 +215,54 @@ def check_prerequisites() -> None:
     _storage_command()
 
 
-# --- HTTP -------------------------------------------------------------------------------------
-
-# No proxies: a corporate HTTP(S)_PROXY must never see requests meant for localhost.
-_opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def _http(method: str, url: str, *, timeout: float = 10) -> tuple[int, bytes]:
-    """Send a bodiless request; return status and body, HTTP errors included."""
-    if not url.startswith("http://"):
-        raise ValueError(f"not an emulator URL: {url}")
-    request = urllib.request.Request(url, method=method)  # noqa: S310 (http:// checked above)
-    try:
-        with _opener.open(request, timeout=timeout) as response:
-            status: int = response.status
-            return status, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-
-
 # --- start and readiness ----------------------------------------------------------------------
-
-
-def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError as exc:
-        return f"(cannot read {path}: {exc})"
-    return "\n".join(text.splitlines()[-lines:])
 
 
 def _spawn(
     name: str,
-    command: Sequence[str],
+    command: list[str],
     *,
     host: str,
     port: int,
     log_dir: Path,
     env: dict[str, str] | None = None,
 ) -> RunningEmulator:
-    _check_port_free(name, host, port)
-    log_dir.mkdir(parents=True, exist_ok=True)
+    taken = port_taken(host, port)
+    if taken is not None:
+        raise EmulatorFailed(
+            f"{name} emulator: cannot bind {host}:{port} ({taken}); is the port already "
+            "in use, perhaps by another emulator?"
+        )
     log_path = log_dir / f"{name}.log"
     log.info("starting %s emulator on %s:%d (log: %s)", name, host, port, log_path)
-    log.debug("command: %s", " ".join(command))
-    with log_path.open("wb") as log_file:
-        process = subprocess.Popen(
-            list(command),
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
-            start_new_session=True,
-        )
-    emulator = RunningEmulator(name=name, host=host, port=port, process=process, log_path=log_path)
+    process = spawn(command, log_path=log_path, env={**os.environ, **(env or {})})
+    emulator = RunningEmulator(name=name, process=process, log_path=log_path, host=host, port=port)
     _running[emulator.pgid] = emulator
     return emulator
 
 
-def _probe(emulator: RunningEmulator) -> bool:
+def _answers(emulator: RunningEmulator) -> bool:
     base = f"http://{emulator.host_port}"
     try:
         if emulator.name == "storage":
-            status, _ = _http("GET", f"{base}/storage/v1/b", timeout=2)
-            return status == 200
-        status, body = _http("GET", f"{base}/", timeout=2)
-    except OSError:
+            return http.request("GET", f"{base}/storage/v1/b", timeout=2).status_code == 200
+        response = http.request("GET", f"{base}/", timeout=2)
+    except http.Unreachable:
         return False
-    return status == 200 and body.strip() == b"Ok"
+    return response.status_code == 200 and response.text.strip() == "Ok"
 
 
-def _wait_ready(emulator: RunningEmulator, timeout: float) -> float:
-    """Poll until the emulator answers; return the seconds it took. Stops it on failure."""
-    started = time.monotonic()
-    deadline = started + timeout
-    while True:
-        code = emulator.process.poll()
-        if code is not None:
-            emulator.stop(timeout=FAILED_STOP_TIMEOUT)
-            raise EmulatorFailed(
-                f"{emulator.name} emulator exited with code {code} before it was ready; "
-                f"last lines of {emulator.log_path}:\n{_tail(emulator.log_path)}"
-            )
-        if _probe(emulator):
-            elapsed = time.monotonic() - started
-            log.info(
-                "%s emulator ready on %s in %.2f s", emulator.name, emulator.host_port, elapsed
-            )
-            return elapsed
-        if time.monotonic() >= deadline:
-            emulator.stop(timeout=FAILED_STOP_TIMEOUT)
-            raise EmulatorFailed(
-                f"{emulator.name} emulator not ready on {emulator.host_port} after "
-                f"{timeout:.0f} s; last lines of {emulator.log_path}:\n{_tail(emulator.log_path)}"
-            )
-        time.sleep(0.1)
+def _ready(emulator: RunningEmulator, timeout: float) -> RunningEmulator:
+    """Poll until the emulator answers; stop it and raise EmulatorFailed if it does not."""
+    try:
+        elapsed = emulator.wait_ready(
+            lambda: _answers(emulator), where=emulator.host_port, timeout=timeout
+        )
+    except ProcessFailed as exc:
+        emulator.stop(timeout=FAILED_STOP_TIMEOUT)
+        raise EmulatorFailed(str(exc)) from exc
+    log.info("%s emulator ready on %s in %.2f s", emulator.name, emulator.host_port, elapsed)
+    return emulator
 
 
 # The Firestore launcher runs `java ... -cp "${FIRESTORE_JAR}" <main class> $*` without exec.
@@ -441,7 +286,9 @@ def _firestore_java_command(java: str, launcher: Path) -> list[str] | None:
     return [java, "-Duser.language=en", "-cp", str(jar), match.group(1)]
 
 
-def _spawn_firestore(*, host: str, port: int, project: str, log_dir: Path) -> RunningEmulator:
+def _spawn_firestore(
+    *, host: str, port: int, project: str, log_dir: Path, rules: Path | None = None
+) -> RunningEmulator:
     java = _find_java()
     launcher = _sdk_launcher(FIRESTORE_LAUNCHER, "Firestore")
     program = _firestore_java_command(java, launcher)
@@ -450,15 +297,17 @@ def _spawn_firestore(*, host: str, port: int, project: str, log_dir: Path) -> Ru
         program = [str(launcher)]
     # --project_id only names the default project; other project ids keep working.
     command = [*program, "start", f"--host={host}", f"--port={port}", f"--project_id={project}"]
+    if rules is not None:
+        # Enforced for clients that send an end-user token; the Admin SDK bypasses rules.
+        command.append(f"--rules={rules}")
     # The launcher, if used, runs $JAVA (default `java`); pin the one we checked.
     return _spawn("firestore", command, host=host, port=port, log_dir=log_dir, env={"JAVA": java})
 
 
-def _spawn_pubsub(*, host: str, port: int, project: str, log_dir: Path) -> RunningEmulator:
+def _spawn_pubsub(*, host: str, port: int, log_dir: Path) -> RunningEmulator:
     _find_java()
     launcher = _sdk_launcher(PUBSUB_LAUNCHER, "Pub/Sub")
     # No --projects: it would reject every other project id instead of just naming this one.
-    del project
     command = [str(launcher), f"--host={host}", f"--port={port}"]
     return _spawn("pubsub", command, host=host, port=port, log_dir=log_dir)
 
@@ -485,25 +334,20 @@ def start_firestore(
     project: str,
     log_dir: Path,
     timeout: float = DEFAULT_TIMEOUT,
+    rules: Path | None = None,
 ) -> RunningEmulator:
-    """Start the Firestore emulator and wait until `GET /` answers `Ok`."""
-    emulator = _spawn_firestore(host=host, port=port, project=project, log_dir=log_dir)
-    _wait_ready(emulator, timeout)
-    return emulator
+    """Start the Firestore emulator (with a security rules file, if given) and wait until
+    `GET /` answers `Ok`."""
+    spawned = _spawn_firestore(host=host, port=port, project=project, log_dir=log_dir, rules=rules)
+    return _ready(spawned, timeout)
 
 
 def start_pubsub(
-    *,
-    host: str = DEFAULT_HOST,
-    port: int,
-    project: str,
-    log_dir: Path,
-    timeout: float = DEFAULT_TIMEOUT,
+    *, host: str = DEFAULT_HOST, port: int, log_dir: Path, timeout: float = DEFAULT_TIMEOUT
 ) -> RunningEmulator:
-    """Start the Pub/Sub emulator and wait until `GET /` answers `Ok`."""
-    emulator = _spawn_pubsub(host=host, port=port, project=project, log_dir=log_dir)
-    _wait_ready(emulator, timeout)
-    return emulator
+    """Start the Pub/Sub emulator (it serves every project id) and wait until `GET /` answers
+    `Ok`."""
+    return _ready(_spawn_pubsub(host=host, port=port, log_dir=log_dir), timeout)
 
 
 def start_storage(
@@ -515,9 +359,7 @@ def start_storage(
     timeout: float = DEFAULT_TIMEOUT,
 ) -> RunningEmulator:
     """Start gcp-storage-emulator in memory with `bucket` and wait until it lists buckets."""
-    emulator = _spawn_storage(host=host, port=port, bucket=bucket, log_dir=log_dir)
-    _wait_ready(emulator, timeout)
-    return emulator
+    return _ready(_spawn_storage(host=host, port=port, bucket=bucket, log_dir=log_dir), timeout)
 
 
 # --- reset ------------------------------------------------------------------------------------
@@ -525,13 +367,13 @@ def start_storage(
 
 def _reset(what: str, method: str, url: str) -> None:
     try:
-        status, body = _http(method, url)
-    except OSError as exc:
+        response = http.request(method, url, timeout=10)
+    except http.Unreachable as exc:
         raise EmulatorFailed(f"resetting {what} failed: {method} {url}: {exc}") from exc
-    if not 200 <= status < 300:
+    if not response.ok:
         raise EmulatorFailed(
-            f"resetting {what} failed: {method} {url} answered {status}: "
-            f"{body.decode(errors='replace')[:500]}"
+            f"resetting {what} failed: {method} {url} answered {response.status_code}: "
+            f"{response.text[:500]}"
         )
 
 
@@ -585,7 +427,8 @@ class EmulatorStack:
         self.storage: RunningEmulator | None = None
         self.ready_seconds: dict[str, float] = {}
 
-    def _emulators(self) -> Iterator[RunningEmulator]:
+    def emulators(self) -> Iterator[RunningEmulator]:
+        """Those started so far."""
         for emulator in (self.firestore, self.pubsub, self.storage):
             if emulator is not None:
                 yield emulator
@@ -603,10 +446,7 @@ class EmulatorStack:
                 log_dir=self.log_dir,
             )
             self.pubsub = _spawn_pubsub(
-                host=self.host,
-                port=self.pubsub_port or free_port(),
-                project=self.project,
-                log_dir=self.log_dir,
+                host=self.host, port=self.pubsub_port or free_port(), log_dir=self.log_dir
             )
             self.storage = _spawn_storage(
                 host=self.host,
@@ -615,9 +455,9 @@ class EmulatorStack:
                 log_dir=self.log_dir,
             )
             started = time.monotonic()
-            for emulator in self._emulators():
+            for emulator in self.emulators():
                 remaining = max(self.timeout - (time.monotonic() - started), 0.5)
-                _wait_ready(emulator, remaining)
+                _ready(emulator, remaining)
                 self.ready_seconds[emulator.name] = time.monotonic() - started
         except BaseException:
             self.stop(keep_logs=True)
@@ -627,10 +467,10 @@ class EmulatorStack:
     def stop(self, *, keep_logs: bool = False) -> None:
         """Stop every emulator that was started; remove a temporary log folder unless kept."""
         errors: list[BaseException] = []
-        for emulator in self._emulators():
+        for emulator in self.emulators():
             try:
                 emulator.stop()
-            except Exception as exc:  # stop the others all the same
+            except (EmulatorFailed, OSError) as exc:  # stop the others all the same
                 errors.append(exc)
         if self._own_log_dir and self.log_dir is not None and self.log_dir.exists():
             if (keep_logs or errors) and any(self.log_dir.iterdir()):

@@ -10,6 +10,7 @@ from cloudevents.http import CloudEvent
 from shared.container import instance_services
 from shared.http import admin_api as admin_routes
 from shared.http import claim_api as claim_routes
+from shared.http import maintenance_api as maintenance_routes
 from shared.intake import trigger as intake_trigger
 from shared.logs import configure_logging
 from shared.usage import trigger as usage_trigger
@@ -26,6 +27,11 @@ def claim_api(request: flask.Request) -> flask.Response:
 @functions_framework.http
 def admin_api(request: flask.Request) -> flask.Response:
     return admin_routes.router.dispatch(request, instance_services())
+
+
+@functions_framework.http
+def sweep(request: flask.Request) -> flask.Response:
+    return maintenance_routes.router.dispatch(request, instance_services())
 
 
 @functions_framework.cloud_event

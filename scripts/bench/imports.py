@@ -1,7 +1,7 @@
 """Import benchmark: the real CSV import path against plain batch writes, on its own emulators.
 
-    .venv/bin/python scripts/bench_import.py [--rows 1000000] [--small-rows 100000] [--skip-small]
-        [--parallel N] [--batch-size N] [--skip-ceiling] [--ceiling-hot-doc]
+    .venv/bin/python -m scripts.bench.imports [--rows 1000000] [--small-rows 100000]
+        [--skip-small] [--parallel N] [--batch-size N] [--skip-ceiling] [--ceiling-hot-doc]
         [--with-bulkwriter] [--bulk-docs 10000] [--warmup-docs 20000] [--reset restart|delete]
         [--json PATH] [-v]
 
@@ -11,8 +11,9 @@ bucket codedrop-imports), each in its own process group, and stops them at the e
 file, uploads it to `imports/{campaign}/bench.csv`, creates the campaign and runs the real import
 path, `IntakeService.handle_object_finalized`, in a child process of its own, so that the child's
 peak RSS is the importer's alone. The child reports the wall time of the import, its CPU time,
-its peak RSS (`ru_maxrss`) and its RSS growth: the highest VmRSS sampled every 50 ms during the
-import minus VmRSS just before it (clients created and connected beforehand).
+its peak RSS (`ru_maxrss`), its RSS growth (the highest RSS sampled every 50 ms during the
+import minus the RSS just before it, clients created and connected beforehand) and the documents
+its client wrote (counted at its RPCs, scripts/support/firestore_rpcs.py).
 
 Every phase starts from an empty database on a warmed-up emulator: by default a new emulator on
 the same port (see `Bench.prepare` for why), `--warmup-docs` documents written to warm its JIT,
@@ -44,37 +45,24 @@ import logging
 import os
 import resource
 import secrets
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from datetime import timedelta
 from pathlib import Path
-from types import FrameType
-from typing import Any, TypedDict
+from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from scripts.bench import harness
+from scripts.bench.harness import positive
+from scripts.support.firestore_rpcs import RpcCounter
+from scripts.support.measure import rss_bytes
 
-from emulator import (  # noqa: E402
-    RunningEmulator,
-    free_port,
-    start_firestore,
-    start_storage,
-)
+log = logging.getLogger("bench.imports")
 
-log = logging.getLogger("bench_import")
-
-PROJECT = "demo-codedrop-bench"
-BUCKET = "codedrop-imports"
+REPO = Path(__file__).resolve().parents[2]
 CEILING_BATCH = 500  # Firestore's limit for one atomic batch
 RSS_SAMPLE_SECONDS = 0.05
 PROGRESS_EVERY = 10.0
@@ -83,9 +71,6 @@ TARGET_RSS_RATIO = 1.10
 TARGET_CEILING_RATIO = 0.8
 TARGET_CODES_PER_SECOND = 10_000.0
 LIFTED_RAMP_OPS = 1_000_000
-RESET_TIMEOUT = 600.0
-# No proxies: a corporate HTTP(S)_PROXY must never see requests meant for localhost.
-_no_proxy = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 # --- what a child is told and what it answers ----------------------------------------------------
@@ -107,14 +92,16 @@ class ChildSpec:
     ramp: bool = True  # BULKWRITER: default options, or the ramp lifted
 
 
-class ChildResult(TypedDict):
-    written: int  # codes imported, or documents written
-    elapsed_seconds: float
-    cpu_seconds: float  # the child's user + system time during the timed part
-    peak_rss_kib: int  # ru_maxrss of the child, whole life
-    rss_before_kib: int  # VmRSS just before the timed part
-    rss_max_kib: int  # highest VmRSS sampled during it
-    detail: dict[str, Any]
+@dataclass
+class ChildResult:
+    written: int = 0  # codes imported, or documents written
+    elapsed_seconds: float = 0.0
+    cpu_seconds: float = 0.0  # the child's user + system time during the timed part
+    peak_rss_kib: int = 0  # ru_maxrss of the child, whole life
+    rss_before_kib: int = 0  # RSS just before the timed part
+    rss_max_kib: int = 0  # highest RSS sampled during it
+    documents_written: int = 0  # by the child's client during the timed part, at its RPCs
+    detail: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -131,24 +118,11 @@ class Phase:
     peak_rss_kib: int
     rss_growth_kib: int
     committers: int
+    documents_written: int
     emulator_cpu_seconds: float | None  # the Firestore emulator's, while the child ran
     load: tuple[float, float]  # the machine's 1-minute load average before and after
     detail: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
-
-
-# --- helpers used on both sides ------------------------------------------------------------------
-
-
-def _setup_logging(level: int, role: str) -> None:
-    logging.basicConfig(
-        level=level,
-        stream=sys.stderr,
-        format=f"%(asctime)s {role} %(levelname)s %(name)s: %(message)s",
-    )
-    # The client libraries are chatty at DEBUG.
-    for noisy in ("google", "grpc", "urllib3"):
-        logging.getLogger(noisy).setLevel(max(level, logging.INFO))
 
 
 def codes(count: int) -> Iterator[str]:
@@ -156,32 +130,11 @@ def codes(count: int) -> Iterator[str]:
         yield CODE_FORMAT.format(number)
 
 
-def vm_rss_kib() -> int:
-    """This process's resident set size now, from /proc/self/status (KiB)."""
-    with open("/proc/self/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError("no VmRSS in /proc/self/status")
-
-
-def process_cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time of a process (all its threads), from /proc; None if unknown."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def own_cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+# --- child process -------------------------------------------------------------------------------
 
 
 class RssSampler:
-    """Samples VmRSS every 50 ms in a thread; `max_kib` is the highest value seen."""
+    """Samples this process's RSS every 50 ms in a thread; `max_kib` is the highest value seen."""
 
     def __init__(self, label: str, progress: Callable[[], str] | None = None) -> None:
         self._label = label
@@ -192,19 +145,19 @@ class RssSampler:
         self.max_kib = 0
 
     def __enter__(self) -> RssSampler:
-        self.before_kib = self.max_kib = vm_rss_kib()
+        self.before_kib = self.max_kib = rss_bytes() // 1024
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        self.max_kib = max(self.max_kib, vm_rss_kib())
+        self.max_kib = max(self.max_kib, rss_bytes() // 1024)
 
     def _run(self) -> None:
         next_log = time.monotonic() + PROGRESS_EVERY
         while not self._stop.wait(RSS_SAMPLE_SECONDS):
-            rss = vm_rss_kib()
+            rss = rss_bytes() // 1024
             self.max_kib = max(self.max_kib, rss)
             if time.monotonic() >= next_log:
                 next_log += PROGRESS_EVERY
@@ -218,12 +171,27 @@ class RssSampler:
                 )
 
 
-# --- child process -------------------------------------------------------------------------------
+@contextlib.contextmanager
+def measured(spec: ChildSpec, progress: Callable[[], str] | None = None) -> Iterator[ChildResult]:
+    """Time the block in the child: wall, CPU, RSS and the documents its client wrote. The block
+    sets `written` and `detail` of the result."""
+    from shared.container import instance_services
+
+    result = ChildResult()
+    with RpcCounter(instance_services().db) as rpcs, RssSampler(spec.label, progress) as sampler:
+        with harness.timed() as clock:
+            yield result
+        result.documents_written = rpcs.snapshot().writes
+    result.elapsed_seconds = clock.wall_seconds
+    result.cpu_seconds = clock.cpu_seconds
+    result.peak_rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    result.rss_before_kib = sampler.before_kib
+    result.rss_max_kib = sampler.max_kib
 
 
 def child_main(spec_path: Path, result_path: Path) -> int:
     spec = ChildSpec(**json.loads(spec_path.read_text()))
-    _setup_logging(spec.log_level, f"child[{spec.label}]")
+    harness.setup_logging(spec.log_level, role=f"child[{spec.label}]")
     runners = {IMPORT: _child_import, CEILING: _child_ceiling, BULKWRITER: _child_bulkwriter}
     began = time.perf_counter()
     try:
@@ -234,22 +202,21 @@ def child_main(spec_path: Path, result_path: Path) -> int:
         failure = {"error": f"{type(exc).__name__}: {exc}", "after": time.perf_counter() - began}
         result_path.write_text(json.dumps(failure))
         return 1
-    result_path.write_text(json.dumps(result))
+    result_path.write_text(json.dumps(asdict(result)))
     return 0
 
 
 def _child_import(spec: ChildSpec) -> ChildResult:
     # Imported here: the parent has put the emulators into the environment, and settings and
     # clients are built once per process.
-    from shared import campaign_store
+    from shared.campaigns import store as campaign_store
     from shared.clock import utcnow
-    from shared.firestore_db import get_db
-    from shared.import_service import IntakeService, StoredObject
+    from shared.container import instance_services
+    from shared.intake.service import IntakeService, StoredObject
     from shared.settings import get_settings
-    from shared.storage_objects import get_storage
 
     settings = get_settings()
-    db, storage = get_db(), get_storage()
+    db, storage = instance_services().db, instance_services().storage
     # Connect both clients outside the measurement (gRPC channel, HTTP session).
     campaign_store.get_campaign(db, campaign_id=spec.campaign_id)
     storage.bucket(settings.imports_bucket).get_blob(spec.object_name)
@@ -262,40 +229,33 @@ def _child_import(spec: ChildSpec) -> ChildResult:
         settings.import_parallel_commits,
         "on" if settings.import_ramp_enabled else "off",
     )
-    with RssSampler(spec.label) as sampler:
-        cpu_began = own_cpu_seconds()
-        began = time.perf_counter()
+    with measured(spec) as result:
         job = service.handle_object_finalized(obj)
-        elapsed = time.perf_counter() - began
-        cpu = own_cpu_seconds() - cpu_began
     if job is None:
         raise RuntimeError("handle_object_finalized returned no job")
-    return ChildResult(
-        written=job.imported,
-        elapsed_seconds=elapsed,
-        cpu_seconds=cpu,
-        peak_rss_kib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-        rss_before_kib=sampler.before_kib,
-        rss_max_kib=sampler.max_kib,
-        detail={
-            "job_id": job.job_id,
-            "state": job.state.value,
-            "failure_reason": job.failure_reason,
-            "rows_read": job.rows_read,
-            "imported": job.imported,
-            "duplicates_in_file": job.duplicates_in_file,
-            "duplicates_in_campaign": job.duplicates_in_campaign,
-            "invalid": job.invalid,
-            "batch_size": settings.import_batch_size,
-            "parallel_commits": settings.import_parallel_commits,
-            "ramp": settings.import_ramp_enabled,
-        },
-    )
+    result.written = job.imported
+    result.detail = {
+        "job_id": job.job_id,
+        "state": job.state.value,
+        "failure_reason": job.failure_reason,
+        "rows_read": job.rows_read,
+        "imported": job.imported,
+        "duplicates_in_file": job.duplicates_in_file,
+        "duplicates_in_campaign": job.duplicates_in_campaign,
+        "invalid": job.invalid,
+        "batch_size": settings.import_batch_size,
+        "parallel_commits": settings.import_parallel_commits,
+        "ramp": settings.import_ramp_enabled,
+    }
+    return result
 
 
 def _ready_made(spec: ChildSpec) -> list[tuple[str, dict[str, object]]]:
+    """Every coupon document of the phase, built before timing starts; the client connected."""
+    from shared.campaigns import store as campaign_store
     from shared.clock import utcnow
-    from shared.coupon_store import coupon_fields, coupon_id_for
+    from shared.container import instance_services
+    from shared.coupons.store import coupon_fields, coupon_id_for
 
     now = utcnow()
     job_id = f"bench-{spec.label}"
@@ -305,20 +265,21 @@ def _ready_made(spec: ChildSpec) -> list[tuple[str, dict[str, object]]]:
         for line, code in enumerate(codes(spec.rows), start=2)
     ]
     log.info("%d documents built in %.1f s", len(docs), time.perf_counter() - started)
+    campaign_store.get_campaign(instance_services().db, campaign_id=spec.campaign_id)
     return docs
 
 
 def _child_ceiling(spec: ChildSpec) -> ChildResult:
-    from shared import campaign_store
+    from shared.campaigns import store as campaign_store
     from shared.clock import utcnow
-    from shared.firestore_db import coupons_collection, get_db
+    from shared.container import instance_services
+    from shared.gcp.firestore import coupons_collection
 
-    db = get_db()
+    db = instance_services().db
     collection = coupons_collection(db, spec.campaign_id)
     docs = _ready_made(spec)
     per_batch = CEILING_BATCH - 1 if spec.with_campaign_update else CEILING_BATCH
     chunks = [docs[i : i + per_batch] for i in range(0, len(docs), per_batch)]
-    campaign_store.get_campaign(db, campaign_id=spec.campaign_id)  # connect before timing
     written = 0
     lock = threading.Lock()
 
@@ -342,35 +303,26 @@ def _child_ceiling(spec: ChildSpec) -> ChildResult:
         per_batch,
         spec.committers,
     )
-    with RssSampler(spec.label, progress=lambda: f"{written} written") as sampler:
-        cpu_began = own_cpu_seconds()
-        began = time.perf_counter()
-        with ThreadPoolExecutor(spec.committers, thread_name_prefix="commit") as executor:
-            for _ in executor.map(commit, chunks):
-                pass  # re-raises a failed commit
-        elapsed = time.perf_counter() - began
-        cpu = own_cpu_seconds() - cpu_began
-    return ChildResult(
-        written=written,
-        elapsed_seconds=elapsed,
-        cpu_seconds=cpu,
-        peak_rss_kib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-        rss_before_kib=sampler.before_kib,
-        rss_max_kib=sampler.max_kib,
-        detail={"batch_writes": per_batch, "campaign_update": spec.with_campaign_update},
-    )
+    with (
+        measured(spec, progress=lambda: f"{written} written") as result,
+        ThreadPoolExecutor(spec.committers, thread_name_prefix="commit") as executor,
+    ):
+        for _ in executor.map(commit, chunks):
+            pass  # re-raises a failed commit
+    result.written = written
+    result.detail = {"batch_writes": per_batch, "campaign_update": spec.with_campaign_update}
+    return result
 
 
 def _child_bulkwriter(spec: ChildSpec) -> ChildResult:
     from google.cloud.firestore_v1.bulk_writer import BulkWriterOptions
 
-    from shared import campaign_store
-    from shared.firestore_db import coupons_collection, get_db
+    from shared.container import instance_services
+    from shared.gcp.firestore import coupons_collection
 
-    db = get_db()
+    db = instance_services().db
     collection = coupons_collection(db, spec.campaign_id)
     docs = _ready_made(spec)
-    campaign_store.get_campaign(db, campaign_id=spec.campaign_id)  # connect before timing
     options = (
         BulkWriterOptions()
         if spec.ramp
@@ -399,30 +351,20 @@ def _child_bulkwriter(spec: ChildSpec) -> ChildResult:
         options.initial_ops_per_second,
         options.max_ops_per_second,
     )
-    with RssSampler(spec.label, progress=lambda: f"{written} written") as sampler:
-        cpu_began = own_cpu_seconds()
-        began = time.perf_counter()
+    with measured(spec, progress=lambda: f"{written} written") as result:
         writer = db.bulk_writer(options=options)
         writer.on_write_result(on_success)
         writer.on_write_error(on_error)
         for doc_id, fields in docs:
             writer.create(collection.document(doc_id), fields)
         writer.close()  # type: ignore[no-untyped-call]  # flushes, waits for every write
-        elapsed = time.perf_counter() - began
-        cpu = own_cpu_seconds() - cpu_began
-    return ChildResult(
-        written=written,
-        elapsed_seconds=elapsed,
-        cpu_seconds=cpu,
-        peak_rss_kib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-        rss_before_kib=sampler.before_kib,
-        rss_max_kib=sampler.max_kib,
-        detail={
-            "initial_ops_per_second": options.initial_ops_per_second,
-            "max_ops_per_second": options.max_ops_per_second,
-            "failures": failures,
-        },
-    )
+    result.written = written
+    result.detail = {
+        "initial_ops_per_second": options.initial_ops_per_second,
+        "max_ops_per_second": options.max_ops_per_second,
+        "failures": failures,
+    }
+    return result
 
 
 # --- parent --------------------------------------------------------------------------------------
@@ -431,13 +373,10 @@ def _child_bulkwriter(spec: ChildSpec) -> ChildResult:
 @dataclass
 class Bench:
     args: argparse.Namespace
-    firestore: RunningEmulator
-    storage: RunningEmulator
-    work_dir: Path
+    emulators: harness.Emulators
     phases: list[Phase] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     prepared: bool = False
-    restarts: int = 0
 
     def prepare(self) -> None:
         """An empty database on a warmed-up emulator for the next phase.
@@ -450,123 +389,72 @@ class Bench:
         same port (the clients reconnect); `--reset delete` keeps one emulator throughout.
         """
         if self.args.reset == "restart" and self.prepared:
-            self.restart_firestore()
+            self.emulators.restart_firestore()
         if self.args.warmup_docs and (self.args.reset == "restart" or not self.prepared):
             self.warm_up(self.args.warmup_docs)
-        self.reset()
+        self.emulators.reset()
         self.prepared = True
 
-    def restart_firestore(self) -> None:
-        port = self.firestore.port
-        self.firestore.stop()
-        self.restarts += 1
-        self.firestore = start_firestore(
-            port=port, project=PROJECT, log_dir=self.work_dir / f"firestore-{self.restarts}"
-        )
+    def new_campaign(self, label: str, *, codes: Iterator[str] | None = None) -> str:
+        from shared.container import instance_services
 
-    def reset(self) -> None:
-        """Empty the database. emulator.reset_firestore gives up after 10 s, which deleting a
-        million documents on a busy machine takes longer than: same request, longer timeout."""
-        url = (
-            f"http://{self.firestore.host_port}/emulator/v1/projects/{PROJECT}"
-            "/databases/(default)/documents"
+        return harness.create_campaign(
+            instance_services().db,
+            campaign_id=f"bench-{label}-{secrets.token_hex(3)}",
+            title=f"Import benchmark {label}",
+            codes=codes or (),
         )
-        began = time.perf_counter()
-        request = urllib.request.Request(url, method="DELETE")
-        with _no_proxy.open(request, timeout=RESET_TIMEOUT) as response:
-            response.read()
-        log.info("Firestore emulator emptied in %.1f s", time.perf_counter() - began)
-
-    def new_campaign(self, label: str) -> str:
-        from shared.campaign_service import create_campaign
-        from shared.clock import utcnow
-        from shared.firestore_db import get_db
-        from shared.models import CampaignCreate
-
-        now = utcnow()
-        campaign_id = f"bench-{label}-{secrets.token_hex(3)}"
-        create_campaign(
-            get_db(),
-            data=CampaignCreate(
-                campaign_id=campaign_id,
-                title=f"Import benchmark {label}",
-                starts_at=now,
-                ends_at=now + timedelta(days=1),
-            ),
-            now=now,
-        )
-        return campaign_id
 
     def run(self, name: str, spec: ChildSpec) -> Phase:
         """Run one child and record its row; a failed child becomes a row with its error."""
-        spec_path = self.work_dir / f"{spec.label}.spec.json"
-        result_path = self.work_dir / f"{spec.label}.result.json"
+        spec_path = self.emulators.log_dir / f"{spec.label}.spec.json"
+        result_path = self.emulators.log_dir / f"{spec.label}.result.json"
         spec_path.write_text(json.dumps(asdict(spec)))
         result_path.unlink(missing_ok=True)
-        command = [
-            sys.executable,
-            str(Path(__file__).resolve()),
-            "--child",
-            str(spec_path),
-            "--child-result",
-            str(result_path),
-        ]
-        fs_before = process_cpu_seconds(self.firestore.process.pid)
-        load_before = os.getloadavg()[0]
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL)
-        try:
-            code = process.wait()
-        except BaseException:
-            process.terminate()
+        command = [sys.executable, "-m", "scripts.bench.imports", "--child", str(spec_path)]
+        command += ["--child-result", str(result_path)]
+        with harness.timed(self.emulators.firestore_pid) as clock:
+            process = subprocess.Popen(command, cwd=REPO, stdin=subprocess.DEVNULL)
             try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-            raise
-        fs_after = process_cpu_seconds(self.firestore.process.pid)
-        load = (load_before, os.getloadavg()[0])
-        fs_cpu = fs_after - fs_before if fs_before is not None and fs_after is not None else None
+                code = process.wait()
+            except BaseException:
+                process.terminate()
+                try:
+                    process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+                raise
         answer: dict[str, Any] = json.loads(result_path.read_text()) if result_path.exists() else {}
         if code != 0 or "error" in answer or not answer:
             error = answer.get("error") or f"child exited with code {code} and no result"
-            phase = Phase(
-                name=name,
-                kind=spec.kind,
-                rows=spec.rows,
-                written=0,
-                elapsed_seconds=float(answer.get("after", 0.0)),
-                per_second=0.0,
-                cpu_seconds=0.0,
-                peak_rss_kib=0,
-                rss_growth_kib=0,
-                committers=spec.committers,
-                emulator_cpu_seconds=fs_cpu,
-                load=load,
-                error=error,
-            )
-            self.phases.append(phase)
-            self.problems.append(f"{name}: FAILED after {phase.elapsed_seconds:.1f} s: {error}")
-            log.error("%s failed: %s", name, error)
-            return phase
-        result: ChildResult = json.loads(result_path.read_text())
-        elapsed = result["elapsed_seconds"]
+            answer = {"elapsed_seconds": float(answer.get("after", 0.0)), "detail": {}}
+        else:
+            error = None
+        elapsed = float(answer["elapsed_seconds"])
+        written = int(answer.get("written", 0))
         phase = Phase(
             name=name,
             kind=spec.kind,
             rows=spec.rows,
-            written=result["written"],
+            written=written,
             elapsed_seconds=elapsed,
-            per_second=result["written"] / elapsed if elapsed > 0 else 0.0,
-            cpu_seconds=result["cpu_seconds"],
-            peak_rss_kib=result["peak_rss_kib"],
-            rss_growth_kib=result["rss_max_kib"] - result["rss_before_kib"],
+            per_second=written / elapsed if elapsed > 0 else 0.0,
+            cpu_seconds=float(answer.get("cpu_seconds", 0.0)),
+            peak_rss_kib=int(answer.get("peak_rss_kib", 0)),
+            rss_growth_kib=int(answer.get("rss_max_kib", 0)) - int(answer.get("rss_before_kib", 0)),
             committers=spec.committers,
-            emulator_cpu_seconds=fs_cpu,
-            load=load,
-            detail={**result["detail"], "rss_before_kib": result["rss_before_kib"]},
+            documents_written=int(answer.get("documents_written", 0)),
+            emulator_cpu_seconds=clock.emulator_cpu_seconds,
+            load=clock.load,
+            detail={**answer["detail"], "rss_before_kib": answer.get("rss_before_kib")},
+            error=error,
         )
         self.phases.append(phase)
+        if error is not None:
+            self.problems.append(f"{name}: FAILED after {elapsed:.1f} s: {error}")
+            log.error("%s failed: %s", name, error)
+            return phase
         log.info(
             "%s: %d in %.1f s = %.0f/s, peak RSS %.1f MiB, RSS growth %.1f MiB",
             name,
@@ -584,23 +472,14 @@ class Bench:
 
     def warm_up(self, docs: int) -> None:
         """Write and drop some documents, so the emulator's JIT is warm for the first phase."""
-        from shared.clock import utcnow
-        from shared.coupon_store import add_codes
-        from shared.firestore_db import get_db
-
         began = time.perf_counter()
-        add_codes(
-            get_db(),
-            campaign_id=self.new_campaign("warmup"),
-            codes=(f"WARMUP-{n:09d}" for n in range(docs)),
-            now=utcnow(),
-        )
+        self.new_campaign("warmup", codes=(f"WARMUP-{n:09d}" for n in range(docs)))
         log.info(
             "emulator warmed up with %d documents in %.1f s", docs, time.perf_counter() - began
         )
 
     def write_csv(self, rows: int) -> Path:
-        path = self.work_dir / f"bench-{rows}.csv"
+        path = self.emulators.log_dir / f"bench-{rows}.csv"
         with path.open("w", encoding="utf-8", newline="") as out:
             out.write("code\n")
             for code in codes(rows):
@@ -610,16 +489,15 @@ class Bench:
         return path
 
     def import_phase(self, label: str, rows: int) -> Phase:
-        from shared.campaign_store import get_campaign_snapshot
-        from shared.firestore_db import get_db
+        from shared.campaigns.store import get_campaign_snapshot
+        from shared.container import instance_services
         from shared.settings import get_settings
-        from shared.storage_objects import get_storage
 
         self.prepare()
         campaign_id = self.new_campaign(label)
         csv_path = self.write_csv(rows)
         name = f"imports/{campaign_id}/bench.csv"
-        blob = get_storage().bucket(get_settings().imports_bucket).blob(name)
+        blob = instance_services().storage.bucket(get_settings().imports_bucket).blob(name)
         blob.upload_from_filename(str(csv_path), content_type="text/csv")
         csv_path.unlink()
         log.info("uploaded gs://%s/%s#%s", blob.bucket.name, name, blob.generation)
@@ -636,7 +514,7 @@ class Bench:
         phase = self.run(f"import {_count(rows)}", spec)
         if phase.error is None:
             # What the database says, not only what the job says.
-            snapshot = get_campaign_snapshot(get_db(), campaign_id=campaign_id)
+            snapshot = get_campaign_snapshot(instance_services().db, campaign_id=campaign_id)
             codes_total = (snapshot.to_dict() or {}).get("codes_total") if snapshot else None
             phase.detail["campaign_codes_total"] = codes_total
             if phase.detail["state"] != "done" or codes_total != rows:
@@ -701,93 +579,90 @@ def render_table(phases: Sequence[Phase]) -> str:
         "par",
         "seconds",
         "per s",
+        "writes/doc",
         "peak RSS MiB",
         "RSS growth MiB",
         "CPU µs/doc",
         "emulator µs/doc",
         "load",
     )
-    lines = [
+    return harness.table(
+        header,
+        [
+            (
+                p.name,
+                f"{p.written:,}",
+                str(p.committers) if p.committers else "-",
+                f"{p.elapsed_seconds:.1f}",
+                "FAILED" if p.error else f"{p.per_second:,.0f}",
+                f"{p.documents_written / p.written:.3f}" if p.written else "-",
+                _mib(p.peak_rss_kib),
+                _mib(p.rss_growth_kib),
+                _per_doc(p.cpu_seconds, p.written),
+                _per_doc(p.emulator_cpu_seconds, p.written),
+                f"{p.load[0]:.1f}>{p.load[1]:.1f}",
+            )
+            for p in phases
+        ],
+    )
+
+
+Verdict = tuple[str, float | None, str, bool | None]  # what, value, target, met
+
+
+def _memory_verdicts(small: Phase, large: Phase) -> list[Verdict]:
+    ratio = large.peak_rss_kib / small.peak_rss_kib
+    growth = large.rss_growth_kib / small.rss_growth_kib if small.rss_growth_kib > 0 else None
+    return [
         (
-            p.name,
-            f"{p.written:,}",
-            str(p.committers) if p.committers else "-",
-            f"{p.elapsed_seconds:.1f}",
-            "FAILED" if p.error else f"{p.per_second:,.0f}",
-            _mib(p.peak_rss_kib),
-            _mib(p.rss_growth_kib),
-            _per_doc(p.cpu_seconds, p.written),
-            _per_doc(p.emulator_cpu_seconds, p.written),
-            f"{p.load[0]:.1f}>{p.load[1]:.1f}",
-        )
-        for p in phases
+            f"peak RSS {_count(large.rows)} / {_count(small.rows)}",
+            ratio,
+            f"<= {TARGET_RSS_RATIO:.2f}",
+            ratio <= TARGET_RSS_RATIO,
+        ),
+        (f"RSS growth {_count(large.rows)} / {_count(small.rows)}", growth, "info", None),
     ]
-    widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
-
-    def fmt(row: Sequence[str]) -> str:
-        cells = [row[0].ljust(widths[0])] + [
-            c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
-        ]
-        return "  ".join(cells)
-
-    rule = "  ".join("-" * w for w in widths)
-    return "\n".join([fmt(header), rule, *(fmt(row) for row in lines)])
 
 
-def verdicts(bench: Bench, parallel: int) -> list[tuple[str, float | None, str, bool | None]]:
-    """(what, value, target, met) for each target."""
+def verdicts(bench: Bench, parallel: int) -> list[Verdict]:
     # A failed phase has no figures: the targets it would measure are missed.
     done = [p for p in bench.phases if p.error is None]
-    failed = [p for p in bench.phases if p.error is not None]
     by_name = {p.name: p for p in done}
     small = next((p for p in done if p.kind == IMPORT and p.rows != bench.args.rows), None)
     large = next((p for p in done if p.kind == IMPORT and p.rows == bench.args.rows), None)
     ceiling = by_name.get(f"ceiling batch x{parallel}")
     single = by_name.get("ceiling batch x1")
-    out: list[tuple[str, float | None, str, bool | None]] = [
-        (f"{p.name} failed", None, "completes", False) for p in failed
+    out: list[Verdict] = [
+        (f"{p.name} failed", None, "completes", False) for p in bench.phases if p.error
     ]
     if small is not None and large is not None:
-        ratio = large.peak_rss_kib / small.peak_rss_kib
+        out += _memory_verdicts(small, large)
+    if large is None:
+        return out
+    out.append(
+        (
+            "importer codes/s",
+            large.per_second,
+            f">= {TARGET_CODES_PER_SECOND:,.0f}",
+            large.per_second >= TARGET_CODES_PER_SECOND,
+        )
+    )
+    if ceiling is not None:
+        ratio = large.per_second / ceiling.per_second
         out.append(
             (
-                f"peak RSS {_count(large.rows)} / {_count(small.rows)}",
+                f"importer / ceiling x{parallel}",
                 ratio,
-                f"<= {TARGET_RSS_RATIO:.2f}",
-                ratio <= TARGET_RSS_RATIO,
+                f">= {TARGET_CEILING_RATIO:.2f}",
+                ratio >= TARGET_CEILING_RATIO,
             )
         )
-        growth = large.rss_growth_kib / small.rss_growth_kib if small.rss_growth_kib > 0 else None
-        out.append(
-            (f"RSS growth {_count(large.rows)} / {_count(small.rows)}", growth, "info", None)
-        )
-    if large is not None:
-        out.append(
-            (
-                "importer codes/s",
-                large.per_second,
-                f">= {TARGET_CODES_PER_SECOND:,.0f}",
-                large.per_second >= TARGET_CODES_PER_SECOND,
-            )
-        )
-        if ceiling is not None:
-            ratio = large.per_second / ceiling.per_second
-            out.append(
-                (
-                    f"importer / ceiling x{parallel}",
-                    ratio,
-                    f">= {TARGET_CEILING_RATIO:.2f}",
-                    ratio >= TARGET_CEILING_RATIO,
-                )
-            )
-        if single is not None and single is not ceiling:
-            out.append(
-                ("importer / ceiling x1", large.per_second / single.per_second, "info", None)
-            )
+    if single is not None and single is not ceiling:
+        out.append(("importer / ceiling x1", large.per_second / single.per_second, "info", None))
     return out
 
 
-def render_verdicts(rows: Sequence[tuple[str, float | None, str, bool | None]]) -> str:
+def render_verdicts(rows: Sequence[Verdict]) -> str:
     width = max((len(r[0]) for r in rows), default=0)
     lines = []
     for what, value, target, met in rows:
@@ -820,7 +695,7 @@ def bench(run: Bench) -> int:
     args = run.args
     settings = get_settings()
     parallel = settings.import_parallel_commits
-    load_before = os.getloadavg()
+    load_before = harness.load_average()
     interrupted = False
     try:
         run_phases(run, parallel)
@@ -829,7 +704,7 @@ def bench(run: Bench) -> int:
             raise
         log.warning("interrupted; reporting the phases that finished")
         interrupted = True
-    load_after = os.getloadavg()
+    load_after = harness.load_average()
 
     targets = verdicts(run, parallel)
     print(
@@ -847,96 +722,52 @@ def bench(run: Bench) -> int:
     for problem in run.problems:
         print(f"PROBLEM: {problem}")
     sys.stdout.flush()
-    if args.json is not None:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "project": PROJECT,
-                    "cpus": os.cpu_count(),
-                    "load_average_before": load_before,
-                    "load_average_after": load_after,
-                    "import_batch_size": settings.import_batch_size,
-                    "import_parallel_commits": parallel,
-                    "import_ramp": settings.import_ramp_enabled,
-                    "ceiling_batch": CEILING_BATCH,
-                    "reset": args.reset,
-                    "warmup_docs": args.warmup_docs,
-                    "interrupted": interrupted,
-                    "phases": [asdict(p) for p in run.phases],
-                    "targets": [
-                        {"what": w, "value": v, "target": t, "met": m} for w, v, t, m in targets
-                    ],
-                    "problems": run.problems,
-                },
-                indent=2,
-                default=str,
-            )
-            + "\n"
-        )
-        log.info("results written to %s", args.json)
+    harness.write_json(
+        args.json,
+        {
+            "project": harness.PROJECT,
+            "cpus": os.cpu_count(),
+            "load_average_before": load_before,
+            "load_average_after": load_after,
+            "import_batch_size": settings.import_batch_size,
+            "import_parallel_commits": parallel,
+            "import_ramp": settings.import_ramp_enabled,
+            "ceiling_batch": CEILING_BATCH,
+            "reset": args.reset,
+            "warmup_docs": args.warmup_docs,
+            "interrupted": interrupted,
+            "phases": [asdict(p) for p in run.phases],
+            "targets": [{"what": w, "value": v, "target": t, "met": m} for w, v, t, m in targets],
+            "problems": run.problems,
+        },
+    )
     if interrupted:
         return 130
     return 1 if run.problems else 0
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
+OPTIONS: list[harness.Option] = [
+    ("--rows", positive, 1_000_000, "codes in the big run"),
+    ("--small-rows", positive, 100_000, "codes in the memory comparison run"),
+    ("--skip-small", None, False, "no --small-rows run"),
+    ("--parallel", positive, None, "the importer's parallel commits, and the ceiling's committers"),
+    ("--batch-size", positive, None, "the importer's batch size (CODEDROP_IMPORT_BATCH_SIZE)"),
+    ("--skip-ceiling", None, False, "only the import (e.g. for profiling)"),
+    ("--ceiling-hot-doc", None, False, "also a ceiling that bumps the campaign in every batch"),
+    ("--with-bulkwriter", None, False, "also time BulkWriter (default ramp, and lifted)"),
+    ("--bulk-docs", positive, 10_000, "BulkWriter documents"),
+    ("--warmup-docs", int, 20_000, "documents written to warm the emulator up first (0: none)"),
+]
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    parser.add_argument("--rows", type=_positive, default=1_000_000, help="codes in the big run")
-    parser.add_argument(
-        "--small-rows", type=_positive, default=100_000, help="codes in the memory comparison run"
-    )
-    parser.add_argument("--skip-small", action="store_true", help="no --small-rows run")
-    parser.add_argument(
-        "--parallel",
-        type=_positive,
-        help="CODEDROP_IMPORT_PARALLEL_COMMITS for the importer, and the ceiling's committers",
-    )
-    parser.add_argument("--batch-size", type=_positive, help="CODEDROP_IMPORT_BATCH_SIZE")
-    parser.add_argument(
-        "--skip-ceiling", action="store_true", help="only the import (e.g. for profiling)"
-    )
-    parser.add_argument(
-        "--ceiling-hot-doc",
-        action="store_true",
-        help="also a ceiling that bumps the campaign's counters in every batch, as the importer",
-    )
-    parser.add_argument(
-        "--with-bulkwriter", action="store_true", help="also time BulkWriter (default ramp)"
-    )
-    parser.add_argument("--bulk-docs", type=_positive, default=10_000, help="BulkWriter documents")
-    parser.add_argument(
-        "--warmup-docs",
-        type=int,
-        default=20_000,
-        help="documents written to warm the emulator up before each phase "
-        "(once with --reset delete); 0: none",
-    )
-    parser.add_argument(
-        "--reset",
-        choices=("restart", "delete"),
-        default="restart",
-        help="before each phase: a new emulator, or only the DELETE reset of one emulator "
-        "(which keeps ~2 KiB of heap per document ever written)",
-    )
-    parser.add_argument("--json", type=Path, metavar="PATH", help="write all figures here")
-    parser.add_argument("-v", "--verbose", action="store_true")
+    parser = harness.parser(__doc__, prog="imports", options=OPTIONS)
+    # A new emulator, or only the DELETE reset (the emulator keeps ~2 KiB of heap per document).
+    reset = "before each phase: a new emulator (restart) or an emptied one (delete)"
+    parser.add_argument("--reset", choices=("restart", "delete"), default="restart", help=reset)
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--child-result", type=Path, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
-
-
-def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -945,29 +776,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.child_result is None:
             raise SystemExit("--child needs --child-result")
         return child_main(args.child, args.child_result)
-    _setup_logging(logging.DEBUG if args.verbose else logging.INFO, "bench")
-    signal.signal(signal.SIGTERM, _raise_interrupt)
-    work_dir = Path(tempfile.mkdtemp(prefix="codedrop-bench-import-"))
-    storage: RunningEmulator | None = None
-    run: Bench | None = None
-    failed = True
+    harness.setup_logging(harness.level(args.verbose), role="bench")
+    harness.stop_on_sigterm()
+    # Before anything of shared is used: the children inherit this environment.
+    if args.parallel is not None:
+        os.environ["CODEDROP_IMPORT_PARALLEL_COMMITS"] = str(args.parallel)
+    if args.batch_size is not None:
+        os.environ["CODEDROP_IMPORT_BATCH_SIZE"] = str(args.batch_size)
+    emulators = harness.Emulators(storage=True)
     try:
-        storage = start_storage(port=free_port(), bucket=BUCKET, log_dir=work_dir)
-        firestore = start_firestore(port=free_port(), project=PROJECT, log_dir=work_dir)
-        run = Bench(args=args, firestore=firestore, storage=storage, work_dir=work_dir)
-        # Before anything of shared is used: settings and clients are built once per process
-        # (lru_cache), and the children inherit this environment.
-        os.environ["FIRESTORE_EMULATOR_HOST"] = firestore.host_port
-        os.environ["STORAGE_EMULATOR_HOST"] = f"http://{storage.host_port}"
-        os.environ["GOOGLE_CLOUD_PROJECT"] = PROJECT
-        os.environ["CODEDROP_IMPORTS_BUCKET"] = BUCKET
-        if args.parallel is not None:
-            os.environ["CODEDROP_IMPORT_PARALLEL_COMMITS"] = str(args.parallel)
-        if args.batch_size is not None:
-            os.environ["CODEDROP_IMPORT_BATCH_SIZE"] = str(args.batch_size)
-        code = bench(run)
-        failed = code == 130
-        return code
+        with emulators:
+            code = bench(Bench(args=args, emulators=emulators))
+            emulators.keep_logs = code == 130
+            return code
     except KeyboardInterrupt:
         log.warning("interrupted")
         return 130
@@ -975,20 +796,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.exception("benchmark failed")
         return 2
     finally:
-        # Firestore first: it may be a restarted one that only `run` knows about.
-        for emulator in (run.firestore if run is not None else None, storage):
-            if emulator is None:
-                continue
-            try:
-                emulator.stop()
-            except Exception:
-                log.exception("stopping the %s emulator failed", emulator.name)
-        for leftover in work_dir.glob("*.csv"):
+        for leftover in emulators.log_dir.glob("*.csv"):  # when the logs are kept
             leftover.unlink()
-        if failed:
-            log.warning("emulator logs kept in %s", work_dir)
-        else:
-            shutil.rmtree(work_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The baseline of scripts/bench_claims.py: the reference article's claim, ported to Python.
+"""The baseline of the claim benchmark (scripts/bench/claims.py): the reference article's claim,
+ported to Python.
 
 ../shared/reference/002 ("How I Built a Zero-Duplicate Coupon System") claims a coupon like this,
 and this module does exactly the same with google-cloud-firestore. It is NOT project code: it
@@ -35,7 +36,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypedDict
 
@@ -43,47 +44,38 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
+from shared.gcp.firestore import coupons_collection
+
 RANGE_COUNT = 10
 FALLBACK_POOL = 5  # the article's .limit(5)
 
 CREATED, HELD, SOLD_OUT, CUT = "created", "held", "SOLD_OUT", "CUT"
 
-# The benchmark attributes Firestore work to the request that caused it: while a claim runs,
-# `tally.bucket` of its thread is a Counter that every counter increment is added to.
-tally = threading.local()
 
-
-def add_to_tally(deltas: dict[str, int]) -> None:
-    bucket: Counter[str] | None = getattr(tally, "bucket", None)
-    if bucket is not None:
-        bucket.update(deltas)
-
-
-@dataclass
 class ReferenceCounters:
-    """What the reference claim asked of Firestore."""
+    """How the reference claim's transactions went, safe to add to from any thread:
 
-    claims: int = 0
-    user_checks: int = 0  # the per-user query outside the transaction
-    transactions: int = 0  # range transactions started (one per range tried)
-    attempts: int = 0  # runs of the transaction body, client retries included
-    commit_attempts: int = 0  # attempts whose body finished and went on to commit
-    transactions_done: int = 0  # transactions that committed (with or without a write)
-    read_aborts: int = 0  # Aborted raised by a read inside the transaction (lock timeout)
-    gave_up_ranges: int = 0  # ranges abandoned on a contention error
-    doc_reads: int = 0
-    doc_writes: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    claims; user_checks (the per-user query outside the transaction); transactions (range
+    transactions started, one per range tried); attempts (runs of the transaction body, client
+    retries included); commit_attempts (attempts whose body finished and went on to commit);
+    transactions_done (committed, with or without a write); read_aborts (Aborted raised by a read
+    inside the transaction: a lock timeout); gave_up_ranges (ranges abandoned on contention).
+
+    Documents read and written are counted by the benchmark where the client sends its RPCs
+    (scripts/support/firestore_rpcs.py).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
 
     def add(self, **deltas: int) -> None:
         with self._lock:
-            for name, delta in deltas.items():
-                setattr(self, name, getattr(self, name) + delta)
-        add_to_tally(deltas)
+            self._counts.update(deltas)
 
     def snapshot(self) -> dict[str, int]:
         with self._lock:
-            return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "_lock"}
+            return dict(self._counts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,13 +104,6 @@ def is_contention_error(exc: BaseException) -> bool:
     )
 
 
-def coupons_of(db: firestore.Client, campaign_id: str) -> firestore.CollectionReference:
-    collection: firestore.CollectionReference = (
-        db.collection("campaigns").document(campaign_id).collection("coupons")
-    )
-    return collection
-
-
 class ReferenceClaimer:
     """dbClaimRandomCoupon() of the article for one campaign; safe to share between threads."""
 
@@ -126,7 +111,7 @@ class ReferenceClaimer:
         self, db: firestore.Client, campaign_id: str, *, rng: random.Random | None = None
     ) -> None:
         self._db = db
-        self._coupons = coupons_of(db, campaign_id)
+        self._coupons = coupons_collection(db, campaign_id)
         self._rng = rng or random.Random()
         self._rng_lock = threading.Lock()
         self.counters = ReferenceCounters()
@@ -140,7 +125,6 @@ class ReferenceClaimer:
             .limit(1)
             .stream()
         )
-        self.counters.add(doc_reads=max(len(existing), 1))
         if existing:
             return ReferenceAnswer(HELD, (existing[0].to_dict() or {}).get("code"))
 
@@ -164,7 +148,6 @@ class ReferenceClaimer:
                 raise
             self.counters.add(transactions_done=1)
             if code is not None:
-                self.counters.add(doc_writes=1)
                 return ReferenceAnswer(CREATED, code)
         # All ranges exhausted.
         return ReferenceAnswer(SOLD_OUT, None)
@@ -187,7 +170,6 @@ class ReferenceClaimer:
         )
         # Query for unassigned coupons within this range, inside the transaction.
         docs = list(transaction.get(query))
-        self.counters.add(doc_reads=max(len(docs), 1))
         if not docs:
             self.counters.add(commit_attempts=1)
             return None
@@ -195,12 +177,10 @@ class ReferenceClaimer:
         # Re-read the first one within the transaction to detect conflicts.
         first = docs[0]
         snapshot = first.reference.get(transaction=transaction)
-        self.counters.add(doc_reads=1)
         if not snapshot.exists or (snapshot.to_dict() or {}).get("assigned") is True:
             # Already claimed: try the fallback coupons.
             for alternative in docs[1:]:
                 alt_snapshot = alternative.reference.get(transaction=transaction)
-                self.counters.add(doc_reads=1)
                 if alt_snapshot.exists and (alt_snapshot.to_dict() or {}).get("assigned") is False:
                     self._assign(transaction, alternative.reference, user_id)
                     return _code(alternative)
@@ -250,7 +230,9 @@ def check_reference(
     """
     coupons = {
         s.id: s.to_dict() or {}
-        for s in coupons_of(db, campaign_id).select(["code", "assigned", "assigned_to"]).stream()
+        for s in coupons_collection(db, campaign_id)
+        .select(["code", "assigned", "assigned_to"])
+        .stream()
     }
     holder_by_code = {
         str(c.get("code")): c.get("assigned_to") for c in coupons.values() if c.get("assigned")

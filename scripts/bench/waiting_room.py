@@ -1,6 +1,6 @@
 """Waiting-room benchmark: a discrete-event simulation of a flash-sale burst, on a virtual clock.
 
-    .venv/bin/python scripts/bench_waiting_room.py [--shoppers 20000] [--arrival-seconds 10]
+    .venv/bin/python -m scripts.bench.waiting_room [--shoppers 20000] [--arrival-seconds 10]
         [--arrivals uniform|burst] [--rate 200] [--tick 1.0] [--kp 0.5]
         [--jitter-low 0.5] [--jitter-high 1.0] [--instances 1] [--seed 7]
         [--json PATH] [--check]
@@ -51,21 +51,18 @@ from __future__ import annotations
 import argparse
 import bisect
 import heapq
-import json
 import math
 import random
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Protocol
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Protocol
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from shared.waiting_room import AdmissionController, LeakyBucket  # noqa: E402
+from scripts.bench import harness
+from scripts.bench.harness import Row, fmt
+from scripts.support.measure import percentiles
+from shared.waiting_room.admission import AdmissionController, LeakyBucket
 
 SETTLED_FRACTION = 0.8  # the middle 80% of the admission period
 MIN_WINDOW_ADMISSIONS = 20  # per-tick ratios of emptier windows are noise
@@ -198,14 +195,9 @@ def ideal_fifo(arrivals: Sequence[float], cfg: Config) -> Run:
     return Run(admitted_at=admitted_at, polls=0, cpu_seconds=time.process_time() - started)
 
 
-def percentile(ordered: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default) on sorted data."""
-    if not ordered:
-        return math.nan
-    pos = (len(ordered) - 1) * q
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+def percentile(values: Iterable[float], p: int) -> float:
+    """The p-th percentile (0-100); NaN when there are no values."""
+    return percentiles(values, (p,)).get(p, math.nan)
 
 
 def ratio(p95: float, p50: float) -> float:
@@ -262,8 +254,8 @@ def measure(name: str, run: Run, arrivals: Sequence[float], cfg: Config) -> Metr
         if lo <= t < hi:
             by_window.setdefault(math.floor((t - lo) / cfg.tick), []).append(t - arrivals[i])
     ratios = sorted(
-        ratio(percentile(v, 0.95), percentile(v, 0.5))
-        for v in (sorted(ws) for ws in by_window.values())
+        ratio(percentile(v, 95), percentile(v, 50))
+        for v in by_window.values()
         if len(v) >= MIN_WINDOW_ADMISSIONS
     )
 
@@ -284,11 +276,11 @@ def measure(name: str, run: Run, arrivals: Sequence[float], cfg: Config) -> Metr
         policy=name,
         admitted=len(done),
         never_admitted=len(arrivals) - len(done),
-        queue_p50_s=percentile(waits, 0.5),
-        queue_p95_s=percentile(waits, 0.95),
+        queue_p50_s=percentile(waits, 50),
+        queue_p95_s=percentile(waits, 95),
         queue_max_s=waits[-1] if waits else math.nan,
-        p95_over_p50=ratio(percentile(waits, 0.95), percentile(waits, 0.5)),
-        tick_ratio_median=percentile(ratios, 0.5),
+        p95_over_p50=ratio(percentile(waits, 95), percentile(waits, 50)),
+        tick_ratio_median=percentile(ratios, 50),
         tick_ratio_worst=ratios[-1] if ratios else math.nan,
         tick_windows=len(ratios),
         rate_mean=sum(counts) / len(counts) if counts else math.nan,
@@ -321,50 +313,39 @@ def targets(m: Metrics, cfg: Config) -> dict[str, bool]:
     }
 
 
-def _fmt(value: float, digits: int = 2) -> str:
-    if isinstance(value, int):
-        return str(value)
-    if math.isnan(value):
-        return "-"
-    if math.isinf(value):
-        return "inf"
-    return f"{value:.{digits}f}"
+def _fixed(key: str, digits: int = 2) -> Any:
+    return lambda m: fmt(m[key], digits)
 
 
-ROWS: list[tuple[str, Callable[[Metrics], str]]] = [
-    ("admitted / never", lambda m: f"{m.admitted} / {m.never_admitted}"),
-    ("queue p50 (s)", lambda m: _fmt(m.queue_p50_s, 1)),
-    ("queue p95 (s)", lambda m: _fmt(m.queue_p95_s, 1)),
-    ("queue max (s)", lambda m: _fmt(m.queue_max_s, 1)),
-    ("p95/p50, whole sale", lambda m: _fmt(m.p95_over_p50)),
-    ("p95/p50 per tick: median", lambda m: _fmt(m.tick_ratio_median, 3)),
-    ("p95/p50 per tick: worst", lambda m: _fmt(m.tick_ratio_worst, 3)),
-    ("settled rate mean (/s)", lambda m: _fmt(m.rate_mean, 1)),
-    ("settled rate min..max", lambda m: f"{m.rate_min:.0f}..{m.rate_max:.0f}"),
-    ("settled rate max dev", lambda m: f"{_fmt(100 * m.rate_max_deviation, 1)}%"),
-    ("settled windows within 10%", lambda m: f"{m.rate_windows_within}/{m.rate_windows}"),
-    ("order violations (>1 tick)", lambda m: str(m.order_violations)),
-    ("order worst lag (s)", lambda m: _fmt(m.order_worst_lag_s)),
-    ("time to admit all (s)", lambda m: _fmt(m.total_seconds, 1)),
-    ("polls per shopper", lambda m: _fmt(m.polls_per_shopper, 1)),
-    ("polls per second", lambda m: _fmt(m.polls_per_second, 0)),
-    ("sim CPU (s)", lambda m: _fmt(m.cpu_seconds, 1)),
+ROWS: list[Row | str] = [
+    ("admitted / never", lambda m: f"{m['admitted']} / {m['never_admitted']}"),
+    ("queue p50 (s)", _fixed("queue_p50_s", 1)),
+    ("queue p95 (s)", _fixed("queue_p95_s", 1)),
+    ("queue max (s)", _fixed("queue_max_s", 1)),
+    ("p95/p50, whole sale", _fixed("p95_over_p50")),
+    ("p95/p50 per tick: median", _fixed("tick_ratio_median", 3)),
+    ("p95/p50 per tick: worst", _fixed("tick_ratio_worst", 3)),
+    ("settled rate mean (/s)", _fixed("rate_mean", 1)),
+    ("settled rate min..max", lambda m: f"{m['rate_min']:.0f}..{m['rate_max']:.0f}"),
+    ("settled rate max dev", lambda m: f"{fmt(100 * m['rate_max_deviation'], 1)}%"),
+    ("settled windows within 10%", lambda m: f"{m['rate_windows_within']}/{m['rate_windows']}"),
+    ("order violations (>1 tick)", lambda m: str(m["order_violations"])),
+    ("order worst lag (s)", _fixed("order_worst_lag_s")),
+    ("time to admit all (s)", _fixed("total_seconds", 1)),
+    ("polls per shopper", _fixed("polls_per_shopper", 1)),
+    ("polls per second", _fixed("polls_per_second", 0)),
+    ("sim CPU (s)", _fixed("cpu_seconds", 1)),
 ]
 
 
 def render(results: Sequence[Metrics], cfg: Config) -> str:
-    names = [m.policy for m in results]
-    width = max(len(label) for label, _ in ROWS)
-    col = max(12, *(len(n) for n in names))
     lines = [
         f"{cfg.shoppers} shoppers, {cfg.arrivals} arrivals over {cfg.arrival_seconds:g} s, "
         f"target {cfg.rate:g}/s over {cfg.instances} instance(s), tick {cfg.tick:g} s, "
         f"kp {cfg.kp:g}, retry {cfg.jitter_low:g}-{cfg.jitter_high:g} tick, seed {cfg.seed}",
         "",
-        f"{'':<{width}}  " + "  ".join(f"{n:>{col}}" for n in names),
+        harness.compare({m.policy: asdict(m) for m in results}, ROWS),
     ]
-    for label, cell in ROWS:
-        lines.append(f"{label:<{width}}  " + "  ".join(f"{cell(m):>{col}}" for m in results))
     fair = next((m for m in results if m.policy == "fair"), None)
     if fair is not None:
         lines.append("")
@@ -372,40 +353,33 @@ def render(results: Sequence[Metrics], cfg: Config) -> str:
         for what, ok in targets(fair, cfg).items():
             lines.append(f"  [{'ok' if ok else 'MISS'}] {what}")
         ideal = next((m for m in results if m.policy == "ideal-fifo"), None)
-        floor = f"; ideal FIFO {_fmt(ideal.p95_over_p50)}" if ideal is not None else ""
+        floor = f"; ideal FIFO {fmt(ideal.p95_over_p50, 2)}" if ideal is not None else ""
         lines.append(
-            f"  [n/a] whole-sale p95/p50 <= 1.5: {_fmt(fair.p95_over_p50)}{floor} "
+            f"  [n/a] whole-sale p95/p50 <= 1.5: {fmt(fair.p95_over_p50, 2)}{floor} "
             "(time in queue grows with rank in any order-keeping queue; see --help)"
         )
     return "\n".join(lines)
 
 
-def _finite(row: dict[str, object]) -> dict[str, object]:
-    """Strict JSON: NaN and infinities (no data, never admitted) become null."""
-    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
+OPTIONS: list[harness.Option] = [
+    ("--shoppers", int, 20_000, "shoppers in the sale"),
+    ("--arrival-seconds", float, 10.0, "they all arrive within this window"),
+    ("--rate", float, 200.0, "target admissions per second"),
+    ("--tick", float, 1.0, "controller tick (s)"),
+    ("--kp", float, 0.5, "proportional gain"),
+    ("--jitter-low", float, 0.5, "Retry-After low, in ticks"),
+    ("--jitter-high", float, 1.0, "Retry-After high, in ticks"),
+    ("--instances", int, 1, "instances sharing the rate"),
+    ("--seed", int, 7, "arrivals and polls"),
+    ("--horizon-seconds", float, 0.0, "stop the clock here (0: 5x the ideal drain time)"),
+    ("--policies", str, "random,fair,ideal-fifo", "comma-separated"),
+    ("--check", None, False, "exit 1 if the fair queue misses a target"),
+]
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--shoppers", type=int, default=20_000)
-    p.add_argument("--arrival-seconds", type=float, default=10.0)
+    p = harness.parser(__doc__, prog="waiting_room", options=OPTIONS)
     p.add_argument("--arrivals", choices=["uniform", "burst"], default="uniform")
-    p.add_argument("--rate", type=float, default=200.0, help="target admissions per second")
-    p.add_argument("--tick", type=float, default=1.0, help="controller tick (s)")
-    p.add_argument("--kp", type=float, default=0.5, help="proportional gain")
-    p.add_argument("--jitter-low", type=float, default=0.5, help="Retry-After low, in ticks")
-    p.add_argument("--jitter-high", type=float, default=1.0, help="Retry-After high, in ticks")
-    p.add_argument("--instances", type=int, default=1)
-    p.add_argument("--seed", type=int, default=7)
-    p.add_argument(
-        "--horizon-seconds",
-        type=float,
-        default=0.0,
-        help="stop the clock here (default: 5x the ideal drain time)",
-    )
-    p.add_argument("--policies", default="random,fair,ideal-fifo")
-    p.add_argument("--json", type=Path, help="write config and metrics here")
-    p.add_argument("--check", action="store_true", help="exit 1 if the fair queue misses a target")
     args = p.parse_args(argv)
     if args.shoppers < 2 or args.rate <= 0 or args.tick <= 0 or args.instances < 1:
         p.error("need --shoppers >= 2, --rate > 0, --tick > 0, --instances >= 1")
@@ -417,19 +391,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     horizon = args.horizon_seconds or 5 * (args.arrival_seconds + args.shoppers / args.rate) + 60
-    cfg = Config(
-        shoppers=args.shoppers,
-        arrival_seconds=args.arrival_seconds,
-        arrivals=args.arrivals,
-        rate=args.rate,
-        tick=args.tick,
-        kp=args.kp,
-        jitter_low=args.jitter_low,
-        jitter_high=args.jitter_high,
-        instances=args.instances,
-        seed=args.seed,
-        horizon_seconds=horizon,
-    )
+    given = {f.name: getattr(args, f.name) for f in fields(Config) if f.name != "horizon_seconds"}
+    cfg = Config(**given, horizon_seconds=horizon)
     arrivals = make_arrivals(cfg)
     results: list[Metrics] = []
     for name in [n.strip() for n in args.policies.split(",") if n.strip()]:
@@ -444,9 +407,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         results.append(measure(name, run, arrivals, cfg))
     print(render(results, cfg))
-    if args.json:
-        payload = {"config": asdict(cfg), "results": [_finite(asdict(m)) for m in results]}
-        args.json.write_text(json.dumps(payload, indent=2, allow_nan=False) + "\n")
+    harness.write_json(args.json, {"config": asdict(cfg), "results": [asdict(m) for m in results]})
     fair = next((m for m in results if m.policy == "fair"), None)
     if args.check and fair is not None and not all(targets(fair, cfg).values()):
         return 1

@@ -1,44 +1,51 @@
 """Object-finalized CloudEvents for the Storage emulator, delivered to import_codes.
 
 gcp-storage-emulator sends no notifications, so locally nothing would ever tell import_codes that
-a file was dropped in the imports bucket. This watcher (started by scripts/local_stack.py when
+a file was dropped in the imports bucket. This watcher (started by the local stack when
 functions/main.py defines import_codes) closes that gap, whatever client wrote the object
 (gsutil-like tools, google-cloud-storage, curl to the emulator's JSON API):
 
 - it lists the whole bucket every POLL_INTERVAL seconds (imports/ and the generate/ requests that
   admin_api writes both need their event), and every object generation it has not seen before
   is announced once, as Eventarc would: a CloudEvent in binary content mode (`ce-*` headers,
-  `Content-Type: application/json`, the object resource as the body) POSTed to import_codes;
+  `Content-Type: application/json`, the object resource as the body, made by the CloudEvents
+  SDK) POSTed to import_codes;
 - objects already in the bucket when it starts are taken as a snapshot and never announced: a
   restarted stack does not import old files again. Upload a file again (a new generation) to
   have it imported;
 - memory of what was announced is kept in this process, keyed by (name, generation): a new
   upload under the same name is a new generation and a new event; metadata updates are not;
 - a delivery that import_codes answers with a non-2xx status, or that cannot reach it, is retried
-  with exponential backoff and the same event id (as Eventarc retries), and given up after
-  MAX_ATTEMPTS with a logged error. Deliveries run on a few threads so that one long import does
-  not hold the others back. The poller never delivers an object twice (a retry of a failed
-  attempt is the same delivery);
+  with exponential backoff and the same event id (as Eventarc retries; google.api_core's retry
+  loop runs the attempts), and given up after MAX_ATTEMPTS with a logged error. Deliveries run
+  on a few threads so that one long import does not hold the others back. The poller never
+  delivers an object twice (a retry of a failed attempt is the same delivery);
 - stopping drops what is still queued or being retried, with a warning naming each object.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import queue
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import requests
+from cloudevents.conversion import to_binary
+from cloudevents.http import CloudEvent
+from google.api_core.exceptions import GoogleAPIError
+from google.api_core.retry import retry_target
+from google.auth.credentials import AnonymousCredentials
 from google.cloud.storage import Client as StorageClient
+from requests.structures import CaseInsensitiveDict
+
+from scripts.support import http
 
 log = logging.getLogger("storage_notifier")
 
@@ -57,8 +64,6 @@ LIST_FAILURE_AFTER = 60.0
 _NOT_IN_EVENTS = ("acl", "owner")
 # int64 fields the JSON API writes as strings.
 _STRING_FIELDS = ("generation", "metageneration", "size")
-
-_local_opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class NotifierError(RuntimeError):
@@ -112,40 +117,37 @@ def finalized_event(resource: Mapping[str, Any], *, event_id: str | None = None)
     when = resource.get("updated") or resource.get("timeCreated")
     if not when:
         when = datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-    headers = {
-        "ce-specversion": "1.0",
-        "ce-id": event_id or str(uuid.uuid4().int >> 64),  # numeric, like Cloud Storage's
-        "ce-source": f"//storage.googleapis.com/projects/_/buckets/{bucket}",
-        "ce-type": EVENT_TYPE,
-        "ce-subject": f"objects/{name}",
-        "ce-time": str(when),
-        "ce-bucket": bucket,  # Eventarc's extension attribute for storage events
-        "Content-Type": "application/json",
-    }
-    body = json.dumps(dict(resource), separators=(",", ":")).encode()
+    event = CloudEvent(
+        {
+            "id": event_id or str(uuid.uuid4().int >> 64),  # numeric, like Cloud Storage's
+            "source": f"//storage.googleapis.com/projects/_/buckets/{bucket}",
+            "type": EVENT_TYPE,
+            "subject": f"objects/{name}",
+            "time": str(when),
+            "datacontenttype": "application/json",
+            "bucket": bucket,  # Eventarc's extension attribute for storage events
+        },
+        dict(resource),
+    )
+    headers, body = to_binary(event)
     return FinalizedEvent(
-        bucket=bucket, name=name, generation=generation, headers=headers, body=body
+        bucket=bucket,
+        name=name,
+        generation=generation,
+        headers=CaseInsensitiveDict(headers),
+        body=body,
     )
 
 
 # --- delivery ---------------------------------------------------------------------------------
 
 
-def _post(url: str, event: FinalizedEvent, timeout: float) -> int:
-    """POST the event once; the HTTP status (an exception if nothing answered)."""
-    if not url.startswith(("http://", "https://")):
-        raise ValueError(f"not an HTTP URL: {url}")
-    request = urllib.request.Request(  # noqa: S310 (scheme checked above)
-        url, data=event.body, method="POST", headers=dict(event.headers)
-    )
-    try:
-        with _local_opener.open(request, timeout=timeout) as response:
-            response.read()
-            status: int = response.status
-            return status
-    except urllib.error.HTTPError as exc:
-        exc.read()
-        return exc.code
+class _NotDelivered(Exception):
+    """An attempt that import_codes answered with a non-2xx status, or that reached nobody."""
+
+
+class _Stopped(Exception):
+    """The notifier is stopping: no further attempt."""
 
 
 def backoff_delays(
@@ -166,44 +168,67 @@ def deliver(
     timeout: float = REQUEST_TIMEOUT,
     stop: threading.Event | None = None,
 ) -> bool:
-    """Deliver the event until the target answers 2xx; False once it gave up (or was stopped)."""
-    stop = stop or threading.Event()
-    delays = backoff_delays(max_attempts, first_backoff, max_backoff)
+    """Deliver the event until the target answers 2xx; False once it gave up (or was stopped).
+
+    google.api_core's retry loop runs the attempts; the waits are backoff_delays (no jitter:
+    one event goes to one function, there is no herd to spread) and a stop cuts them short."""
+    stopping = stop or threading.Event()
+    delays = list(backoff_delays(max_attempts, first_backoff, max_backoff))
     fields = {"object": event.uri, "event_id": event.event_id, "url": url}
-    for attempt in range(1, max_attempts + 1):
+    attempts = 0
+
+    def attempt() -> None:
+        nonlocal attempts
+        if stopping.is_set():
+            raise _Stopped
+        attempts += 1
         started = time.monotonic()
         try:
-            status = _post(url, event, timeout)
-        except OSError as exc:  # refused, reset, timed out: URLError is an OSError
-            outcome = f"unreachable: {getattr(exc, 'reason', exc)}"
-        else:
-            if 200 <= status < 300:
-                log.info(
-                    "event delivered",
-                    extra={
-                        **fields,
-                        "status": status,
-                        "attempt": attempt,
-                        "seconds": round(time.monotonic() - started, 3),
-                    },
-                )
-                return True
-            outcome = f"answered {status}"
-        delay = next(delays, None)
-        if delay is None:
-            log.error(
-                "event not delivered; giving up",
-                extra={**fields, "attempts": attempt, "last": outcome},
+            response = http.request(
+                "POST", url, data=event.body, headers=dict(event.headers), timeout=timeout
             )
-            return False
+        except http.Unreachable as exc:  # refused, reset, timed out
+            raise _NotDelivered(f"unreachable: {exc}") from exc
+        if not 200 <= response.status_code < 300:
+            raise _NotDelivered(f"answered {response.status_code}")
+        log.info(
+            "event delivered",
+            extra={
+                **fields,
+                "status": response.status_code,
+                "attempt": attempts,
+                "seconds": round(time.monotonic() - started, 3),
+            },
+        )
+
+    def retryable(exc: Exception) -> bool:
+        return isinstance(exc, _NotDelivered) and attempts < max_attempts
+
+    def retrying(exc: Exception) -> None:
+        delay = delays[attempts - 1]
         log.warning(
             "event delivery failed; retrying",
-            extra={**fields, "attempt": attempt, "last": outcome, "retry_in": delay},
+            extra={**fields, "attempt": attempts, "last": str(exc), "retry_in": delay},
         )
-        if stop.wait(delay):
-            break
-    log.debug("stopping: event not delivered", extra=fields)
-    return False
+
+    def waits() -> Iterator[float]:
+        for delay in delays:
+            # The wait happens here, where a stop can end it; the retry loop then sleeps 0.
+            stopping.wait(delay)
+            yield 0.0
+
+    try:
+        retry_target(attempt, retryable, waits(), timeout=None, on_error=retrying)
+    except _NotDelivered as exc:
+        log.error(
+            "event not delivered; giving up",
+            extra={**fields, "attempts": attempts, "last": str(exc)},
+        )
+        return False
+    except _Stopped:
+        log.debug("stopping: event not delivered", extra=fields)
+        return False
+    return True
 
 
 # --- the watcher ------------------------------------------------------------------------------
@@ -211,8 +236,6 @@ def deliver(
 
 def emulator_client(storage_host: str, *, project: str) -> StorageClient:
     """A client for the Storage emulator at storage_host (`http://host:port`), anonymous."""
-    from google.auth.credentials import AnonymousCredentials
-
     return StorageClient(
         project=project,
         credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
@@ -386,7 +409,7 @@ class StorageNotifier:
             while not self._stop.wait(self._poll_interval):
                 try:
                     self.poll_once()
-                except Exception as exc:
+                except (GoogleAPIError, requests.RequestException) as exc:  # an error, or nobody
                     self._listing_failed(exc)
                 else:
                     with self._lock:

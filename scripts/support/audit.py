@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 from google.cloud import firestore
 
-from shared import campaign_store
-from shared.firestore_db import claims_collection, coupons_collection
+from shared.campaigns import store as campaign_store
+from shared.gcp.firestore import claims_collection, coupons_collection
 
 
 @dataclass

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Recount a campaign's claimed and imported codes from its coupon documents, compare them with
 the sharded usage counters, and repair any difference (`--dry-run` only reports).
 
@@ -13,38 +12,43 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from pydantic import ValidationError
 
-from shared import campaign_store  # noqa: E402
-from shared.clock import utcnow  # noqa: E402
-from shared.errors import CampaignNotFound  # noqa: E402
-from shared.firestore_db import get_db  # noqa: E402
-from shared.reconciliation import reconcile  # noqa: E402
-from shared.runtime import get_counters  # noqa: E402
-from shared.structured_logging import configure_logging  # noqa: E402
-
-log = logging.getLogger("reconcile")
+from shared.campaigns import store as campaign_store
+from shared.clock import utcnow
+from shared.container import instance_services
+from shared.errors import CampaignNotFound
+from shared.logs import configure_logging
+from shared.usage.reconciliation import reconcile
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog="scripts/reconcile",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("campaign_id")
     parser.add_argument("--dry-run", action="store_true", help="report differences only")
     args = parser.parse_args(argv)
     configure_logging(logging.WARNING)
-    db = get_db()
     try:
-        campaign_store.get_campaign(db, campaign_id=args.campaign_id)
+        services = instance_services()
+    except ValidationError as exc:
+        sys.stderr.write(
+            f"reconcile: {exc}\nset GOOGLE_CLOUD_PROJECT (and FIRESTORE_EMULATOR_HOST for a "
+            "local stack, see ./scripts/run)\n"
+        )
+        return 2
+    try:
+        campaign_store.get_campaign(services.db, campaign_id=args.campaign_id)
     except CampaignNotFound as exc:
         sys.stderr.write(f"reconcile: {exc}\n")
         return 2
     report = reconcile(
-        db,
-        counters=get_counters(),
+        services.db,
+        counters=services.counters,
         campaign_id=args.campaign_id,
         now=utcnow(),
         repair=not args.dry_run,

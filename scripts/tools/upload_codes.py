@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Upload a CSV of coupon codes into a campaign and follow its import job to the end.
 
 The file goes to imports/{CAMPAIGN_ID}/{NAME} in the imports bucket with google-cloud-storage,
@@ -22,26 +21,18 @@ reached (the import may still finish).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-REPO = Path(__file__).resolve().parents[1]
-# Run as `python scripts/upload_codes.py`: the project's packages live at the repository root.
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from emulator.tokens import emulator_id_token  # noqa: E402
-from shared.import_service import IMPORT_PATH, StoredObject, import_job_id  # noqa: E402
+from emulator.tokens import emulator_id_token
+from scripts.support import http
+from shared.intake.service import IMPORT_PATH, StoredObject, import_job_id
 
 log = logging.getLogger("upload_codes")
 
@@ -54,7 +45,6 @@ NO_JOB_HINT_AFTER = 15.0
 # An admin_api that does not answer for this long is gone (a stopped local stack): exit 2.
 UNREACHABLE_LIMIT = 60.0
 TOKEN_ENV = "CODEDROP_ADMIN_ID_TOKEN"  # noqa: S105 (a variable name)
-LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
 class UsageError(Exception):
@@ -232,35 +222,6 @@ def upload(options: Options) -> StoredObject:
     )
 
 
-# --- admin_api --------------------------------------------------------------------------------
-
-
-def _opener(url: str) -> urllib.request.OpenerDirector:
-    host = urllib.parse.urlsplit(url).hostname or ""
-    if host in LOCAL_HOSTS:  # a corporate proxy must never see localhost traffic
-        return urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    return urllib.request.build_opener()
-
-
-def get_json(url: str, *, token: str | None, timeout: float = 30) -> tuple[int, Any]:
-    """GET url; the status and the decoded JSON body (None if not JSON). OSError if nothing
-    answers."""
-    headers = {"Accept": "application/json"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    request = urllib.request.Request(url, headers=headers)  # noqa: S310 (scheme checked)
-    try:
-        with _opener(url).open(request, timeout=timeout) as response:
-            status: int = response.status
-            raw: bytes = response.read()
-    except urllib.error.HTTPError as exc:
-        status, raw = exc.code, exc.read()
-    try:
-        return status, json.loads(raw) if raw else None
-    except ValueError:
-        return status, None
-
-
 # --- progress ---------------------------------------------------------------------------------
 
 
@@ -348,16 +309,16 @@ def follow(options: Options, job_id: str, *, total_lines: int, err: TextIO) -> d
     try:
         while True:
             try:
-                status, body = get_json(url, token=options.token)
-            except OSError as exc:
+                status, body = http.call_json("GET", url, token=options.token)
+            except http.Unreachable as exc:
                 status, body = 0, None
-                note = f"admin_api unreachable ({getattr(exc, 'reason', exc)}); retrying"
+                note = f"admin_api unreachable ({type(exc).__name__}); retrying"
                 now = time.monotonic()
                 unreachable_since = unreachable_since or now
                 if now - unreachable_since >= UNREACHABLE_LIMIT:
                     raise NoOutcomeError(
                         f"admin_api at {options.admin_url} has not answered for "
-                        f"{UNREACHABLE_LIMIT:g} s ({note}); the import may still finish: "
+                        f"{UNREACHABLE_LIMIT:g} s ({exc}); the import may still finish: "
                         f"GET {url}"
                     ) from exc
             else:

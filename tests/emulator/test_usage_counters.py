@@ -359,7 +359,7 @@ def test_the_reconcile_command_reports_then_repairs(
 ) -> None:
     import json
 
-    from scripts import reconcile as command
+    from scripts.tools import reconcile as command
 
     campaign_id = make_campaign(codes=3)
     shard = counter_shards_collection(db, campaign_id).document("0")

@@ -1,41 +1,31 @@
-"""Tests for scripts/deploy.py: staging for Cloud Functions gen2 and the gcloud commands.
+"""Tests for scripts/deployment: staging for Cloud Functions gen2 and the gcloud commands.
 
-No emulator and no gcloud needed: deploys are only ever dry runs here.
+No emulator and no gcloud needed: deploys are only ever dry runs here. uv (in .venv, pinned by
+uv.lock) exports the runtime set and builds the environment the staged import runs in; it works
+offline from the cache scripts/bootstrap.sh filled.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
+import re
 import shlex
+import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from uv import find_uv_bin
 
-REPO = Path(__file__).resolve().parents[1]
-DEPLOY_PY = REPO / "scripts" / "deploy.py"
+from scripts.deployment import DeployError, cli, functions, gcloud, staging
 
+REPO = Path(__file__).resolve().parents[2]
 
-def _load_deploy() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("codedrop_deploy", DEPLOY_PY)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
-deploy = _load_deploy()
-
-# Entry points functions/main.py defines today (parsed, so functions not written yet are absent).
-DEFINED = deploy.defined_entry_points(REPO / "functions" / "main.py")
-EXPECTED = [s.entry_point for s in deploy.FUNCTIONS if s.entry_point in DEFINED]
-SPECS = {spec.name: spec for spec in deploy.FUNCTIONS}
+DEFINED = functions.defined_entry_points(REPO / "functions" / "main.py")
+SPECS = {spec.service: spec for spec in functions.FUNCTIONS}
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
@@ -50,12 +40,24 @@ def _clean_env(**extra: str) -> dict[str, str]:
 
 def _run_deploy(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(DEPLOY_PY), *args],
+        [sys.executable, "-m", "scripts.deployment", *args],
         cwd=REPO,
         env=env if env is not None else _clean_env(),
         capture_output=True,
         text=True,
         timeout=180,
+        check=False,
+    )
+
+
+def _uv(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [find_uv_bin(), *args],
+        cwd=cwd,
+        env=_clean_env(UV_PYTHON_DOWNLOADS="never"),
+        capture_output=True,
+        text=True,
+        timeout=120,
         check=False,
     )
 
@@ -68,36 +70,101 @@ def _fake_repo(root: Path) -> Path:
     (root / "shared" / "logic.py").write_text("X = 1\n")
     (root / "shared" / "__pycache__" / "logic.cpython-311.pyc").write_bytes(b"\0")
     (root / "shared" / "stale.pyc").write_bytes(b"\0")
-    (root / "requirements.txt").write_text("functions-framework==3.10.2\n")
+    shutil.copy2(REPO / "pyproject.toml", root / "pyproject.toml")
+    shutil.copy2(REPO / "uv.lock", root / "uv.lock")
     return root
+
+
+def _locked_versions() -> dict[str, set[str]]:
+    """name -> versions in uv.lock (more than one where the lock forks by Python version)."""
+    with (REPO / "uv.lock").open("rb") as lock:
+        packages = tomllib.load(lock)["package"]
+    versions: dict[str, set[str]] = {}
+    for package in packages:
+        versions.setdefault(package["name"], set()).add(package["version"])
+    return versions
+
+
+def _pins(requirements: str) -> dict[str, tuple[str, int]]:
+    """name -> (version, number of hashes) for each requirement of a uv-exported file."""
+    joined = requirements.replace("\\\n", " ")
+    pins = {}
+    for line in joined.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        match = re.match(r"([a-z0-9-]+)==(\S+)", line)
+        assert match, f"not a pinned requirement: {line!r}"
+        pins[match[1]] = (match[2], line.count("--hash=sha256:"))
+    return pins
+
+
+@pytest.fixture(scope="module")
+def build_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One --build-dir for the runs that check the staged import: each run stages afresh, and
+    <build_dir>/runtime-env is created once, then only synced."""
+    return tmp_path_factory.mktemp("build")
+
+
+# --- the lock -----------------------------------------------------------------------------------
+
+
+def test_lock_agrees_with_pyproject() -> None:
+    # After a dependency change in pyproject.toml: `.venv/bin/uv lock`, and commit uv.lock.
+    result = _uv("lock", "--check", "--offline", cwd=REPO)
+    assert result.returncode == 0, result.stderr
 
 
 # --- staging ------------------------------------------------------------------------------------
 
 
-def test_the_table_covers_the_entry_points_written_so_far() -> None:
-    # Guards the skip logic: the two HTTP functions exist today and must never be skipped.
-    assert {"claim_api", "admin_api"} <= set(EXPECTED)
-    assert set(deploy.FUNCTION_NAMES) == {"claim_api", "admin_api", "import_codes", "count_usage"}
+def test_the_table_is_every_entry_point_of_main_with_its_signature() -> None:
+    assert set(functions.FUNCTION_NAMES) == {
+        "claim_api",
+        "admin_api",
+        "sweep",
+        "import_codes",
+        "count_usage",
+    }
+    for spec in functions.FUNCTIONS:
+        assert DEFINED[spec.entry_point] == spec.trigger.signature, spec.name
 
 
 def test_stage_holds_main_shared_and_requirements(tmp_path: Path) -> None:
-    staged = deploy.stage(tmp_path)
+    staged = staging.stage(tmp_path)
 
     assert staged == (tmp_path / "functions").resolve()
     assert (staged / "main.py").read_bytes() == (REPO / "functions" / "main.py").read_bytes()
     assert (staged / "shared" / "__init__.py").is_file()
-    assert (staged / "requirements.txt").read_bytes() == (REPO / "requirements.txt").read_bytes()
     assert sorted(p.name for p in staged.iterdir()) == ["main.py", "requirements.txt", "shared"]
-    source_modules = {p.name for p in (REPO / "shared").glob("*.py")}
-    assert {p.name for p in (staged / "shared").glob("*.py")} == source_modules
+    source_modules = {p.relative_to(REPO) for p in (REPO / "shared").rglob("*.py")}
+    assert {p.relative_to(staged) for p in (staged / "shared").rglob("*.py")} == source_modules
     assert not list(staged.rglob("__pycache__"))
     assert not list(staged.rglob("*.pyc"))
 
 
+def test_staged_requirements_are_the_locked_runtime_set(tmp_path: Path) -> None:
+    staged = staging.stage(tmp_path)
+    pins = _pins((staged / "requirements.txt").read_text(encoding="utf-8"))
+
+    # Exactly the lock's versions, every one with its hashes, so the build's pip checks them all.
+    locked = _locked_versions()
+    assert [
+        name for name, (version, _) in pins.items() if version not in locked.get(name, set())
+    ] == []
+    assert [name for name, (_, hashes) in pins.items() if not hashes] == []
+    # The whole tree, not only what pyproject.toml names.
+    with (REPO / "pyproject.toml").open("rb") as pyproject:
+        declared = tomllib.load(pyproject)["project"]["dependencies"]
+    direct = {re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0] for requirement in declared}
+    assert direct | {"grpcio", "protobuf", "werkzeug"} <= set(pins)
+    # No development group and not the project itself.
+    assert not {"pytest", "ruff", "mypy", "locust", "uv", "gcp-storage-emulator"} & set(pins)
+    assert "codedrop" not in pins
+
+
 def test_stage_leaves_out_bytecode(tmp_path: Path) -> None:
     repo = _fake_repo(tmp_path / "repo")
-    staged = deploy.stage(tmp_path / "build", repo_root=repo)
+    staged = staging.stage(tmp_path / "build", repo_root=repo)
 
     assert (staged / "shared" / "logic.py").is_file()
     assert not list(staged.rglob("__pycache__"))
@@ -106,11 +173,11 @@ def test_stage_leaves_out_bytecode(tmp_path: Path) -> None:
 
 def test_stage_starts_clean_each_time(tmp_path: Path) -> None:
     repo = _fake_repo(tmp_path / "repo")
-    staged = deploy.stage(tmp_path / "build", repo_root=repo)
+    staged = staging.stage(tmp_path / "build", repo_root=repo)
     (staged / "shared" / "removed_module.py").write_text("")
     (staged / "leftover.txt").write_text("")
 
-    staged = deploy.stage(tmp_path / "build", repo_root=repo)
+    staged = staging.stage(tmp_path / "build", repo_root=repo)
 
     assert not (staged / "shared" / "removed_module.py").exists()
     assert not (staged / "leftover.txt").exists()
@@ -121,7 +188,8 @@ def test_stage_starts_clean_each_time(tmp_path: Path) -> None:
     [
         ("functions/main.py", "main.py"),
         ("shared/__init__.py", "shared/__init__.py"),
-        ("requirements.txt", "requirements.txt"),
+        ("pyproject.toml", "pyproject.toml"),
+        ("uv.lock", "uv.lock"),
     ],
 )
 def test_stage_fails_clearly_when_a_source_is_missing(
@@ -130,47 +198,74 @@ def test_stage_fails_clearly_when_a_source_is_missing(
     repo = _fake_repo(tmp_path / "repo")
     (repo / missing).unlink()
 
-    with pytest.raises(deploy.DeployError, match="missing") as raised:
-        deploy.stage(tmp_path / "build", repo_root=repo)
+    with pytest.raises(DeployError, match="missing") as raised:
+        staging.stage(tmp_path / "build", repo_root=repo)
     assert named in str(raised.value)
+    assert not (tmp_path / "build").exists()
+
+
+def test_stage_refuses_a_lock_that_pyproject_no_longer_matches(tmp_path: Path) -> None:
+    repo = _fake_repo(tmp_path / "repo")
+    pyproject = repo / "pyproject.toml"
+    pyproject.write_text(
+        pyproject.read_text().replace('"itsdangerous>=2.2.0",', '"itsdangerous>=2.2.0", "six",')
+    )
+
+    with pytest.raises(DeployError, match="uv lock"):
+        staging.stage(tmp_path / "build", repo_root=repo)
     assert not (tmp_path / "build").exists()
 
 
 def test_stage_refuses_requirements_that_point_at_local_files(tmp_path: Path) -> None:
     repo = _fake_repo(tmp_path / "repo")
-    (repo / "requirements.txt").write_text("pydantic==2.14.3\n-r other.txt\n")
+    # A path dependency: uv exports it as a local folder, which the upload would not hold.
+    (repo / "helper").mkdir()
+    (repo / "helper" / "pyproject.toml").write_text('[project]\nname = "helper"\nversion = "1"\n')
+    (repo / "pyproject.toml").write_text(
+        '[project]\nname = "fake"\nversion = "0"\nrequires-python = ">=3.11"\n'
+        'dependencies = ["helper"]\n\n'
+        '[tool.uv]\npackage = false\n\n[tool.uv.sources]\nhelper = { path = "helper" }\n'
+    )
+    locked = _uv("lock", "--offline", cwd=repo)
+    assert locked.returncode == 0, locked.stderr
 
-    with pytest.raises(deploy.DeployError, match=r"requirements.txt:2"):
-        deploy.stage(tmp_path / "build", repo_root=repo)
+    with pytest.raises(DeployError, match=r"requirements.txt:\d+ .*'./helper'"):
+        staging.stage(tmp_path / "build", repo_root=repo)
+    assert not (tmp_path / "build").exists()
 
 
 def test_stage_never_deletes_the_sources_or_foreign_folders(tmp_path: Path) -> None:
     repo = _fake_repo(tmp_path / "repo")
     # --build-dir=<repo root> would make the stage <repo>/functions, the source folder itself.
-    with pytest.raises(deploy.DeployError, match="refusing"):
-        deploy.stage(repo, repo_root=repo)
+    with pytest.raises(DeployError, match="refusing"):
+        staging.stage(repo, repo_root=repo)
     assert (repo / "functions" / "main.py").is_file()
 
     other = tmp_path / "elsewhere"
     (other / "functions").mkdir(parents=True)
     (other / "functions" / "precious.txt").write_text("keep me")
-    with pytest.raises(deploy.DeployError, match="does not look like a previous stage"):
-        deploy.stage(other, repo_root=repo)
+    with pytest.raises(DeployError, match="does not look like a previous stage"):
+        staging.stage(other, repo_root=repo)
     assert (other / "functions" / "precious.txt").read_text() == "keep me"
 
 
-def test_staged_main_imports_alone_in_a_fresh_interpreter(tmp_path: Path) -> None:
-    """What gen2 does: only the staged folder, main.py at its root, no repo on the path."""
-    staged = deploy.stage(tmp_path)
+def test_staged_main_imports_alone_in_a_fresh_interpreter(build_dir: Path) -> None:
+    """What gen2 does: only the staged folder, main.py at its root, no repo on the path, and
+    only the locked runtime set installed."""
+    staged = staging.stage(build_dir)
+    python = staging.runtime_python(build_dir, staged / "requirements.txt")
     probe = (
         "import json, sys\n"
+        "from importlib import metadata\n"
         "import main, shared\n"
         "print(json.dumps({\n"
         "    'callable': [n for n in sys.argv[1:] if callable(getattr(main, n, None))],\n"
-        "    'main': main.__file__, 'shared': shared.__file__, 'path': sys.path}))\n"
+        "    'main': main.__file__, 'shared': shared.__file__, 'path': sys.path,\n"
+        "    'installed': {d.metadata['Name'].lower().replace('_', '-'): d.version\n"
+        "                  for d in metadata.distributions()}}))\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", probe, *EXPECTED],
+        [str(python), "-c", probe, *[spec.entry_point for spec in functions.FUNCTIONS]],
         cwd=staged,
         # No emulator is running and none is named: import must not need one.
         env=_clean_env(GOOGLE_CLOUD_PROJECT="demo-deploy-test", PYTHONDONTWRITEBYTECODE="1"),
@@ -183,20 +278,40 @@ def test_staged_main_imports_alone_in_a_fresh_interpreter(tmp_path: Path) -> Non
     assert result.returncode == 0, result.stderr
     found = json.loads(result.stdout.strip().splitlines()[-1])
     sys.stderr.write(f"\nstaged entry points callable: {found['callable']}\n")
-    assert found["callable"] == EXPECTED
+    assert found["callable"] == [spec.entry_point for spec in functions.FUNCTIONS]
     assert Path(found["main"]).resolve().parent == staged
     assert Path(found["shared"]).resolve().parent == staged / "shared"
     assert str(REPO) not in found["path"]
     assert str(REPO / "functions") not in found["path"]
+    pins = _pins((staged / "requirements.txt").read_text(encoding="utf-8"))
+    assert found["installed"] == {name: version for name, (version, _) in pins.items()}
+
+
+def test_the_import_check_sees_a_dependency_left_out_of_the_runtime_set(tmp_path: Path) -> None:
+    # pytest is in .venv (the test group), never in the deployed set.
+    repo = _fake_repo(tmp_path / "repo")
+    (repo / "functions" / "main.py").write_text("import pytest\n\ndef claim_api(request): ...\n")
+    staged = staging.stage(tmp_path / "build", repo_root=repo)
+    python = staging.runtime_python(tmp_path / "build", staged / "requirements.txt")
+
+    with pytest.raises(DeployError, match="No module named 'pytest'"):
+        staging.check_staged_import(
+            staged, ["claim_api"], {"GOOGLE_CLOUD_PROJECT": "demo-deploy-test"}, python=python
+        )
 
 
 # --- the gcloud commands ------------------------------------------------------------------------
 
 
-def _dry_run(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> list[list[str]]:
-    result = _run_deploy("--dry-run", "--build-dir", str(tmp_path), *args, env=env)
+def _dry_run(build_dir: Path, *args: str, env: dict[str, str] | None = None) -> list[list[str]]:
+    """The plan's function deploys (tests/tools/test_deploy_plan.py checks the rest)."""
+    result = _run_deploy("--dry-run", "--build-dir", str(build_dir), *args, env=env)
     assert result.returncode == 0, result.stderr
-    return [shlex.split(line) for line in result.stdout.splitlines()]
+    return [
+        shlex.split(line)
+        for line in result.stdout.splitlines()
+        if line.startswith("gcloud functions deploy ")
+    ]
 
 
 def _flag(command: list[str], name: str) -> list[str]:
@@ -211,17 +326,17 @@ def _env_of(command: list[str]) -> dict[str, str]:
     return dict(item.split("=", 1) for item in value.split(delimiter))
 
 
-def test_dry_run_prints_one_gcloud_command_per_written_function(tmp_path: Path) -> None:
+def test_dry_run_prints_one_gcloud_command_per_function(build_dir: Path) -> None:
     # Emulator switches in the deployer's shell must not reach the deployed functions.
     env = _clean_env(
         FIREBASE_AUTH_EMULATOR_HOST="127.0.0.1:9099",
         FIRESTORE_EMULATOR_HOST="127.0.0.1:8080",
         GOOGLE_CLOUD_PROJECT="demo-codedrop",
     )
-    commands = _dry_run(tmp_path, "--project", "codedrop-prod", env=env)
-    staged = (tmp_path / "functions").resolve()
+    commands = _dry_run(build_dir, "--project", "codedrop-prod", env=env)
+    staged = (build_dir / "functions").resolve()
 
-    assert [c[3] for c in commands] == EXPECTED
+    assert [c[3] for c in commands] == [spec.service for spec in functions.FUNCTIONS]
     for command in commands:
         spec = SPECS[command[3]]
         assert command[:3] == ["gcloud", "functions", "deploy"]
@@ -237,41 +352,50 @@ def test_dry_run_prints_one_gcloud_command_per_written_function(tmp_path: Path) 
         assert not any("EMULATOR" in arg for arg in command)
 
     by_name = {c[3]: c for c in commands}
-    claim = by_name["claim_api"]
+    claim = by_name["claim-api"]
     assert "--trigger-http" in claim
     assert "--allow-unauthenticated" in claim
     assert "--concurrency=80" in claim
     assert "--cpu=1" in claim
-    admin = by_name["admin_api"]
+    assert "--min-instances=1" in claim
+    # A marketer's browser holds only a Firebase ID token: IAM lets it through, the routes
+    # check the admin claim (tests/unit/test_route_access.py).
+    admin = by_name["admin-api"]
     assert "--trigger-http" in admin
-    assert "--allow-unauthenticated" not in admin
-    assert "--no-allow-unauthenticated" in admin
-    if "import_codes" in by_name:
-        assert _flag(by_name["import_codes"], "--trigger-event-filters") == [
-            "type=google.cloud.storage.object.v1.finalized",
-            "bucket=codedrop-imports",
-        ]
-    if "count_usage" in by_name:
-        assert _flag(by_name["count_usage"], "--trigger-topic") == ["coupon-events"]
+    assert "--allow-unauthenticated" in admin
+    assert "--no-allow-unauthenticated" in by_name["sweep"]
+    assert _flag(by_name["import-codes"], "--trigger-event-filters") == [
+        "type=google.cloud.storage.object.v1.finalized",
+        "bucket=codedrop-imports",
+    ]
+    # count_usage is pushed by the plan's own subscription (retry and dead-letter policies).
+    assert "--no-allow-unauthenticated" in by_name["count-usage"]
+    assert not _flag(by_name["count-usage"], "--trigger-topic")
 
 
-def test_dry_run_without_project_uses_a_placeholder(tmp_path: Path) -> None:
-    commands = _dry_run(tmp_path)
+def test_dry_run_without_project_uses_a_placeholder(build_dir: Path) -> None:
+    commands = _dry_run(build_dir)
     assert commands
     for command in commands:
-        assert _flag(command, "--project") == [deploy.PLACEHOLDER_PROJECT]
+        assert _flag(command, "--project") == [cli.PLACEHOLDER_PROJECT]
 
 
-def test_only_deploys_one_function(tmp_path: Path) -> None:
-    commands = _dry_run(tmp_path, "--project", "codedrop-prod", "--only", "admin_api")
-    assert [c[3] for c in commands] == ["admin_api"]
+def test_only_deploys_one_function_and_nothing_else(build_dir: Path) -> None:
+    result = _run_deploy(
+        "--dry-run", "--build-dir", str(build_dir), "--project", "codedrop-prod", "--only", "sweep"
+    )
+    assert result.returncode == 0, result.stderr
+    (line,) = result.stdout.splitlines()
+    assert shlex.split(line)[:4] == ["gcloud", "functions", "deploy", "sweep"]
 
 
-def test_only_a_function_not_written_yet_fails() -> None:
+def test_a_function_missing_from_main_fails_the_deploy() -> None:
     defined = {"claim_api": "http", "admin_api": "http"}
-    with pytest.raises(deploy.DeployError, match="count_usage"):
-        deploy.select_functions(defined, "count_usage")
-    assert [s.name for s in deploy.select_functions(defined)] == ["claim_api", "admin_api"]
+    with pytest.raises(DeployError, match="sweep"):
+        functions.select_functions(defined)
+    with pytest.raises(DeployError, match="count_usage"):
+        functions.select_functions(defined, "count_usage")
+    assert [s.name for s in functions.select_functions(defined, "claim_api")] == ["claim_api"]
 
 
 def test_entry_point_with_the_wrong_decorator_is_refused(tmp_path: Path) -> None:
@@ -284,24 +408,23 @@ def test_entry_point_with_the_wrong_decorator_is_refused(tmp_path: Path) -> None
         "@functions_framework.http\n"
         "def import_codes(request): ...\n"
     )
-    defined = deploy.defined_entry_points(main_py)
+    defined = functions.defined_entry_points(main_py)
     assert defined == {
         "functions_framework": None,
         "count_usage": None,
         "claim_api": "http",
         "import_codes": "http",
     }
-    with pytest.raises(deploy.DeployError, match="cloud_event"):
-        deploy.select_functions(defined)
+    with pytest.raises(DeployError, match="cloud_event"):
+        functions.select_functions(defined, "import_codes")
 
 
-@pytest.mark.parametrize("spec", deploy.FUNCTIONS, ids=lambda spec: spec.name)
-def test_every_function_in_the_table_gets_its_trigger(spec: object) -> None:
-    # Also covers functions not written yet, which the dry run skips.
-    env = deploy.runtime_env(
+@pytest.mark.parametrize("spec", functions.FUNCTIONS, ids=lambda spec: spec.name)
+def test_every_function_in_the_table_gets_its_trigger(spec: functions.FunctionSpec) -> None:
+    env = gcloud.runtime_env(
         project="codedrop-prod", imports_bucket="my-imports", events_topic="my-events"
     )
-    command = deploy.build_command(
+    command = gcloud.build_command(
         spec,
         project="codedrop-prod",
         region="europe-west1",
@@ -309,17 +432,20 @@ def test_every_function_in_the_table_gets_its_trigger(spec: object) -> None:
         source=Path("/stage"),
         env=env,
         imports_bucket="my-imports",
-        events_topic="my-events",
     )
+    invoker = "codedrop-invoker@codedrop-prod.iam.gserviceaccount.com"
     triggers = {
-        "claim_api": ["--trigger-http", "--allow-unauthenticated"],
-        "admin_api": ["--trigger-http", "--no-allow-unauthenticated"],
-        "import_codes": [
+        "claim-api": ["--trigger-http", "--allow-unauthenticated"],
+        "admin-api": ["--trigger-http", "--allow-unauthenticated"],
+        "sweep": ["--trigger-http", "--no-allow-unauthenticated"],
+        "import-codes": [
             "--trigger-event-filters=type=google.cloud.storage.object.v1.finalized",
             "--trigger-event-filters=bucket=my-imports",
+            f"--trigger-service-account={invoker}",
             "--retry",
         ],
-        "count_usage": ["--trigger-topic=my-events", "--retry"],
+        # Retried by its push subscription's policy (resources.py), not by Eventarc.
+        "count-usage": ["--trigger-http", "--no-allow-unauthenticated"],
     }
     trigger_args = [a for a in command if a.startswith(("--trigger", "--allow", "--no-allow"))]
     trigger_args += [a for a in command if a == "--retry"]
@@ -331,9 +457,9 @@ def test_every_function_in_the_table_gets_its_trigger(spec: object) -> None:
     assert {"--gen2", "--source=/stage"} <= set(command)
 
 
-def test_cors_origins_with_commas_use_gcloud_alternate_delimiter(tmp_path: Path) -> None:
+def test_cors_origins_with_commas_use_gcloud_alternate_delimiter(build_dir: Path) -> None:
     origins = "https://shop.example,https://www.shop.example"
-    commands = _dry_run(tmp_path, "--project", "codedrop-prod", "--cors-origins", origins)
+    commands = _dry_run(build_dir, "--project", "codedrop-prod", "--cors-origins", origins)
     for command in commands:
         (value,) = _flag(command, "--set-env-vars")
         assert value.startswith("^")
@@ -344,8 +470,8 @@ def test_defaults_match_the_service_settings() -> None:
     from shared.settings import Settings
 
     fields = Settings.model_fields
-    assert fields["imports_bucket"].default == deploy.DEFAULT_IMPORTS_BUCKET
-    assert fields["events_topic"].default == deploy.DEFAULT_EVENTS_TOPIC
+    assert fields["imports_bucket"].default == functions.DEFAULT_IMPORTS_BUCKET
+    assert fields["events_topic"].default == functions.DEFAULT_EVENTS_TOPIC
 
 
 # --- refusals -----------------------------------------------------------------------------------
@@ -375,8 +501,8 @@ def test_env_refuses_emulator_reserved_and_managed_variables(tmp_path: Path, var
 
 
 def test_runtime_env_never_carries_an_emulator_switch() -> None:
-    with pytest.raises(deploy.DeployError, match="emulator"):
-        deploy.runtime_env(
+    with pytest.raises(DeployError, match="emulator"):
+        gcloud.runtime_env(
             project="codedrop-prod",
             imports_bucket="b",
             events_topic="t",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import signal
 import socket
@@ -11,8 +10,6 @@ import stat
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -26,6 +23,7 @@ from emulator import (
     check_prerequisites,
     free_port,
     manager,
+    processes,
     reset_firestore,
     reset_pubsub,
     start_firestore,
@@ -33,29 +31,21 @@ from emulator import (
     start_storage,
 )
 from emulator.__main__ import main
+from scripts.support import http
 
 PROJECT = "demo-test"
 BUCKET = "codedrop-imports-test"
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 # A missing Java or emulator fails these tests with the install hint (conftest.py): a suite
 # that silently skips its emulator tests would pass on a machine that cannot run the service.
 needs_emulators = pytest.mark.usefixtures("emulator_prerequisites")
 
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
 
 def _http(method: str, url: str, body: object | None = None) -> tuple[int, bytes]:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method)  # noqa: S310 (test URLs)
-    if data is not None:
-        request.add_header("Content-Type", "application/json")
-    try:
-        with _OPENER.open(request, timeout=10) as response:
-            return int(response.status), bytes(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
+    response = http.request(method, url, json=body, timeout=10)
+    return response.status_code, response.content
 
 
 def _group_gone(emulator: RunningEmulator) -> bool:
@@ -91,9 +81,15 @@ def _timed(start: Callable[[], RunningEmulator]) -> tuple[RunningEmulator, float
     return emulator, time.monotonic() - began
 
 
-def _report(name: str, ready: float, stopped: float) -> None:
-    # Shown with `-s`; the brief asks for these numbers.
-    sys.stderr.write(f"\n{name}: ready in {ready:.2f} s, stopped in {stopped:.2f} s\n")
+def _stop_and_check(emulator: RunningEmulator, ready: float, port: int) -> None:
+    """Stop it; its whole group must be gone and its port free. The timings are shown with `-s`
+    (the brief asks for these numbers)."""
+    began = time.monotonic()
+    emulator.stop()
+    stopped = time.monotonic() - began
+    sys.stderr.write(f"\n{emulator.name}: ready in {ready:.2f} s, stopped in {stopped:.2f} s\n")
+    assert _group_gone(emulator)
+    assert _port_free(port)
 
 
 # --- the real emulators -----------------------------------------------------------------------
@@ -120,11 +116,7 @@ def test_firestore_starts_resets_and_stops(tmp_path: Path, started: list[Running
     reset_firestore(host_port=emulator.host_port, project=PROJECT)
     assert _http("GET", f"{docs}/things/a")[0] == 404
 
-    began = time.monotonic()
-    emulator.stop()
-    _report("firestore", ready, time.monotonic() - began)
-    assert _group_gone(emulator)
-    assert _port_free(port)
+    _stop_and_check(emulator, ready, port)
     emulator.stop()  # a second stop is harmless
     assert emulator.log_path.read_text()
 
@@ -133,9 +125,7 @@ def test_firestore_starts_resets_and_stops(tmp_path: Path, started: list[Running
 @needs_emulators
 def test_pubsub_starts_resets_and_stops(tmp_path: Path, started: list[RunningEmulator]) -> None:
     port = free_port()
-    emulator, ready = _timed(
-        lambda: start_pubsub(port=port, project=PROJECT, log_dir=tmp_path, timeout=60)
-    )
+    emulator, ready = _timed(lambda: start_pubsub(port=port, log_dir=tmp_path, timeout=60))
     started.append(emulator)
     base = f"http://{emulator.host_port}/v1/projects/{PROJECT}"
     assert _http("GET", f"http://{emulator.host_port}/")[1].strip() == b"Ok"
@@ -146,11 +136,7 @@ def test_pubsub_starts_resets_and_stops(tmp_path: Path, started: list[RunningEmu
     reset_pubsub(host_port=emulator.host_port)
     assert b"topic-a" not in _http("GET", f"{base}/topics")[1]
 
-    began = time.monotonic()
-    emulator.stop()
-    _report("pubsub", ready, time.monotonic() - began)
-    assert _group_gone(emulator)
-    assert _port_free(port)
+    _stop_and_check(emulator, ready, port)
 
 
 @pytest.mark.emulator
@@ -166,11 +152,7 @@ def test_storage_starts_with_bucket_and_stops(
     base = f"http://{emulator.host_port}"
     assert _http("GET", f"{base}/storage/v1/b/{BUCKET}")[0] == 200
 
-    began = time.monotonic()
-    emulator.stop()
-    _report("storage", ready, time.monotonic() - began)
-    assert _group_gone(emulator)
-    assert _port_free(port)
+    _stop_and_check(emulator, ready, port)
 
 
 @pytest.mark.emulator
@@ -212,26 +194,28 @@ def test_stack_stops_the_started_ones_when_one_fails(tmp_path: Path) -> None:
 @needs_emulators
 def test_cli_start_prints_exports_and_stops_on_sigterm(tmp_path: Path) -> None:
     ports = [free_port(), free_port(), free_port()]
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "emulator",
-            "start",
-            "--firestore-port",
-            str(ports[0]),
-            "--pubsub-port",
-            str(ports[1]),
-            "--storage-port",
-            str(ports[2]),
-            "--log-dir",
-            str(tmp_path),
-        ],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    stderr_path = tmp_path / "cli.err"
+    with stderr_path.open("wb") as stderr:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "emulator",
+                "start",
+                "--firestore-port",
+                str(ports[0]),
+                "--pubsub-port",
+                str(ports[1]),
+                "--storage-port",
+                str(ports[2]),
+                "--log-dir",
+                str(tmp_path),
+            ],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            start_new_session=True,
+        )
     try:
         assert process.stdout is not None
         lines = [process.stdout.readline().decode().strip() for _ in range(3)]
@@ -239,13 +223,19 @@ def test_cli_start_prints_exports_and_stops_on_sigterm(tmp_path: Path) -> None:
             f"export FIRESTORE_EMULATOR_HOST=127.0.0.1:{ports[0]}",
             f"export PUBSUB_EMULATOR_HOST=127.0.0.1:{ports[1]}",
             f"export STORAGE_EMULATOR_HOST=http://127.0.0.1:{ports[2]}",
-        ]
+        ], stderr_path.read_text(errors="replace")
         process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=30) == 0
+        assert process.wait(timeout=30) == 0, stderr_path.read_text(errors="replace")
     finally:
+        # The CLI's emulators live in process groups of their own: only the CLI can stop them,
+        # so it gets SIGTERM and time before SIGKILL would leave them behind.
         if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
     # The CLI's emulators ran in groups of their own: check their ports, not its group.
     for port in ports:
         assert _port_free(port)
@@ -275,7 +265,7 @@ def test_missing_java_names_the_install_command(
     monkeypatch.setenv("PATH", str(tmp_path))
     for start in (
         lambda: start_firestore(port=free_port(), project=PROJECT, log_dir=tmp_path),
-        lambda: start_pubsub(port=free_port(), project=PROJECT, log_dir=tmp_path),
+        lambda: start_pubsub(port=free_port(), log_dir=tmp_path),
         check_prerequisites,
     ):
         with pytest.raises(EmulatorUnavailable, match="apt-get install openjdk-17-jre-headless"):
@@ -337,7 +327,7 @@ def test_early_exit_reports_the_log_tail(tmp_path: Path, monkeypatch: pytest.Mon
     sdk = _fake_sdk(tmp_path / "sdk", 'echo "boom: bad flag $1"\nexit 3\n')
     monkeypatch.setenv("CLOUDSDK_ROOT", str(sdk))
     with pytest.raises(EmulatorFailed, match=r"(?s)exited with code 3.*boom: bad flag --host="):
-        start_pubsub(port=free_port(), project=PROJECT, log_dir=tmp_path / "logs")
+        start_pubsub(port=free_port(), log_dir=tmp_path / "logs")
 
 
 @needs_emulators
@@ -348,7 +338,7 @@ def test_not_ready_times_out_with_the_log_tail(
     monkeypatch.setenv("CLOUDSDK_ROOT", str(sdk))
     began = time.monotonic()
     with pytest.raises(EmulatorFailed, match=r"(?s)not ready .* after 1 s.*starting"):
-        start_pubsub(port=free_port(), project=PROJECT, log_dir=tmp_path / "logs", timeout=1)
+        start_pubsub(port=free_port(), log_dir=tmp_path / "logs", timeout=1)
     assert time.monotonic() - began < 5
 
 
@@ -377,7 +367,7 @@ def test_stop_kills_a_group_that_ignores_sigterm(tmp_path: Path) -> None:
         name="fake", host="127.0.0.1", port=1, process=process, log_path=tmp_path / "none"
     )
     try:
-        assert manager._wait_for(lambda: pidfile.exists() and pidfile.read_text() != "", 5)
+        assert processes.wait_for(lambda: pidfile.exists() and pidfile.read_text() != "", 5)
         assert emulator.group_alive()
         began = time.monotonic()
         emulator.stop(timeout=0.5)

@@ -1,5 +1,5 @@
-"""Tests for the flash-sale load test (scripts/loadtest, scripts/locustfile.py,
-scripts/loadtest_report.py).
+"""Tests for the flash-sale load test (scripts/loadtest: the scripts/load_test package, its
+locustfile, audit and report).
 
 The emulator test runs the small scenario end to end, exactly as a person would: its own local
 stack on free ports, a campaign through admin_api, 150 codes through the bucket and import_codes,
@@ -20,12 +20,11 @@ from typing import Any
 import pytest
 
 from emulator import EmulatorUnavailable, check_prerequisites
-from scripts import loadtest
-from scripts import loadtest_report as report
-from shared.audit import AuditReport
+from scripts.load_test import report
+from scripts.load_test.audit import Truth, audit_sale
+from scripts.support.audit import AuditReport
 
-REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "scripts" / "loadtest.py"
+REPO = Path(__file__).resolve().parents[2]
 # About 30 s on an idle two-core machine (stack start included); the rest is headroom for a
 # loaded CI machine. Exceeding it fails the test.
 TIMEOUT = 300
@@ -56,7 +55,8 @@ def test_small_sale_has_no_violation_and_issues_every_code(tmp_path: Path) -> No
     process = subprocess.Popen(
         [
             sys.executable,
-            str(SCRIPT),
+            "-m",
+            "scripts.load_test",
             "--shoppers",
             "300",
             "--codes",
@@ -141,9 +141,7 @@ def _journey(shopper: str, outcome: str, *, at: float, code: str | None = None) 
     }
 
 
-def _truth(
-    codes_by_user: dict[str, list[str]], *, codes_total: int, **lists: list[str]
-) -> loadtest.Truth:
+def _truth(codes_by_user: dict[str, list[str]], *, codes_total: int, **lists: list[str]) -> Truth:
     claims = sum(len(c) for c in codes_by_user.values())
     audit = AuditReport(
         campaign_id="c",
@@ -155,17 +153,17 @@ def _truth(
         max_per_user=1,
         **lists,
     )
-    return loadtest.Truth(audit=audit, codes_by_user=codes_by_user, claimed_at=[])
+    return Truth(audit=audit, codes_by_user=codes_by_user, claimed_at=[])
 
 
 def _violations(
-    records: list[dict[str, Any]], truth: loadtest.Truth, *, shoppers: int, claimed: int
+    records: list[dict[str, Any]], truth: Truth, *, shoppers: int, claimed: int
 ) -> dict[str, int]:
     counters = {
         "stats": {"claimed": claimed, "codes_total": truth.audit.codes_total},
         "seconds_to_settle": 0.1,
     }
-    checks, _ = loadtest.audit_sale(records, truth, counters, shoppers=shoppers, max_per_user=1)
+    checks, _ = audit_sale(records, truth, counters, shoppers=shoppers, max_per_user=1)
     return {c.name: c.count for c in checks if c.count}
 
 

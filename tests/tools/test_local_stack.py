@@ -1,50 +1,28 @@
-"""Tests for scripts/local_stack.py, the local stack behind ./scripts/run."""
+"""Tests for scripts/localstack, the local stack behind ./scripts/run."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-from emulator import EmulatorUnavailable, RunningEmulator, check_prerequisites, free_port
+from emulator import RunningEmulator, free_port
 from emulator import start_pubsub as start_pubsub_emulator
+from scripts.localstack import config, functions, resources
 
-REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "scripts" / "local_stack.py"
+REPO = Path(__file__).resolve().parents[2]
 # Cold start is about 5 s on two cores; the rest is headroom for a loaded CI machine.
 CHECK_TIMEOUT = 240
 
 
-def _load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("local_stack", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    # dataclasses look their module up in sys.modules while the module executes.
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-local_stack = _load_script()
-
-
-def _require_emulators() -> None:
-    """Missing Java or emulators fail the test, with the install hint: never a silent skip."""
-    try:
-        check_prerequisites()
-    except EmulatorUnavailable as exc:
-        missing = str(exc)
-    else:
-        return
-    pytest.fail(f"the local stack cannot run here: {missing}", pytrace=False)
+# Missing Java or emulators fail these tests with the install hint (conftest.py): never a silent
+# skip.
+needs_emulators = pytest.mark.usefixtures("emulator_prerequisites")
 
 
 def _distinct_free_ports(count: int) -> list[int]:
@@ -69,11 +47,11 @@ def _clean_env() -> dict[str, str]:
 
 
 @pytest.mark.emulator
+@needs_emulators
 def test_check_starts_everything_claims_once_and_stops(tmp_path: Path) -> None:
-    _require_emulators()
     env = _clean_env()
-    ports = _distinct_free_ports(len(local_stack.PORTS))
-    for port, number in zip(local_stack.PORTS, ports, strict=True):
+    ports = _distinct_free_ports(len(config.PORTS))
+    for port, number in zip(config.PORTS, ports, strict=True):
         env[port.env] = str(number)
     # Small servers: the test only claims once.
     env["CODEDROP_CLAIM_API_WORKERS"] = "1"
@@ -81,7 +59,7 @@ def test_check_starts_everything_claims_once_and_stops(tmp_path: Path) -> None:
     log_dir = tmp_path / "logs"
 
     process = subprocess.Popen(
-        [sys.executable, str(SCRIPT), "--check", "--log-dir", str(log_dir)],
+        [sys.executable, "-m", "scripts.localstack", "--check", "--log-dir", str(log_dir)],
         cwd=REPO,
         env=env,
         stdin=subprocess.DEVNULL,
@@ -103,7 +81,7 @@ def test_check_starts_everything_claims_once_and_stops(tmp_path: Path) -> None:
     )
     assert process.returncode == 0, diagnostics
     lines = stdout.splitlines()
-    assert local_stack.READY_LINE in lines, diagnostics
+    assert config.READY_LINE in lines, diagnostics
     assert any(line.startswith("check: claim answered 201 with code ") for line in lines), (
         diagnostics
     )
@@ -130,21 +108,21 @@ def test_functions_are_found_in_main_py_without_importing_it(tmp_path: Path) -> 
         "def count_usage(event): ...\n"
         "def helper(): ...\n"
     )
-    found = local_stack.defined_functions(main_py)
+    found = functions.defined_functions(main_py)
     assert [f.name for f in found] == ["claim_api", "count_usage"]
     assert [f.signature_type for f in found] == ["http", "cloudevent"]
 
 
 def test_the_real_main_py_has_the_http_entry_points() -> None:
-    names = {f.name for f in local_stack.defined_functions()}
+    names = {f.name for f in functions.defined_functions()}
     assert {"claim_api", "admin_api"} <= names
 
 
 def test_every_port_has_its_own_variable_and_default() -> None:
-    table = local_stack.environment_table()
+    table = config.environment_table()
     names = [var.name for var in table]
     assert len(names) == len(set(names))
-    defaults = {port.env: port.default for port in local_stack.PORTS}
+    defaults = {port.env: port.default for port in config.PORTS}
     assert defaults == {
         "CODEDROP_FIRESTORE_PORT": 8080,
         "CODEDROP_PUBSUB_PORT": 8085,
@@ -153,17 +131,17 @@ def test_every_port_has_its_own_variable_and_default() -> None:
         "CODEDROP_ADMIN_API_PORT": 8002,
         "CODEDROP_COUNT_USAGE_PORT": 8003,
         "CODEDROP_IMPORT_CODES_PORT": 8004,
+        "CODEDROP_SWEEP_PORT": 8006,
     }
-    for function in local_stack.FUNCTIONS:
-        assert function.port_key in {port.key for port in local_stack.PORTS}
+    for function in config.FUNCTIONS:
+        assert function.port_key in {port.key for port in config.PORTS}
 
 
 @pytest.fixture
-def pubsub_emulator(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RunningEmulator]:
-    _require_emulators()
-    emulator = start_pubsub_emulator(
-        port=free_port(), project="demo-local-stack", log_dir=tmp_path / "logs"
-    )
+def pubsub_emulator(
+    emulator_prerequisites: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[RunningEmulator]:
+    emulator = start_pubsub_emulator(port=free_port(), log_dir=tmp_path / "logs")
     try:
         monkeypatch.setenv("PUBSUB_EMULATOR_HOST", emulator.host_port)
         yield emulator
@@ -177,9 +155,9 @@ def test_count_usage_gets_a_push_subscription_with_retries_and_dead_letters(
 ) -> None:
     from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
 
-    config = local_stack.Config(
+    stack_config = config.Config(
         project="demo-local-stack",
-        ports={port.key: port.default for port in local_stack.PORTS},
+        ports={port.key: port.default for port in config.PORTS},
         log_dir=tmp_path,
         bucket="codedrop-imports",
         topic="coupon-events",
@@ -188,10 +166,12 @@ def test_count_usage_gets_a_push_subscription_with_retries_and_dead_letters(
         demo=False,
         check=False,
     )
-    created = local_stack.create_pubsub_resources(config, count_usage_url="http://127.0.0.1:18003")
+    created = resources.create_pubsub_resources(
+        stack_config, count_usage_url="http://127.0.0.1:18003"
+    )
     assert "topic coupon-events" in created
     # Running it twice (resources already there) is harmless.
-    assert local_stack.create_pubsub_resources(config, count_usage_url=None) == [
+    assert resources.create_pubsub_resources(stack_config, count_usage_url=None) == [
         "topic coupon-events"
     ]
 

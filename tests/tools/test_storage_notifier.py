@@ -1,4 +1,4 @@
-"""scripts/storage_notifier.py: object-finalized CloudEvents for the Storage emulator.
+"""scripts/localstack/storage_notifier.py: object-finalized CloudEvents for the Storage emulator.
 
 The delivery tests use a small HTTP server in this process; the end-to-end tests run the real
 import_codes under functions-framework (a subprocess on a free port) against the suite's
@@ -7,13 +7,8 @@ emulators, and upload with google-cloud-storage as a marketer's tool would.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -27,8 +22,8 @@ from google.cloud import firestore
 from google.cloud.storage import Client as StorageClient
 
 from emulator import EmulatorStack, free_port
-from scripts import local_stack
-from scripts.storage_notifier import (
+from scripts.localstack import stack
+from scripts.localstack.storage_notifier import (
     EVENT_TYPE,
     StorageNotifier,
     backoff_delays,
@@ -36,115 +31,13 @@ from scripts.storage_notifier import (
     finalized_event,
     object_resource,
 )
-from shared import job_store
-from shared.import_service import StoredObject, import_job_id
-from shared.models import JobRecord
-from tests.conftest import BUCKET, MAIN, ROOT, MakeCampaign
+from shared.intake import jobs as job_store
+from shared.intake.models import JobRecord
+from shared.intake.service import StoredObject, import_job_id
+from tests.support.servers import fast_notifier, function_servers
+from tests.support.stack import BUCKET, ROOT, MakeCampaign
 
 # --- a functions-framework server, as the local stack runs it ---------------------------------
-
-
-class FunctionServer:
-    """functions-framework serving `target` on a free port in a process group of its own, with
-    this process's environment (the emulators fixture's)."""
-
-    def __init__(self, target: str, *, signature_type: str, run_dir: Path) -> None:
-        self.target = target
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        run_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = run_dir / f"{target}.log"
-        command = [
-            str(Path(sys.executable).parent / "functions-framework"),
-            "--target",
-            target,
-            "--source",
-            MAIN,
-            "--signature-type",
-            signature_type,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ]
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(ROOT),
-            "PYTHONUNBUFFERED": "1",
-            "WORKERS": "1",
-            "THREADS": "4",
-            # gunicorn 27 otherwise opens ~/.gunicorn/gunicorn.ctl, shared by every server.
-            "XDG_RUNTIME_DIR": str(run_dir),
-        }
-        with self.log_path.open("wb") as log_file:
-            self.process = subprocess.Popen(
-                command,
-                cwd=ROOT,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-    def wait_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while not _answers(self.url):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                pytest.fail(
-                    f"{self.target} did not start (exit {self.process.poll()}):\n"
-                    + self.log_path.read_text(errors="replace")[-3000:]
-                )
-            time.sleep(0.1)
-
-    def terminate(self) -> None:
-        """SIGTERM to the group: gunicorn's master and its workers."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGTERM)
-
-    def stop(self) -> None:
-        """terminate(), wait, then SIGKILL whatever is left of the group."""
-        self.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(timeout=10)
-        # Whatever is left of the group (a worker that outlived its master) goes too.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        if self.process.returncode is None:
-            self.process.wait(timeout=5)
-
-
-@contextlib.contextmanager
-def function_servers(specs: dict[str, str], *, run_dir: Path) -> Iterator[dict[str, str]]:
-    """Servers for {target: signature_type}, started side by side; their URLs by target."""
-    servers = [
-        FunctionServer(target, signature_type=kind, run_dir=run_dir / target)
-        for target, kind in specs.items()
-    ]
-    try:
-        for server in servers:
-            server.wait_ready()
-        yield {server.target: server.url for server in servers}
-    finally:
-        for server in servers:
-            server.terminate()  # all at once: each takes about a second to stop
-        for server in servers:
-            server.stop()
-
-
-def _answers(url: str) -> bool:
-    import urllib.error
-    import urllib.request
-
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        opener.open(url, timeout=2).close()
-    except urllib.error.HTTPError:
-        return True  # any status: it is up
-    except OSError:
-        return False
-    return True
 
 
 @pytest.fixture(scope="module")
@@ -206,7 +99,7 @@ def test_the_event_is_the_one_eventarc_sends_in_binary_mode() -> None:
     body = json.loads(event.body)
     assert body == {**FIXTURE["data"], "metadata": {"codedrop-generate-job": "gen-1"}}
     # What import_codes makes of it: the same job as Cloud Storage's own event.
-    from shared.import_service import object_from_event
+    from shared.intake.service import object_from_event
 
     assert object_from_event(body) == object_from_event(
         {**FIXTURE["data"], "metadata": {"codedrop-generate-job": "gen-1"}}
@@ -285,10 +178,10 @@ def test_delivery_gives_up_after_the_last_attempt_with_an_error(
 
 
 def test_the_local_stack_starts_it_only_beside_import_codes(tmp_path: Path) -> None:
-    assert local_stack.storage_notifier in local_stack.WATCHERS
+    assert stack.storage_notifier in stack.WATCHERS
 
-    def info(functions: dict[str, str]) -> local_stack.StackInfo:
-        return local_stack.StackInfo(
+    def info(functions: dict[str, str]) -> stack.StackInfo:
+        return stack.StackInfo(
             project="demo-x",
             bucket="codedrop-imports",
             topic="coupon-events",
@@ -297,8 +190,8 @@ def test_the_local_stack_starts_it_only_beside_import_codes(tmp_path: Path) -> N
             log_dir=tmp_path,
         )
 
-    assert local_stack.storage_notifier(info({"claim_api": "http://127.0.0.1:8001"})) is None
-    watcher = local_stack.storage_notifier(info({"import_codes": "http://127.0.0.1:8004"}))
+    assert stack.storage_notifier(info({"claim_api": "http://127.0.0.1:8001"})) is None
+    watcher = stack.storage_notifier(info({"import_codes": "http://127.0.0.1:8004"}))
     assert isinstance(watcher, StorageNotifier)
     assert watcher.target_url == "http://127.0.0.1:8004/"
     assert watcher.bucket == "codedrop-imports"
@@ -315,14 +208,7 @@ def notifier(storage_client: StorageClient, import_codes_url: str) -> Iterator[N
     started: list[StorageNotifier] = []
 
     def start() -> StorageNotifier:
-        watcher = StorageNotifier(
-            client=storage_client,
-            bucket=BUCKET,
-            target_url=f"{import_codes_url}/",
-            poll_interval=0.1,
-            max_attempts=3,
-            first_backoff=0.1,
-        )
+        watcher = fast_notifier(storage_client, f"{import_codes_url}/")
         watcher.start()
         started.append(watcher)
         return watcher
@@ -406,12 +292,12 @@ def test_generated_codes_go_through_the_bucket_and_are_imported(
 ) -> None:
     """codes:generate writes a request object, import_codes answers it with a CSV, which is
     imported: two events the notifier must deliver in turn."""
-    from shared.models import GenerateCodes
-    from shared.runtime import get_intake
+    from shared.container import instance_services
+    from shared.intake.models import GenerateCodes
 
     campaign_id = make_campaign()
     notifier()
-    job = get_intake().request_generation(
+    job = instance_services().intake.request_generation(
         campaign_id=campaign_id, spec=GenerateCodes(count=25, length=8, prefix="G")
     )
 
@@ -433,13 +319,8 @@ def test_an_unreachable_import_codes_is_retried_then_given_up(
     put: Callable[[str, str], StoredObject],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    watcher = StorageNotifier(
-        client=storage_client,
-        bucket=BUCKET,
-        target_url=f"http://127.0.0.1:{free_port()}/",
-        poll_interval=0.1,
-        max_attempts=2,
-        first_backoff=0.05,
+    watcher = fast_notifier(
+        storage_client, f"http://127.0.0.1:{free_port()}/", max_attempts=2, first_backoff=0.05
     )
     name = f"imports/nobody-{uuid.uuid4().hex[:8]}/codes.csv"
     with caplog.at_level(logging.WARNING, logger="storage_notifier"):

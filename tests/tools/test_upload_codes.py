@@ -1,4 +1,4 @@
-"""scripts/upload_codes.py: upload a CSV, follow its job through admin_api, summarise.
+"""scripts/tools/upload_codes.py: upload a CSV, follow its job through admin_api, summarise.
 
 End to end against the suite's emulators: admin_api and import_codes run under
 functions-framework (subprocesses on free ports), the storage notifier delivers the upload's
@@ -17,11 +17,11 @@ import pytest
 from google.cloud.storage import Client as StorageClient
 
 from emulator import EmulatorStack, free_port
-from scripts import upload_codes
-from scripts.storage_notifier import StorageNotifier, running
-from shared.import_service import StoredObject, import_job_id
-from tests.conftest import BUCKET, PROJECT, ROOT, MakeCampaign
-from tests.test_storage_notifier import function_servers
+from scripts.localstack.storage_notifier import StorageNotifier, running
+from scripts.tools import upload_codes
+from shared.intake.service import StoredObject, import_job_id
+from tests.support.servers import fast_notifier, function_servers
+from tests.support.stack import BUCKET, PROJECT, ROOT, MakeCampaign
 
 CSV = (
     "\ufeffcode,note\r\n"
@@ -49,15 +49,7 @@ def servers(
 
 @pytest.fixture
 def notifier(storage_client: StorageClient, servers: dict[str, str]) -> Iterator[StorageNotifier]:
-    watcher = StorageNotifier(
-        client=storage_client,
-        bucket=BUCKET,
-        target_url=f"{servers['import_codes']}/",
-        poll_interval=0.1,
-        max_attempts=3,
-        first_backoff=0.1,
-    )
-    with running(watcher):
+    with running(fast_notifier(storage_client, f"{servers['import_codes']}/")) as watcher:
         yield watcher
 
 

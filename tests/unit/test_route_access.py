@@ -7,7 +7,7 @@ import re
 import pytest
 
 from shared.container import Services
-from shared.http import admin_api, claim_api
+from shared.http import admin_api, claim_api, maintenance_api
 from shared.http.routing import Access, RouteInfo, Router
 from shared.settings import Settings
 from tests.support.api import auth, router_client
@@ -35,6 +35,15 @@ def test_only_the_campaign_view_of_claim_api_is_public() -> None:
     public = [(r.methods, r.rule) for r in routes if r.access is Access.PUBLIC]
     assert public == [(("GET",), "/v1/campaigns/<campaign_id>")]
     assert {r.access for r in routes if r.access is not Access.PUBLIC} == {Access.SHOPPER}
+
+
+def test_only_the_scheduled_sweep_relies_on_iam() -> None:
+    """IAM access is for a function deployed private; every other router checks tokens."""
+    assert [(r.methods, r.rule, r.access) for r in maintenance_api.router.routes()] == [
+        (("POST",), "/", Access.IAM)
+    ]
+    for router in (admin_api.router, claim_api.router):
+        assert Access.IAM not in {r.access for r in router.routes()}
 
 
 @pytest.mark.parametrize("router", [admin_api.router, claim_api.router], ids=["admin", "claim"])

@@ -1,15 +1,17 @@
 """Flash-sale shoppers for locust: each one opens the campaign, claims a code once, and reads it
 back; a share of them double-click the claim button.
 
-Headless (./scripts/loadtest runs it this way, after creating the campaign and its codes):
+Headless (./scripts/loadtest runs it this way, after creating the campaign and its codes), from
+the repository root (locust puts the working directory on the import path; the shoppers' ID
+tokens come from the `emulator` package):
 
-    locust -f scripts/locustfile.py --headless -u 10000 -r 333 --host http://127.0.0.1:8001 \\
-        --campaign CAMPAIGN_ID [--project demo-codedrop] [--double-click-share 0.1] \\
-        [--record responses.jsonl]
+    locust -f scripts/load_test/locustfile.py --headless -u 10000 -r 333 \\
+        --host http://127.0.0.1:8001 --campaign CAMPAIGN_ID [--project demo-codedrop] \\
+        [--double-click-share 0.1] [--record responses.jsonl]
 
-In locust's web UI (`locust -f scripts/locustfile.py --host http://127.0.0.1:8001 --campaign
-ID`; `./scripts/loadtest --prepare-only` creates a campaign and prints this command), the user
-count is the number of shoppers and the spawn rate their arrival rate.
+In locust's web UI (`locust -f scripts/load_test/locustfile.py --host http://127.0.0.1:8001
+--campaign ID`; `./scripts/loadtest --prepare-only` creates a campaign and prints this command),
+the user count is the number of shoppers and the spawn rate their arrival rate.
 
 Every shopper is one locust user that makes one journey, then idles until the run ends (so the
 user count is the number of shoppers, also during a ramp):
@@ -37,11 +39,10 @@ import json
 import os
 import random
 import secrets
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
+from http.client import HTTPException
 from typing import Any, TypeVar, cast
 
 import gevent  # type: ignore[import-untyped]
@@ -52,11 +53,7 @@ from locust.env import Environment
 from locust.event import EventHook
 from locust.runners import MasterRunner, WorkerRunner
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from emulator.tokens import emulator_id_token  # noqa: E402
+from emulator.tokens import emulator_id_token
 
 # With --processes, the master stops the run when a worker misses 3 heartbeats (3 s) and
 # starts it again when the worker is back, with new users. On a machine that the system under
@@ -248,7 +245,7 @@ def _body(response: Any) -> dict[str, Any]:
     """The JSON object body of a response, or {} (a connection error has no body)."""
     try:
         text = response.text if response is not None else None
-    except Exception:
+    except (OSError, HTTPException, LookupError):  # the body broke off, or an unknown charset
         return {}
     if not text:
         return {}

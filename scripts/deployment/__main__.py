@@ -1,0 +1,5 @@
+import sys
+
+from scripts.deployment.cli import main
+
+sys.exit(main())

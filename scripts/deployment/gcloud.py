@@ -1,0 +1,160 @@
+"""The gcloud command that deploys one function: trigger, sizing, environment and secrets."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from scripts.deployment import DeployError
+from scripts.deployment.functions import FunctionSpec, Trigger
+
+GCS_OBJECT_FINALIZED = "google.cloud.storage.object.v1.finalized"
+
+ENV_KEY = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+# Set by Cloud Run / Cloud Functions itself; a deploy must not set them.
+RESERVED_ENV = frozenset(
+    {
+        "PORT",
+        "K_SERVICE",
+        "K_REVISION",
+        "K_CONFIGURATION",
+        "FUNCTION_TARGET",
+        "FUNCTION_SIGNATURE_TYPE",
+    }
+)
+# Set by this script from its own options; `--env` may not override them.
+MANAGED_ENV = frozenset(
+    {
+        "GOOGLE_CLOUD_PROJECT",
+        "CODEDROP_IMPORTS_BUCKET",
+        "CODEDROP_EVENTS_TOPIC",
+        "CODEDROP_CORS_ORIGINS",
+        "THREADS",
+    }
+)
+
+
+def runtime_env(
+    *,
+    project: str,
+    imports_bucket: str,
+    events_topic: str,
+    cors_origins: Sequence[str] = (),
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The environment every function gets. Never an emulator switch."""
+    env = {
+        # Not set automatically for current Python runtimes; shared.settings would otherwise
+        # fall back to its local default, the demo project.
+        "GOOGLE_CLOUD_PROJECT": project,
+        "CODEDROP_IMPORTS_BUCKET": imports_bucket,
+        "CODEDROP_EVENTS_TOPIC": events_topic,
+    }
+    if cors_origins:
+        env["CODEDROP_CORS_ORIGINS"] = ",".join(cors_origins)
+    env.update(extra or {})
+    _check_env(env)
+    return env
+
+
+def _check_env(env: Mapping[str, str]) -> None:
+    for key in env:
+        if key.endswith("_EMULATOR_HOST"):
+            raise DeployError(f"{key} is an emulator switch and is never deployed")
+        if key in RESERVED_ENV:
+            raise DeployError(f"{key} is reserved by Cloud Functions and cannot be set")
+        if not ENV_KEY.match(key):
+            raise DeployError(f"{key!r} is not a valid environment variable name")
+
+
+def env_vars_flag(env: Mapping[str, str]) -> str:
+    """`--set-env-vars=...`, with gcloud's ^DELIM^ syntax when a value holds a comma."""
+    items = [f"{key}={value}" for key, value in env.items()]
+    if not any("," in value for value in env.values()):
+        return "--set-env-vars=" + ",".join(items)
+    for delimiter in ("@", ";", "|", "~", "#", "::"):
+        if not any(delimiter in item for item in items):
+            return f"--set-env-vars=^{delimiter}^" + delimiter.join(items)
+    raise DeployError("no delimiter is free for --set-env-vars; simplify the values")
+
+
+def account_email(account: str, project: str) -> str:
+    """A codedrop service account's email (ids are 6-30 characters: codedrop-<account>)."""
+    return f"codedrop-{account}@{project}.iam.gserviceaccount.com"
+
+
+def trigger_flags(
+    spec: FunctionSpec,
+    *,
+    project: str,
+    imports_bucket: str,
+    trigger_location: str | None = None,
+) -> list[str]:
+    if spec.trigger is Trigger.PUBLIC_HTTP:
+        flags = ["--trigger-http", "--allow-unauthenticated"]
+    elif spec.trigger in (Trigger.PRIVATE_HTTP, Trigger.PUSH_SUBSCRIPTION):
+        # Explicit, so gcloud neither prompts nor leaves an old allUsers binding in place.
+        flags = ["--trigger-http", "--no-allow-unauthenticated"]
+    else:
+        flags = [
+            f"--trigger-event-filters=type={GCS_OBJECT_FINALIZED}",
+            f"--trigger-event-filters=bucket={imports_bucket}",
+            f"--trigger-service-account={account_email(INVOKER_ACCOUNT, project)}",
+        ]
+        if trigger_location:
+            flags.append(f"--trigger-location={trigger_location}")
+    if spec.retry:
+        flags.append("--retry")
+    return flags
+
+
+DEFAULT_TICKET_SECRET = "codedrop-ticket-secret"  # noqa: S105 (a secret's name, not its value)
+# Cloud Scheduler, the Pub/Sub push subscription and Eventarc sign their requests as this one.
+INVOKER_ACCOUNT = "invoker"
+
+
+def build_command(
+    spec: FunctionSpec,
+    *,
+    project: str,
+    region: str,
+    runtime: str,
+    source: Path,
+    env: Mapping[str, str],
+    imports_bucket: str,
+    min_instances: int | None = None,
+    trigger_location: str | None = None,
+    ticket_secret: str = DEFAULT_TICKET_SECRET,
+) -> list[str]:
+    function_env = {**env, "THREADS": str(spec.concurrency)}
+    _check_env(function_env)
+    return [
+        "gcloud",
+        "functions",
+        "deploy",
+        spec.service,
+        "--gen2",
+        f"--project={project}",
+        f"--region={region}",
+        f"--runtime={runtime}",
+        f"--source={source}",
+        f"--entry-point={spec.entry_point}",
+        *trigger_flags(
+            spec,
+            project=project,
+            imports_bucket=imports_bucket,
+            trigger_location=trigger_location,
+        ),
+        f"--memory={spec.memory}",
+        f"--cpu={spec.cpu}",
+        f"--concurrency={spec.concurrency}",
+        f"--min-instances={spec.min_instances if min_instances is None else min_instances}",
+        f"--max-instances={spec.max_instances}",
+        f"--timeout={spec.timeout}",
+        f"--run-service-account={account_email(spec.account, project)}",
+        env_vars_flag(function_env),
+        # Every function validates the settings at start-up, and outside demo- projects the
+        # waiting-room ticket key is required: it comes from Secret Manager, never the source.
+        f"--set-secrets=CODEDROP_TICKET_SECRET={ticket_secret}:latest",
+    ]

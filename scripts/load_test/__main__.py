@@ -1,0 +1,5 @@
+import sys
+
+from scripts.load_test.cli import main
+
+sys.exit(main())

@@ -1,0 +1,133 @@
+"""The benchmarks' RPC counter (scripts/support/firestore_rpcs.py) on the emulator: documents read
+and written are counted per RPC as Firestore bills them, from any thread, and the client is left
+as it was."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from google.api_core import exceptions as gexc
+from google.cloud import firestore
+from google.cloud.firestore_v1.base_query import FieldFilter
+
+from scripts.support.firestore_rpcs import RpcCounter, RpcCounts
+
+pytestmark = pytest.mark.emulator
+
+
+@pytest.fixture
+def collection(db: firestore.Client) -> Iterator[firestore.CollectionReference]:
+    """A collection of three documents, n = 0, 1, 2, written before counting starts."""
+    ref = db.collection(f"rpc-test-{uuid.uuid4().hex[:12]}")
+    batch = db.batch()
+    for n in range(3):
+        batch.set(ref.document(f"d{n}"), {"n": n})
+    batch.commit()
+    yield ref
+    db.recursive_delete(ref)
+
+
+def counted(db: firestore.Client, work: Callable[[], object]) -> RpcCounts:
+    with RpcCounter(db) as counter:
+        work()
+        return counter.snapshot()
+
+
+def test_a_batch_get_reads_every_document_asked_for_found_or_missing(
+    db: firestore.Client, collection: firestore.CollectionReference
+) -> None:
+    refs = [collection.document("d0"), collection.document("d1"), collection.document("nope")]
+    counts = counted(db, lambda: list(db.get_all(refs)))
+    assert counts.reads == {"batch_get_documents": 3}
+    assert counts.missing == 1
+    assert counts.calls == {"batch_get_documents": 1}
+    assert counts.writes == 0
+
+
+def test_a_query_reads_what_it_returns_and_an_empty_one_costs_one_read(
+    db: firestore.Client, collection: firestore.CollectionReference
+) -> None:
+    def queries() -> None:
+        assert len(collection.where(filter=FieldFilter("n", ">=", 1)).get()) == 2
+        assert collection.where(filter=FieldFilter("n", ">", 5)).get() == []
+
+    counts = counted(db, queries)
+    assert counts.reads == {"run_query": 3}
+    assert counts.empty_queries == 1
+    assert counts.calls == {"run_query": 2}
+
+
+def test_a_count_is_one_read(
+    db: firestore.Client, collection: firestore.CollectionReference
+) -> None:
+    counts = counted(db, lambda: collection.count().get())  # type: ignore[no-untyped-call]
+    assert counts.reads == {"run_aggregation_query": 1}
+
+
+def test_writes_are_counted_when_the_commit_succeeds_and_rejected_when_it_fails(
+    db: firestore.Client, collection: firestore.CollectionReference
+) -> None:
+    def commits() -> None:
+        batch = db.batch()
+        batch.create(collection.document("new"), {"n": 9})
+        batch.update(collection.document("d0"), {"n": 10})
+        batch.commit()
+        failing = db.batch()
+        failing.create(collection.document("d1"), {"n": 11})  # exists: nothing is written
+        failing.set(collection.document("other"), {"n": 12})
+        with pytest.raises(gexc.AlreadyExists):
+            failing.commit()
+
+    counts = counted(db, commits)
+    assert counts.writes == 2
+    assert counts.writes_rejected == 2
+    assert counts.calls == {"commit": 2}
+    assert counts.errors == {"commit: AlreadyExists": 1}
+    assert counts.failed("AlreadyExists") == 1
+    assert not collection.document("other").get().exists
+
+
+def test_a_transaction_counts_its_begin_reads_and_commit(
+    db: firestore.Client, collection: firestore.CollectionReference
+) -> None:
+    @firestore.transactional
+    def bump(transaction: firestore.Transaction) -> None:
+        snapshot = collection.document("d2").get(transaction=transaction)
+        transaction.update(snapshot.reference, {"n": (snapshot.get("n") or 0) + 1})
+
+    counts = counted(db, lambda: bump(db.transaction()))
+    assert counts.calls == {"begin_transaction": 1, "batch_get_documents": 1, "commit": 1}
+    assert counts.documents_read == 1
+    assert counts.writes == 1
+
+
+def test_counts_from_many_threads_add_up_and_snapshots_subtract(
+    db: firestore.Client, collection: firestore.CollectionReference
+) -> None:
+    ref = collection.document("d0")
+    with RpcCounter(db) as counter:
+        ref.get()
+        before = counter.snapshot()
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda _: ref.get(), range(200)))
+        phase = counter.snapshot() - before
+    assert phase.reads == {"batch_get_documents": 200}
+    assert phase.calls == {"batch_get_documents": 200}
+    assert (before + phase).documents_read == 201
+
+
+def test_closing_puts_the_client_back(
+    db: firestore.Client, collection: firestore.CollectionReference
+) -> None:
+    api = db._firestore_api
+    counter = RpcCounter(db)
+    with pytest.raises(RuntimeError, match="already counted"):
+        RpcCounter(db)
+    counter.close()
+    collection.document("d0").get()
+    assert counter.snapshot().documents_read == 0
+    assert "batch_get_documents" not in vars(api)
+    assert "commit" not in vars(api)
