@@ -1,15 +1,19 @@
-"""Local Firestore, Pub/Sub and Cloud Storage emulators for codedrop (`python -m emulator`)."""
+"""Local Firestore, Pub/Sub, Cloud Storage and Firebase Auth emulators for codedrop
+(`python -m emulator`)."""
 
 from emulator.manager import (
     EmulatorFailed,
     EmulatorStack,
     EmulatorUnavailable,
     RunningEmulator,
+    check_auth_prerequisites,
     check_prerequisites,
     find_sdk_root,
     free_port,
+    reset_auth,
     reset_firestore,
     reset_pubsub,
+    start_auth,
     start_firestore,
     start_pubsub,
     start_storage,
@@ -20,11 +24,14 @@ __all__ = [
     "EmulatorStack",
     "EmulatorUnavailable",
     "RunningEmulator",
+    "check_auth_prerequisites",
     "check_prerequisites",
     "find_sdk_root",
     "free_port",
+    "reset_auth",
     "reset_firestore",
     "reset_pubsub",
+    "start_auth",
     "start_firestore",
     "start_pubsub",
     "start_storage",

@@ -17,7 +17,16 @@ from flask.testing import FlaskClient
 from google.cloud import firestore
 from google.cloud.storage import Client as StorageClient
 
-from emulator import EmulatorStack, EmulatorUnavailable, check_prerequisites
+from emulator import (
+    EmulatorStack,
+    EmulatorUnavailable,
+    RunningEmulator,
+    check_auth_prerequisites,
+    check_prerequisites,
+    free_port,
+    start_auth,
+)
+from emulator.auth import AuthEmulatorClient
 from scripts.support.firestore_indexes import IndexConfig, QueryShape, Recorder, recording
 from tests.support.api import function_client
 from tests.support.cloudevents import deliver, published_event
@@ -117,7 +126,9 @@ def emulators(
         for name, value in stack.env().items():
             mp.setenv(name, value)
         mp.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
-        # Only a switch: firebase-admin then accepts unsigned emulator-format ID tokens.
+        # A switch for this process: firebase-admin then accepts the unsigned ID tokens of the
+        # Auth emulator's format without calling it (tests that sign users in for real start
+        # the emulator with `auth_emulator`).
         mp.setenv("FIREBASE_AUTH_EMULATOR_HOST", "127.0.0.1:9099")
         mp.setenv("CODEDROP_CORS_ORIGINS", CORS_ORIGIN)
         mp.setenv("CODEDROP_IMPORTS_BUCKET", BUCKET)
@@ -127,6 +138,29 @@ def emulators(
         _create_topic_and_pump_subscription()
         yield stack
     reset_instance()
+
+
+@pytest.fixture(scope="session")
+def auth_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningEmulator]:
+    """The Firebase Auth emulator, started on first use: its start costs 10-30 s of CPU, so
+    only the tests that sign users in ask for it. Node.js and firebase-tools are required."""
+    try:
+        check_auth_prerequisites()
+    except EmulatorUnavailable as exc:
+        pytest.fail(f"sign-in tests cannot run here: {exc}", pytrace=False)
+    emulator = start_auth(
+        port=free_port(), project=PROJECT, log_dir=tmp_path_factory.mktemp("auth-emulator")
+    )
+    try:
+        yield emulator
+    finally:
+        emulator.stop()
+
+
+@pytest.fixture(scope="session")
+def auth_users(auth_emulator: RunningEmulator) -> AuthEmulatorClient:
+    """Sign users up and in on the Auth emulator, as a page or a console would."""
+    return AuthEmulatorClient(auth_emulator.host_port, project=PROJECT)
 
 
 def _create_topic_and_pump_subscription() -> None:

@@ -16,9 +16,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from emulator import EmulatorStack, free_port
-from tests.support.auth_emulator import AuthEmulator, AuthEmulatorUnavailable
-from tests.support.pages import PageConfig, PageServer, PagesUnavailable
+from emulator import EmulatorStack, RunningEmulator, free_port
+from emulator.auth import AuthEmulatorClient
+from scripts.localstack.pages import PageConfig, PageServer, PagesUnavailable
 from tests.support.servers import function_servers
 from tests.support.stack import CORS_ORIGIN, PROJECT
 
@@ -67,27 +67,18 @@ def browser() -> Iterator[Browser]:
         launched.close()
 
 
-@pytest.fixture(scope="session")
-def auth_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthEmulator]:
-    try:
-        emulator = AuthEmulator(project=PROJECT, log_dir=tmp_path_factory.mktemp("auth-emulator"))
-    except AuthEmulatorUnavailable as exc:
-        pytest.fail(f"browser tests cannot run here: {exc}", pytrace=False)
-    with emulator:
-        yield emulator
-
-
 @dataclass(frozen=True)
 class WebStack:
     page_url: str
     api_url: str
-    auth: AuthEmulator
+    auth: AuthEmulatorClient
 
 
 @pytest.fixture(scope="session")
 def web_stack(
     emulators: EmulatorStack,
-    auth_emulator: AuthEmulator,
+    auth_emulator: RunningEmulator,
+    auth_users: AuthEmulatorClient,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[WebStack]:
     """claim_api over HTTP (its CORS allowing the page's origin) and the page server."""
@@ -100,13 +91,15 @@ def web_stack(
             run_dir = tmp_path_factory.mktemp("browser-functions")
             urls = stack.enter_context(function_servers({"claim_api": "http"}, run_dir=run_dir))
         config = PageConfig(
-            api_base=urls["claim_api"], project=PROJECT, auth_emulator_url=auth_emulator.url
+            api_base=urls["claim_api"],
+            project=PROJECT,
+            auth_emulator_url=f"http://{auth_emulator.host_port}",
         )
         try:
             pages = stack.enter_context(PageServer(host="127.0.0.1", port=page_port, config=config))
         except PagesUnavailable as exc:
             pytest.fail(f"browser tests cannot run here: {exc}", pytrace=False)
-        yield WebStack(page_url=pages.url, api_url=urls["claim_api"], auth=auth_emulator)
+        yield WebStack(page_url=pages.url, api_url=urls["claim_api"], auth=auth_users)
 
 
 @dataclass

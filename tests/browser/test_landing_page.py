@@ -164,3 +164,26 @@ def test_a_campaign_that_has_not_started_counts_down_then_claims(
 
     expect(page.get_by_test_id("code")).to_have_text(re.compile(campaign_id))
     assert len(claims_of(db, campaign_id)) == 1
+
+
+def test_a_keyboard_shopper_claims_and_copies_the_code(
+    shopper: Shopper, make_campaign: MakeCampaign
+) -> None:
+    campaign_id = make_campaign(codes=2)
+    shopper.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    page = shopper.open(campaign_id)
+    expect(page.get_by_test_id("claim-button")).to_be_enabled()
+
+    page.keyboard.press("Tab")  # the skip link comes first
+    page.keyboard.press("Tab")
+    expect(page.get_by_test_id("claim-button")).to_be_focused()
+    page.keyboard.press("Enter")
+
+    code = page.get_by_test_id("code")
+    expect(code).to_have_text(re.compile(campaign_id))
+    copy = page.get_by_test_id("copy-button")
+    expect(copy).to_be_focused()  # focus moves to the next thing to do
+    page.keyboard.press("Enter")
+    expect(copy).to_have_text("Copied!")
+    expect(page.locator("#announce")).to_contain_text(code.inner_text())
+    assert page.evaluate("navigator.clipboard.readText()") == code.inner_text()

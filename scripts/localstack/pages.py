@@ -1,6 +1,7 @@
-"""The example landing page over HTTP, as the local stack serves it: web/example at /,
-web/codedrop.js beside it, the Firebase JS SDK installed by npm at the path the page's import map
-names, and /config.json telling the page where claim_api and the Auth emulator are."""
+"""The example landing page over HTTP (./scripts/run --demo, and the browser tests): web/example
+at /, web/codedrop.js beside it, the Firebase JS SDK installed by npm at the path the page's
+import map names, and /config.json telling the page where claim_api and the Auth emulator are.
+A thread of the calling process; only GET, only those files."""
 
 from __future__ import annotations
 
@@ -15,15 +16,20 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-ROOT = Path(__file__).resolve().parents[2]
-WEB = ROOT / "web"
+from emulator.auth import API_KEY
+from scripts.localstack.config import REPO
+
+WEB = REPO / "web"
 EXAMPLE = WEB / "example"
-FIREBASE_SDK = ROOT / "node_modules" / "firebase"
+FIREBASE_SDK = REPO / "node_modules" / "firebase"
 # Only the SDK's browser builds (firebase-app.js, firebase-auth.js, …), never its sources.
 _SDK_FILE = re.compile(r"^firebase-[a-z-]+\.js(\.map)?$")
 _TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html", ".json": None}
 
-NPM_HINT = "Install the Node packages with `npm ci --omit=optional` in the repository root."
+NPM_HINT = (
+    "Install the Node packages with `npm ci --omit=optional` in the repository root "
+    "(./scripts/run does it)."
+)
 
 
 class PagesUnavailable(RuntimeError):
@@ -55,9 +61,9 @@ class PageConfig:
         return {
             "apiBase": self.api_base,
             "campaignId": self.campaign_id,
-            # The Auth emulator takes any API key; authDomain only matters for redirects.
+            # The Auth emulator takes any API key; authDomain matters only for redirects.
             "firebase": {
-                "apiKey": "demo-api-key",
+                "apiKey": API_KEY,
                 "authDomain": f"{self.project}.firebaseapp.com",
                 "projectId": self.project,
             },
