@@ -17,6 +17,7 @@ from emulator.manager import (
     start_firestore,
     start_pubsub,
     start_storage,
+    wait_ready,
 )
 
 __all__ = [
@@ -35,4 +36,5 @@ __all__ = [
     "start_firestore",
     "start_pubsub",
     "start_storage",
+    "wait_ready",
 ]

@@ -416,9 +416,19 @@ def start_auth(
     project: str,
     log_dir: Path,
     timeout: float = AUTH_TIMEOUT,
+    wait: bool = True,
 ) -> RunningEmulator:
-    """Start the Firebase Auth emulator (firebase-tools) and wait until it says it is ready."""
-    return _ready(_spawn_auth(host=host, port=port, project=project, log_dir=log_dir), timeout)
+    """Start the Firebase Auth emulator (firebase-tools) and wait until it says it is ready.
+    With `wait=False` return at once, so that its slow start overlaps other work; then
+    `wait_ready(emulator, timeout)`."""
+    emulator = _spawn_auth(host=host, port=port, project=project, log_dir=log_dir)
+    return _ready(emulator, timeout) if wait else emulator
+
+
+def wait_ready(emulator: RunningEmulator, timeout: float) -> RunningEmulator:
+    """Wait until an emulator started with `wait=False` answers; EmulatorFailed (and it is
+    stopped) if it does not in time."""
+    return _ready(emulator, timeout)
 
 
 def start_firestore(

@@ -293,7 +293,7 @@ class LocalStack:
         t = self.timings
         auth = self.emulators.ready_seconds.get("auth", 0.0)
         say(
-            f"started in {t['total']:.1f} s (emulators {t['emulators']:.1f} s, of which the Auth "
-            f"emulator {auth:.1f} s; topics {t['resources']:.1f} s, functions "
+            f"started in {t['total']:.1f} s (emulators {t['emulators']:.1f} s, the Auth emulator "
+            f"ready after {auth:.1f} s of them; topics {t['resources']:.1f} s, functions "
             f"{t['functions']:.1f} s)"
         )
