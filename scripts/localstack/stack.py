@@ -15,7 +15,14 @@ from typing import Protocol
 
 from emulator import EmulatorStack
 from emulator.processes import GroupProcess, ProcessFailed, port_taken
-from scripts.localstack.config import AUTH_EMULATOR_SWITCH, FUNCTIONS, HOST, PORTS, Config, Function
+from scripts.localstack.config import (
+    EMULATOR_PORTS,
+    FUNCTIONS,
+    HOST,
+    PORTS,
+    Config,
+    Function,
+)
 from scripts.localstack.errors import StackError
 from scripts.localstack.functions import (
     FunctionProcess,
@@ -24,6 +31,7 @@ from scripts.localstack.functions import (
     start_function,
 )
 from scripts.localstack.output import say
+from scripts.localstack.pages import PageConfig, PageServer, PagesUnavailable
 from scripts.localstack.resources import create_pubsub_resources, verify_bucket
 from scripts.localstack.scheduler import SweepScheduler
 from scripts.localstack.storage_notifier import StorageNotifier, emulator_client
@@ -107,6 +115,8 @@ class LocalStack:
             firestore_port=config.ports["firestore"],
             pubsub_port=config.ports["pubsub"],
             storage_port=config.ports["storage"],
+            auth=True,
+            auth_port=config.ports["auth"],
             project=config.project,
             bucket=config.bucket,
             log_dir=config.log_dir,
@@ -117,21 +127,23 @@ class LocalStack:
         self.functions: list[FunctionProcess] = []
         self.watchers: list[Watcher] = []
         self.resources: list[str] = []
+        self.pages: PageServer | None = None
         self.timings: dict[str, float] = {}
 
     def start(self) -> None:
         config = self.config
         started = time.monotonic()
         functions = defined_functions()
-        emulator_keys = ["firestore", "pubsub", "storage"]
-        check_ports_free(config, [*emulator_keys, *(f.port_key for f in functions)])
+        web = ["web"] if config.demo else []
+        check_ports_free(config, [*EMULATOR_PORTS, *(f.port_key for f in functions), *web])
 
         self.emulators.start()
         self.timings["emulators"] = time.monotonic() - started
+        # FIREBASE_AUTH_EMULATOR_HOST among them: firebase-admin accepts the Auth emulator's
+        # unsigned ID tokens (shared/settings.py allows that for demo- projects only).
         self.env = {
             **self.emulators.env(),
             "GOOGLE_CLOUD_PROJECT": config.project,
-            "FIREBASE_AUTH_EMULATOR_HOST": AUTH_EMULATOR_SWITCH,
             "CODEDROP_CORS_ORIGINS": config.cors_origins,
             "CODEDROP_IMPORTS_BUCKET": config.bucket,
             "CODEDROP_EVENTS_TOPIC": config.topic,
@@ -195,6 +207,24 @@ class LocalStack:
             self.watchers.append(watcher)
             log.info("watcher started", extra={"watcher": watcher.name})
 
+    def serve_pages(self, campaign_id: str) -> str:
+        """Serve the example landing page (web/example) on the web port; its URL on the
+        campaign."""
+        config = self.config
+        page_config = PageConfig(
+            api_base=config.url("claim_api"),
+            project=config.project,
+            auth_emulator_url=f"http://{config.auth_host}",
+            campaign_id=campaign_id,
+        )
+        try:
+            self.pages = PageServer(host=HOST, port=config.ports["web"], config=page_config)
+        except (PagesUnavailable, OSError) as exc:
+            raise StackError(f"cannot serve the landing page: {exc}") from exc
+        self.pages.start()
+        log.info("landing page served", extra={"url": self.pages.url})
+        return f"{self.pages.url}/?campaign={campaign_id}"
+
     def _children(self) -> Iterator[GroupProcess]:
         yield from self.emulators.emulators()
         yield from self.functions
@@ -216,7 +246,10 @@ class LocalStack:
             time.sleep(SUPERVISE_INTERVAL)
 
     def stop(self) -> None:
-        """Watchers, then functions (all signalled at once), then emulators; never raises."""
+        """The page, watchers, then functions (all signalled at once), then emulators; never
+        raises."""
+        if self.pages is not None:
+            self.pages.stop()
         for watcher in reversed(self.watchers):
             try:
                 watcher.stop()
@@ -248,6 +281,7 @@ class LocalStack:
         say(f"  Firestore emulator  {env['FIRESTORE_EMULATOR_HOST']}")
         say(f"  Pub/Sub emulator    {env['PUBSUB_EMULATOR_HOST']}  ({', '.join(self.resources)})")
         say(f"  Storage emulator    {env['STORAGE_EMULATOR_HOST']}  (bucket {config.bucket})")
+        say(f"  Auth emulator       {env['FIREBASE_AUTH_EMULATOR_HOST']}")
         for running in self.functions:
             say(f"  {running.name:<19} {running.url}")
         for watcher in self.watchers:
@@ -260,7 +294,9 @@ class LocalStack:
         for name, value in env.items():
             say(f"  export {name}={value}")
         t = self.timings
+        auth = self.emulators.ready_seconds.get("auth", 0.0)
         say(
-            f"started in {t['total']:.1f} s (emulators {t['emulators']:.1f} s, "
-            f"topics {t['resources']:.1f} s, functions {t['functions']:.1f} s)"
+            f"started in {t['total']:.1f} s (emulators {t['emulators']:.1f} s, the Auth emulator "
+            f"ready after {auth:.1f} s of them; topics {t['resources']:.1f} s, functions "
+            f"{t['functions']:.1f} s)"
         )

@@ -257,7 +257,10 @@ class Cors:
     `null` included, is ever echoed unless it was listed."""
 
     origins: tuple[str, ...]
-    allow_headers: str = "Authorization, Content-Type, Idempotency-Key, X-Waiting-Room-Ticket"
+    # Every header web/codedrop.js sends (App Check's only when the page provides a token).
+    allow_headers: str = (
+        "Authorization, Content-Type, Idempotency-Key, X-Waiting-Room-Ticket, X-Firebase-AppCheck"
+    )
     expose_headers: str = "Retry-After"
 
     def headers_for(self, origin: str | None) -> dict[str, str]:

@@ -14,7 +14,8 @@ from scripts.localstack import config, functions, resources
 from tests.support.processes import run_module
 
 REPO = Path(__file__).resolve().parents[2]
-# Cold start is about 5 s on two cores; the rest is headroom for a loaded CI machine.
+# Cold start is about 5 s on two cores plus 10-30 s for the Auth emulator; the rest is headroom
+# for a loaded CI machine.
 CHECK_TIMEOUT = 240
 
 
@@ -75,7 +76,9 @@ def test_check_starts_everything_claims_once_and_stops(tmp_path: Path) -> None:
         diagnostics
     )
     assert "local stack check passed" in lines, diagnostics
-    for name in ("firestore", "pubsub", "storage", "claim_api", "admin_api", "local_stack"):
+    page = f"http://127.0.0.1:{env['CODEDROP_WEB_PORT']}/?campaign=demo"
+    assert page in [line.strip() for line in lines], diagnostics
+    for name in ("firestore", "pubsub", "storage", "auth", "claim_api", "admin_api", "local_stack"):
         assert (log_dir / f"{name}.log").is_file(), name
 
 
@@ -116,12 +119,14 @@ def test_every_port_has_its_own_variable_and_default() -> None:
         "CODEDROP_FIRESTORE_PORT": 8080,
         "CODEDROP_PUBSUB_PORT": 8085,
         "CODEDROP_STORAGE_PORT": 9199,
+        "CODEDROP_AUTH_PORT": 9099,
         "CODEDROP_CLAIM_API_PORT": 8001,
         "CODEDROP_ADMIN_API_PORT": 8002,
         "CODEDROP_COUNT_USAGE_PORT": 8003,
         "CODEDROP_IMPORT_CODES_PORT": 8004,
         "CODEDROP_DELIVER_WEBHOOKS_PORT": 8005,
         "CODEDROP_SWEEP_PORT": 8006,
+        "CODEDROP_WEB_PORT": 3000,
     }
     for function in config.FUNCTIONS:
         assert function.port_key in {port.key for port in config.PORTS}
