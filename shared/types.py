@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Annotated
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, PlainSerializer, StringConstraints
 
 CampaignId = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")]
+
+
+class IdentityKind(StrEnum):
+    """What a campaign's per-user limit counts (shared/claims/identity.py keys it)."""
+
+    UID = "uid"
+    PHONE = "phone"
+    EMAIL = "email"
 
 
 def rfc3339(value: datetime) -> str:

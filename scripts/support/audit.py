@@ -23,10 +23,14 @@ class AuditReport:
     unassigned: int
     claims: int
     shoppers: int
+    # Distinct holders: what the per-user limit counts (account, phone or email), read from the
+    # claim ids (`{holder key}-{slot}`).
+    holders: int
     max_per_user: int
     # Each list names the offending ids; an empty list is a held invariant.
     codes_held_twice: list[str] = field(default_factory=list)
     shoppers_over_limit: list[str] = field(default_factory=list)
+    holders_over_limit: list[str] = field(default_factory=list)
     claims_without_coupon: list[str] = field(default_factory=list)
     coupons_without_claim: list[str] = field(default_factory=list)
 
@@ -40,6 +44,7 @@ class AuditReport:
             "codes_held_twice": len(self.codes_held_twice),
             "over_issued": self.over_issued,
             "shoppers_over_limit": len(self.shoppers_over_limit),
+            "holders_over_limit": len(self.holders_over_limit),
             "claims_without_coupon": len(self.claims_without_coupon),
             "coupons_without_claim": len(self.coupons_without_claim),
         }
@@ -47,6 +52,11 @@ class AuditReport:
     @property
     def ok(self) -> bool:
         return not any(self.violations.values())
+
+
+def holder_of(claim_id: str) -> str:
+    """The holder key of a claim id (shared/claims/store.py: `{holder}-{slot}`)."""
+    return claim_id.rpartition("-")[0]
 
 
 def audit_campaign(db: firestore.Client, *, campaign_id: str) -> AuditReport:
@@ -66,6 +76,7 @@ def audit_campaign(db: firestore.Client, *, campaign_id: str) -> AuditReport:
         unassigned=sum(1 for c in coupons.values() if not c.get("assigned")),
         claims=len(claims),
         shoppers=len({c["user_id"] for c in claims.values()}),
+        holders=len({holder_of(claim_id) for claim_id in claims}),
         max_per_user=campaign.max_per_user,
     )
     by_coupon: defaultdict[str, list[str]] = defaultdict(list)
@@ -83,6 +94,10 @@ def audit_campaign(db: firestore.Client, *, campaign_id: str) -> AuditReport:
     per_user = Counter(c["user_id"] for c in claims.values())
     report.shoppers_over_limit = sorted(
         u for u, n in per_user.items() if n > max(campaign.max_per_user, 1)
+    )
+    per_holder = Counter(holder_of(claim_id) for claim_id in claims)
+    report.holders_over_limit = sorted(
+        h for h, n in per_holder.items() if n > max(campaign.max_per_user, 1)
     )
     report.coupons_without_claim = sorted(
         coupon_id

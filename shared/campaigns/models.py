@@ -9,12 +9,23 @@ from typing import Annotated, Self
 
 from pydantic import AwareDatetime, BaseModel, Field, StringConstraints, model_validator
 
-from shared.types import CampaignId, RequestBody, UtcTime
+from shared.types import CampaignId, IdentityKind, RequestBody, UtcTime
 
 MAX_CODES_PER_USER = 10
 DEFAULT_ADMISSIONS_PER_SECOND = 100.0
 
 Title = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+# A Firebase `firebase.sign_in_provider`: password, phone, anonymous, custom, google.com,
+# oidc.<id>, saml.<id>, ...
+SignInProvider = Annotated[
+    str, StringConstraints(strip_whitespace=True, pattern=r"^[a-z0-9][a-z0-9._-]{0,99}$")
+]
+# None: every provider may claim. A list: only these (an empty list would let nobody claim).
+SignInProviders = Annotated[list[SignInProvider], Field(min_length=1, max_length=20)]
+
+
+def _distinct(providers: list[str] | None) -> list[str] | None:
+    return None if providers is None else sorted(set(providers))
 
 
 class CampaignStatus(StrEnum):
@@ -34,11 +45,15 @@ class CampaignCreate(RequestBody):
     low_stock_threshold: int | None = Field(default=None, ge=0)
     waiting_room_enabled: bool = False
     admissions_per_second: float = Field(default=DEFAULT_ADMISSIONS_PER_SECOND, gt=0, le=100_000)
+    identity: IdentityKind = IdentityKind.UID
+    allowed_sign_in_providers: SignInProviders | None = None
+    require_app_check: bool = False
 
     @model_validator(mode="after")
     def _window(self) -> Self:
         if self.ends_at <= self.starts_at:
             raise ValueError("ends_at must be after starts_at")
+        self.allowed_sign_in_providers = _distinct(self.allowed_sign_in_providers)
         return self
 
 
@@ -51,11 +66,16 @@ class CampaignUpdate(RequestBody):
     paused: bool | None = None
     waiting_room_enabled: bool | None = None
     admissions_per_second: float | None = Field(default=None, gt=0, le=100_000)
+    # Only until the campaign starts: claims made so far are keyed on the identity (store).
+    identity: IdentityKind | None = None
+    allowed_sign_in_providers: SignInProviders | None = None  # null: every provider again
+    require_app_check: bool | None = None
 
     @model_validator(mode="after")
     def _something(self) -> Self:
         if not self.model_fields_set:
             raise ValueError("nothing to update")
+        self.allowed_sign_in_providers = _distinct(self.allowed_sign_in_providers)
         for name in (
             "title",
             "starts_at",
@@ -64,6 +84,8 @@ class CampaignUpdate(RequestBody):
             "paused",
             "waiting_room_enabled",
             "admissions_per_second",
+            "identity",
+            "require_app_check",
         ):
             if name in self.model_fields_set and getattr(self, name) is None:
                 raise ValueError(f"{name} cannot be null")
@@ -82,6 +104,9 @@ class CampaignRecord(BaseModel):
     paused: bool = False
     waiting_room_enabled: bool = False
     admissions_per_second: float = DEFAULT_ADMISSIONS_PER_SECOND
+    identity: IdentityKind = IdentityKind.UID
+    allowed_sign_in_providers: list[str] | None = None
+    require_app_check: bool = False
     # Set only by a claimer that proved no unassigned code exists; cleared by every import.
     sold_out: bool = False
     sold_out_at: datetime | None = None
@@ -120,6 +145,10 @@ class CampaignPublic(BaseModel):
     status: CampaignStatus
     remaining: int
     waiting_room: WaitingRoomStatus
+    # What the landing page must offer: the sign-in the sale counts and accepts, App Check.
+    identity: IdentityKind
+    allowed_sign_in_providers: list[str] | None
+    require_app_check: bool
 
 
 class CampaignStats(BaseModel):
@@ -141,6 +170,9 @@ class CampaignAdmin(BaseModel):
     paused: bool
     waiting_room_enabled: bool
     admissions_per_second: float
+    identity: IdentityKind
+    allowed_sign_in_providers: list[str] | None
+    require_app_check: bool
     created_at: UtcTime
     updated_at: UtcTime
     stats: CampaignStats | None = None

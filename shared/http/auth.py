@@ -2,33 +2,39 @@
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
+from typing import Any
 
-import firebase_admin
 from firebase_admin import auth as firebase_auth
 
+from shared.claims.policy import Shopper
 from shared.errors import Unauthenticated
+from shared.gcp.firebase import firebase_app
 from shared.settings import Settings
-
-_app_lock = threading.Lock()
-_APP_NAME = "codedrop"
 
 
 @dataclass(frozen=True, slots=True)
 class Principal:
     user_id: str
     is_admin: bool
+    # What campaigns may count or require (shared/claims/policy.py).
+    sign_in_provider: str | None = None
+    phone_number: str | None = None
+    email: str | None = None
+    email_verified: bool = False
+
+    def shopper(self) -> Shopper:
+        return Shopper(
+            user_id=self.user_id,
+            sign_in_provider=self.sign_in_provider,
+            phone_number=self.phone_number,
+            email=self.email,
+            email_verified=self.email_verified,
+        )
 
 
-def _firebase_app(settings: Settings) -> firebase_admin.App:
-    with _app_lock:
-        try:
-            return firebase_admin.get_app(_APP_NAME)
-        except ValueError:
-            return firebase_admin.initialize_app(
-                options={"projectId": settings.project_id}, name=_APP_NAME
-            )
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def bearer_token(authorization: str | None) -> str:
@@ -45,7 +51,7 @@ def authenticate(authorization: str | None, *, settings: Settings) -> Principal:
     projects, see Settings) firebase-admin accepts the Auth emulator's unsigned tokens."""
     token = bearer_token(authorization)
     try:
-        claims = firebase_auth.verify_id_token(token, app=_firebase_app(settings))
+        claims = firebase_auth.verify_id_token(token, app=firebase_app(settings.project_id))
     except (ValueError, firebase_auth.InvalidIdTokenError) as exc:
         raise Unauthenticated(f"Invalid ID token: {exc}") from exc
     except firebase_auth.CertificateFetchError as exc:
@@ -54,4 +60,14 @@ def authenticate(authorization: str | None, *, settings: Settings) -> Principal:
     user_id = claims.get("uid") or claims.get("sub")
     if not isinstance(user_id, str) or not user_id:
         raise Unauthenticated("ID token has no subject.")
-    return Principal(user_id=user_id, is_admin=claims.get("admin") is True)
+    firebase = claims.get("firebase")
+    return Principal(
+        user_id=user_id,
+        is_admin=claims.get("admin") is True,
+        sign_in_provider=_text(firebase.get("sign_in_provider"))
+        if isinstance(firebase, dict)
+        else None,
+        phone_number=_text(claims.get("phone_number")),
+        email=_text(claims.get("email")),
+        email_verified=claims.get("email_verified") is True,
+    )

@@ -155,7 +155,9 @@ class Cors:
     """CORS for browser callers (the landing pages' origins)."""
 
     origins: tuple[str, ...]
-    allow_headers: str = "Authorization, Content-Type, Idempotency-Key, X-Waiting-Room-Ticket"
+    allow_headers: str = (
+        "Authorization, Content-Type, Idempotency-Key, X-Waiting-Room-Ticket, X-Firebase-AppCheck"
+    )
     expose_headers: str = "Retry-After"
 
     def headers_for(self, origin: str | None) -> dict[str, str]:
