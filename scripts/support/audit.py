@@ -23,13 +23,11 @@ class AuditReport:
     unassigned: int
     claims: int
     shoppers: int
-    # Distinct holders: what the per-user limit counts (account, phone or email), read from the
-    # claim ids (`{holder key}-{slot}`).
-    holders: int
     max_per_user: int
     # Each list names the offending ids; an empty list is a held invariant.
     codes_held_twice: list[str] = field(default_factory=list)
     shoppers_over_limit: list[str] = field(default_factory=list)
+    # Holders are what the per-user limit counts (account, phone or email): the claim id's prefix.
     holders_over_limit: list[str] = field(default_factory=list)
     claims_without_coupon: list[str] = field(default_factory=list)
     coupons_without_claim: list[str] = field(default_factory=list)
@@ -76,7 +74,6 @@ def audit_campaign(db: firestore.Client, *, campaign_id: str) -> AuditReport:
         unassigned=sum(1 for c in coupons.values() if not c.get("assigned")),
         claims=len(claims),
         shoppers=len({c["user_id"] for c in claims.values()}),
-        holders=len({holder_of(claim_id) for claim_id in claims}),
         max_per_user=campaign.max_per_user,
     )
     by_coupon: defaultdict[str, list[str]] = defaultdict(list)
