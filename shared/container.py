@@ -25,6 +25,7 @@ from shared.events.models import sold_out
 from shared.gcp import firestore as gcp_firestore
 from shared.gcp import pubsub as gcp_pubsub
 from shared.gcp import storage as gcp_storage
+from shared.gcp.app_check import AppCheckVerifier
 from shared.intake.models import JobRecord, JobState, codes_imported
 from shared.intake.service import IntakeService
 from shared.maintenance.sweep import Sweeper
@@ -106,6 +107,10 @@ class Services:
         return self._once("room", lambda: WaitingRoomService(db=self.db, settings=self.settings))
 
     @property
+    def app_check(self) -> AppCheckVerifier:
+        return self._once("app_check", lambda: AppCheckVerifier(self.settings))
+
+    @property
     def claims(self) -> ClaimService:
         return self._once(
             "claims",
@@ -114,6 +119,7 @@ class Services:
                 bus=self.bus,
                 room=self.room,
                 usage=self.usage,
+                app_check=self.app_check,
                 clock=utcnow,
                 deadline_seconds=self.settings.claim_deadline_seconds,
             ),

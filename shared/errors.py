@@ -49,9 +49,24 @@ class Unauthenticated(CodedropError):
     default_message = "A valid Firebase ID token is required."
 
 
+class AppCheckRequired(Unauthenticated):
+    error_code = "APP_CHECK_REQUIRED"
+    default_message = "This sale needs a valid Firebase App Check token (X-Firebase-AppCheck)."
+
+
 class Forbidden(CodedropError):
     error_code = "FORBIDDEN"
     default_message = "This operation needs the admin claim."
+
+
+class IdentityRequired(Forbidden):
+    error_code = "IDENTITY_REQUIRED"
+    default_message = "This sale counts codes per verified identity your sign-in does not carry."
+
+
+class SignInProviderNotAllowed(Forbidden):
+    error_code = "SIGN_IN_PROVIDER_NOT_ALLOWED"
+    default_message = "This sale does not accept your sign-in method."
 
 
 class NotFound(CodedropError):

@@ -30,6 +30,18 @@ class Settings(BaseSettings):
         default=None, validation_alias="FIREBASE_AUTH_EMULATOR_HOST"
     )
 
+    # A development App Check key set (an http(s) JWKS URL, e.g. the local stack's): accepted
+    # only in demo- projects, as the Auth emulator's unsigned tokens are (see _production_safety).
+    app_check_jwks_url: str | None = Field(
+        default=None, validation_alias="CODEDROP_APP_CHECK_JWKS_URL", pattern=r"^https?://"
+    )
+    # Replay protection: every App Check token is consumed when verified (one call to the App
+    # Check service per claim; pages must send limited-use tokens). See README "Protecting a
+    # sale from bots".
+    app_check_consume_tokens: bool = Field(
+        default=False, validation_alias="CODEDROP_APP_CHECK_CONSUME_TOKENS"
+    )
+
     cors_origins: Annotated[tuple[str, ...], NoDecode] = Field(
         default=(), validation_alias="CODEDROP_CORS_ORIGINS"
     )
@@ -186,6 +198,18 @@ class Settings(BaseSettings):
                 "FIREBASE_AUTH_EMULATOR_HOST is set but GOOGLE_CLOUD_PROJECT "
                 f"{self.project_id!r} does not start with 'demo-': refusing to accept "
                 "unsigned emulator tokens outside a demo project"
+            )
+        # Tokens signed by a development key set prove nothing about the app that sent them.
+        if self.app_check_jwks_url and not self.project_id.startswith("demo-"):
+            raise ValueError(
+                "CODEDROP_APP_CHECK_JWKS_URL is set but GOOGLE_CLOUD_PROJECT "
+                f"{self.project_id!r} does not start with 'demo-': refusing development App "
+                "Check keys outside a demo project"
+            )
+        if self.app_check_jwks_url and self.app_check_consume_tokens:
+            raise ValueError(
+                "CODEDROP_APP_CHECK_CONSUME_TOKENS needs the App Check service, which cannot "
+                "consume tokens signed by a development key set (CODEDROP_APP_CHECK_JWKS_URL)"
             )
         if self.ticket_secret is None and not self.project_id.startswith("demo-"):
             raise ValueError("CODEDROP_TICKET_SECRET is required outside demo- projects")

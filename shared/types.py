@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import unicodedata
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Annotated
 
 from pydantic import (
@@ -25,6 +26,14 @@ JobId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,6
 # and far from the ends of the calendar, where converting to UTC overflows.
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 LATEST = datetime(2100, 1, 1, tzinfo=UTC)
+
+
+class IdentityKind(StrEnum):
+    """What a campaign's per-user limit counts (shared/claims/identity.py keys it)."""
+
+    UID = "uid"
+    PHONE = "phone"
+    EMAIL = "email"
 
 
 def rfc3339(value: datetime) -> str:

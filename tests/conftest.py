@@ -29,6 +29,7 @@ from emulator import (
     start_auth,
     wait_ready,
 )
+from emulator.app_check import DevAppCheckServer, dev_app_check
 from emulator.auth import AuthEmulatorClient
 from emulator.manager import AUTH_TIMEOUT
 from scripts.support.firestore_indexes import IndexConfig, QueryShape, Recorder, recording
@@ -146,8 +147,18 @@ def emulator_prerequisites() -> None:
 
 
 @pytest.fixture(scope="session")
+def app_check_keys() -> Iterator[DevAppCheckServer]:
+    """The run's development App Check key set (one per process: firebase-admin keeps one App
+    Check service per app), served on 127.0.0.1; `.keys.token(project=...)` signs tokens."""
+    with dev_app_check(PROJECT) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
 def emulators(
-    emulator_prerequisites: None, tmp_path_factory: pytest.TempPathFactory
+    emulator_prerequisites: None,
+    app_check_keys: DevAppCheckServer,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[EmulatorStack]:
     stack = EmulatorStack(
         project=PROJECT, bucket=BUCKET, log_dir=tmp_path_factory.mktemp("emulator-logs")
@@ -160,6 +171,7 @@ def emulators(
         # Auth emulator's format without calling it (tests that sign users in for real start
         # the emulator with `auth_emulator`).
         mp.setenv("FIREBASE_AUTH_EMULATOR_HOST", "127.0.0.1:9099")
+        mp.setenv("CODEDROP_APP_CHECK_JWKS_URL", app_check_keys.jwks_url)
         mp.setenv("CODEDROP_CORS_ORIGINS", CORS_ORIGIN)
         mp.setenv("CODEDROP_IMPORTS_BUCKET", BUCKET)
         # Tests pause and resume campaigns and expect the next claim to see it at once.

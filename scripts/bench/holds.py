@@ -226,6 +226,7 @@ class Sale:
                 bus=services.bus,
                 room=services.room,
                 usage=services.usage,
+                app_check=services.app_check,
                 clock=utcnow,
                 deadline_seconds=services.settings.claim_deadline_seconds,
             )
@@ -255,13 +256,16 @@ class Sale:
                 setattr(self.result, name, getattr(self.result, name) + delta)
 
     def claim(self, shopper: Shopper, due: float | None = None) -> None:
+        from shared.claims.policy import Shopper as Caller
         from shared.errors import CodedropError, SoldOut
 
         if due is not None:
             shopper.claim_lag = time.monotonic() - due
         instance = self.instances[shopper.index % len(self.instances)]
         try:
-            claimed = instance.claim(campaign_id=self.campaign_id, user_id=shopper.user_id)
+            claimed = instance.claim(
+                campaign_id=self.campaign_id, shopper=Caller(user_id=shopper.user_id)
+            )
         except SoldOut:
             self.count(sold_out_answers=1)
             if time.monotonic() + RETRY_EVERY <= shopper.deadline:

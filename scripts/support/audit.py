@@ -49,6 +49,8 @@ class AuditReport:
     # Each list names the offending ids; an empty list is a held invariant.
     codes_held_twice: list[str] = field(default_factory=list)
     shoppers_over_limit: list[str] = field(default_factory=list)
+    # Holders are what the per-user limit counts (account, phone or email): the claim id's prefix.
+    holders_over_limit: list[str] = field(default_factory=list)
     claims_without_coupon: list[str] = field(default_factory=list)
     coupons_without_claim: list[str] = field(default_factory=list)
     codes_redeemed_twice: list[str] = field(default_factory=list)
@@ -66,6 +68,7 @@ class AuditReport:
             "codes_held_twice": len(self.codes_held_twice),
             "over_issued": self.over_issued,
             "shoppers_over_limit": len(self.shoppers_over_limit),
+            "holders_over_limit": len(self.holders_over_limit),
             "claims_without_coupon": len(self.claims_without_coupon),
             "coupons_without_claim": len(self.coupons_without_claim),
             "codes_redeemed_twice": len(self.codes_redeemed_twice),
@@ -77,6 +80,11 @@ class AuditReport:
     @property
     def ok(self) -> bool:
         return not any(self.violations.values())
+
+
+def holder_of(claim_id: str) -> str:
+    """The holder key of a claim id (shared/claims/store.py: `{holder}-{slot}`)."""
+    return claim_id.rpartition("-")[0]
 
 
 def audit_campaign(db: firestore.Client, *, campaign_id: str) -> AuditReport:
@@ -124,6 +132,8 @@ def _check_claims(
     report.codes_held_twice = sorted(cid for cid, ids in by_coupon.items() if len(ids) > 1)
     per_user_claims = Counter(c["user_id"] for c in claims.values())
     report.shoppers_over_limit = sorted(u for u, n in per_user_claims.items() if n > per_user)
+    per_holder = Counter(holder_of(claim_id) for claim_id in claims)
+    report.holders_over_limit = sorted(h for h, n in per_holder.items() if n > per_user)
     report.coupons_without_claim = sorted(
         coupon_id
         for coupon_id, coupon in coupons.items()

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from shared.types import CampaignId, InputTime, RequestBody, SafeText, UtcTime
+from shared.types import CampaignId, IdentityKind, InputTime, RequestBody, SafeText, UtcTime
 
 MAX_CODES_PER_USER = 10
 DEFAULT_ADMISSIONS_PER_SECOND = 100.0
@@ -21,6 +21,17 @@ MAX_HOLD_SECONDS = 86_400
 
 Title = Annotated[SafeText, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
 HoldSeconds = Annotated[int, Field(ge=MIN_HOLD_SECONDS, le=MAX_HOLD_SECONDS)]
+# A Firebase `firebase.sign_in_provider`: password, phone, anonymous, custom, google.com,
+# oidc.<id>, saml.<id>, ...
+SignInProvider = Annotated[
+    str, StringConstraints(strip_whitespace=True, pattern=r"^[a-z0-9][a-z0-9._-]{0,99}$")
+]
+# None: every provider may claim. A list: only these (an empty list would let nobody claim).
+SignInProviders = Annotated[list[SignInProvider], Field(min_length=1, max_length=20)]
+
+
+def _distinct(providers: list[str] | None) -> list[str] | None:
+    return None if providers is None else sorted(set(providers))
 
 
 class CampaignStatus(StrEnum):
@@ -42,11 +53,15 @@ class CampaignCreate(RequestBody):
     admissions_per_second: float = Field(default=DEFAULT_ADMISSIONS_PER_SECOND, gt=0, le=100_000)
     # null: a claim is final; a number: a claim is a hold for checkout, released if not redeemed.
     hold_seconds: HoldSeconds | None = None
+    identity: IdentityKind = IdentityKind.UID
+    allowed_sign_in_providers: SignInProviders | None = None
+    require_app_check: bool = False
 
     @model_validator(mode="after")
     def _window(self) -> Self:
         if self.ends_at <= self.starts_at:
             raise ValueError("ends_at must be after starts_at")
+        self.allowed_sign_in_providers = _distinct(self.allowed_sign_in_providers)
         return self
 
 
@@ -59,6 +74,8 @@ _NOT_NULLABLE = (
     "paused",
     "waiting_room_enabled",
     "admissions_per_second",
+    "identity",
+    "require_app_check",
 )
 
 
@@ -84,11 +101,16 @@ class CampaignUpdate(RequestBody):
     waiting_room_enabled: bool | None = None
     admissions_per_second: float | None = Field(default=None, gt=0, le=100_000)
     hold_seconds: HoldSeconds | None = None  # null switches holds off for new claims
+    # Only until the campaign starts: claims made so far are keyed on the identity (store).
+    identity: IdentityKind | None = None
+    allowed_sign_in_providers: SignInProviders | None = None  # null: every provider again
+    require_app_check: bool | None = None
 
     @model_validator(mode="after")
     def _something(self) -> Self:
         if not self.model_fields_set:
             raise ValueError("nothing to update")
+        self.allowed_sign_in_providers = _distinct(self.allowed_sign_in_providers)
         for name in _NOT_NULLABLE:
             if name in self.model_fields_set and getattr(self, name) is None:
                 raise ValueError(f"{name} cannot be null")
@@ -109,6 +131,9 @@ class CampaignRecord(BaseModel):
     admissions_per_second: float = DEFAULT_ADMISSIONS_PER_SECOND
     # Validated by the API; the record takes any positive value so benchmarks can hold briefly.
     hold_seconds: int | None = Field(default=None, gt=0)
+    identity: IdentityKind = IdentityKind.UID
+    allowed_sign_in_providers: list[str] | None = None
+    require_app_check: bool = False
     # Set only by a claimer that proved no unassigned code exists; cleared by every import.
     sold_out: bool = False
     sold_out_at: datetime | None = None
@@ -148,6 +173,10 @@ class CampaignPublic(BaseModel):
     status: CampaignStatus
     remaining: int
     waiting_room: WaitingRoomStatus
+    # What the landing page must offer: the sign-in the sale counts and accepts, App Check.
+    identity: IdentityKind
+    allowed_sign_in_providers: list[str] | None
+    require_app_check: bool
 
 
 class CampaignStats(BaseModel):
@@ -173,6 +202,9 @@ class CampaignAdmin(BaseModel):
     waiting_room_enabled: bool
     admissions_per_second: float
     hold_seconds: int | None
+    identity: IdentityKind
+    allowed_sign_in_providers: list[str] | None
+    require_app_check: bool
     created_at: UtcTime
     updated_at: UtcTime
     stats: CampaignStats | None = None

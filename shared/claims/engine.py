@@ -59,6 +59,7 @@ class _Attempt:
 
     campaign: CampaignRecord
     user_id: str
+    holder: str  # the key of the campaign's identity: what the per-user limit counts
     idempotency_key: str | None
     slot: int
     deadline: float
@@ -155,19 +156,19 @@ class ClaimEngine:
             return cached[0]
         return self._campaign(campaign_id)[0]
 
-    def _held(self, campaign: CampaignRecord, user_id: str) -> list[ClaimRecord]:
+    def _held(self, campaign: CampaignRecord, holder: str) -> list[ClaimRecord]:
         slots = _slots(campaign)
         return claim_store.held_claims(
-            self._reader, campaign_id=campaign.campaign_id, user_id=user_id, slots=slots
+            self._reader, campaign_id=campaign.campaign_id, holder=holder, slots=slots
         )
 
     def _fresh_with_held(
-        self, campaign_id: str, user_id: str, slots: int
+        self, campaign_id: str, holder: str, slots: int
     ) -> tuple[CampaignRecord, list[ClaimRecord]]:
         """The campaign and the shopper's claims, read after this request arrived. Concurrent
         requests share the read (the campaign is fetched once for all of them)."""
         snapshot, held = claim_store.campaign_with_held_claims(
-            self._reader, campaign_id=campaign_id, user_id=user_id, slots=slots
+            self._reader, campaign_id=campaign_id, holder=holder, slots=slots
         )
         if snapshot is None:
             raise CampaignNotFound(f"Campaign {campaign_id!r} does not exist.")
@@ -184,8 +185,16 @@ class ClaimEngine:
 
     # --- the claim ----------------------------------------------------------------------------
     def claim(
-        self, *, campaign_id: str, user_id: str, idempotency_key: str | None = None
+        self,
+        *,
+        campaign_id: str,
+        user_id: str,
+        idempotency_key: str | None = None,
+        holder: str | None = None,
     ) -> ClaimOutcome:
+        """Give `user_id` a code. `holder` is the key the per-user limit counts (the campaign's
+        identity, shared/claims/policy.py); without it, the account's own key."""
+        holder = holder or claim_store.user_key(user_id)
         deadline = time.monotonic() + self._settings.claim_deadline_seconds
         self.metrics.add(claims=1)
         campaign = self._campaign_cached(campaign_id)
@@ -194,9 +203,9 @@ class ClaimEngine:
 
         if campaign.sold_out or pool.sold_out:
             # Sold out answers come from a fresh read: an import may have added codes since.
-            campaign, held = self._fresh_with_held(campaign_id, user_id, _slots(campaign))
+            campaign, held = self._fresh_with_held(campaign_id, holder, _slots(campaign))
         elif idempotency_key is not None or campaign.max_per_user > 1:
-            held = self._held(campaign, user_id)
+            held = self._held(campaign, holder)
         # With one code per shopper and no key, slot 0 is the only slot: no read is needed
         # before the commit, whose create() of the slot tells whether the shopper holds it.
         if held is not None and (answer := _held_answer(held, campaign, idempotency_key)):
@@ -219,6 +228,7 @@ class ClaimEngine:
         attempt = _Attempt(
             campaign=campaign,
             user_id=user_id,
+            holder=holder,
             idempotency_key=idempotency_key,
             slot=_free_slot(held or []),
             deadline=deadline,
@@ -241,7 +251,7 @@ class ClaimEngine:
             if candidate is None:
                 # Proven and recorded: this instance found no unassigned code anywhere.
                 campaign, held = self._fresh_with_held(
-                    campaign_id, attempt.user_id, _slots(attempt.campaign)
+                    campaign_id, attempt.holder, _slots(attempt.campaign)
                 )
                 if held and len(held) >= campaign.max_per_user:
                     return ClaimOutcome(claim=held[-1], created=False)
@@ -268,6 +278,7 @@ class ClaimEngine:
                 campaign_id=attempt.campaign.campaign_id,
                 candidate=candidate,
                 user_id=attempt.user_id,
+                holder=attempt.holder,
                 slot=attempt.slot,
                 now=self._clock(),
                 idempotency_key=attempt.idempotency_key,
@@ -281,7 +292,7 @@ class ClaimEngine:
         except gexc.AlreadyExists:
             pool.release(candidate)  # still free: the shopper's slot was the problem
             self.metrics.add(commits=1, slot_taken=1)
-            held = self._held(attempt.campaign, attempt.user_id)
+            held = self._held(attempt.campaign, attempt.holder)
             if answer := _held_answer(held, attempt.campaign, attempt.idempotency_key):
                 return answer
             attempt.slot = _free_slot(held)

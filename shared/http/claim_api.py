@@ -8,6 +8,7 @@ import flask
 
 from shared.campaigns import service as campaign_service
 from shared.campaigns.models import CampaignPublic
+from shared.claims import policy
 from shared.claims import store as claim_store
 from shared.claims.models import ClaimPublic, HeldClaim, HeldClaims
 from shared.clock import utcnow
@@ -38,6 +39,7 @@ IDEMPOTENCY_KEY_PATTERN = r"^[\x21-\x7e]{1,255}$"
 _IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
 
 TICKET_HEADER = "X-Waiting-Room-Ticket"
+APP_CHECK_HEADER = "X-Firebase-AppCheck"
 TICKET_COOKIE_PREFIX = "codedrop_ticket_"
 MAX_TICKET_CHARS = 1024
 
@@ -119,9 +121,10 @@ def create_claim(call: Call, campaign_id: str) -> flask.Response:
     try:
         result = call.services.claims.claim(
             campaign_id=campaign_id,
-            user_id=call.user.user_id,
+            shopper=call.user.shopper(),
             idempotency_key=key,
             ticket=ticket,
+            app_check_token=request.headers.get(APP_CHECK_HEADER),
         )
     except WaitingRoom as exc:
         response = error_response(exc)
@@ -164,10 +167,11 @@ def _keep_ticket(response: flask.Response, cookie: str, ticket: object, max_age:
 def my_claims(call: Call, campaign_id: str) -> flask.Response:
     services = call.services
     campaign = services.engine.campaign(campaign_id_param(campaign_id))
+    # The codes of the person as the campaign counts them: any of their accounts finds them.
     held = claim_store.held_claims(
         services.db,
         campaign_id=campaign.campaign_id,
-        user_id=call.user.user_id,
+        holder=policy.holder_key(campaign, call.user.shopper()),
         slots=max(campaign.max_per_user, campaign.slots_ceiling),
     )
     if not held:

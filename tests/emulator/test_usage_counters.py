@@ -20,7 +20,7 @@ from google.cloud import firestore
 from scripts.support.claims import add_claims
 from shared.claims.engine import ClaimEngine
 from shared.claims.models import ClaimRecord, coupon_claimed
-from shared.claims.store import claim_id_for
+from shared.claims.store import claim_id_for, user_key
 from shared.clock import utcnow
 from shared.container import Services, instance_services
 from shared.events import models as events
@@ -264,7 +264,7 @@ def test_a_claim_never_waits_on_a_publish_past_its_own_deadline(
     settings = get_settings().model_copy(update={"claim_deadline_seconds": 1.0})
     stalled = Services(settings, db=db, publisher=StalledPublisher())
     client = router_client(claim_routes.router, stalled)
-    claim_id = claim_id_for("patient", 0)
+    claim_id = claim_id_for(user_key("patient"), 0)
     outbox = outbox_collection(db).document(f"claimed.{campaign_id}.{claim_id}")
     cleanup.append(outbox.delete)
 

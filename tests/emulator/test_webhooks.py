@@ -22,6 +22,7 @@ from google.cloud import firestore
 from pydantic import SecretStr
 
 from scripts.support.receiver import Received, Receiver
+from shared.claims.policy import Shopper
 from shared.clock import utcnow
 from shared.container import Services, instance_services
 from shared.errors import WebhookUrlNotAllowed
@@ -559,7 +560,8 @@ def test_a_sale_is_delivered_exactly_once_to_a_deduplicating_receiver(
     with ThreadPoolExecutor(16) as pool:
         results = list(
             pool.map(
-                lambda n: claims.claim(campaign_id=campaign_id, user_id=f"shopper-{n}"), range(300)
+                lambda n: claims.claim(campaign_id=campaign_id, shopper=Shopper(f"shopper-{n}")),
+                range(300),
             )
         )
 
