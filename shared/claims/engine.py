@@ -215,7 +215,7 @@ class ClaimEngine:
         if status not in (CampaignStatus.ACTIVE, CampaignStatus.SOLD_OUT):
             # Paused or ended: no new code, but a holder asking again (a retry, a double click,
             # with or without a key) gets the code already held.
-            held = self._held(campaign, user_id) if held is None else held
+            held = self._held(campaign, holder) if held is None else held
             if held:
                 return _held_answer(held, campaign, idempotency_key) or ClaimOutcome(
                     claim=held[-1], created=False
