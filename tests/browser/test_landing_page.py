@@ -210,6 +210,12 @@ def sign_in_by_phone(page: Page, stack: WebStack, phone_number: str) -> None:
     expect(phone).to_be_focused()
     expect(page.get_by_label("Phone number")).to_be_visible()
     expect(page.get_by_test_id("claim-button")).to_be_hidden()
+    page.keyboard.type("555 0100")  # no country code: refused with a message, focus stays
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("alert")).to_contain_text("country code")
+    expect(phone).to_have_attribute("aria-invalid", "true")
+    expect(phone).to_be_focused()
+    phone.fill("")
     page.keyboard.type(phone_number)
     page.keyboard.press("Enter")
     code_field = page.get_by_test_id("phone-code")

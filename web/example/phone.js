@@ -53,8 +53,15 @@ export function createPhoneSignIn(shopper, onChange) {
 
   phoneForm.addEventListener("submit", (event) => {
     event.preventDefault();
+    const phoneNumber = phoneInput.value.replace(/[\s().-]/g, "");
+    // E.164, checked here: the SDK can take seconds to refuse a malformed number.
+    if (!/^\+[1-9]\d{6,14}$/.test(phoneNumber)) {
+      setError(MESSAGES["auth/invalid-phone-number"]);
+      phoneInput.focus();
+      return;
+    }
     busy(phoneForm, async () => {
-      confirmation = await shopper.sendPhoneCode(phoneInput.value.replace(/[\s()-]/g, ""), recaptcha);
+      confirmation = await shopper.sendPhoneCode(phoneNumber, recaptcha);
       codeForm.hidden = false;
       codeInput.value = "";
       codeInput.focus();
