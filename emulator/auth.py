@@ -92,6 +92,27 @@ class AuthEmulatorClient:
         self.update(signed_in.uid, claims=claims, email_verified=True)
         return self.sign_in(email, password)
 
+    def delete_user(self, uid: str) -> None:
+        """Delete an account (its phone number or email is then free for a new one)."""
+        self._call(f"projects/{self.project}/accounts:delete", {"localId": uid}, owner=True)
+
+    def verification_code(self, phone_number: str) -> str | None:
+        """The SMS code the emulator last made for `phone_number` and that is not used yet (it
+        sends no SMS; a person reads the code in its log)."""
+        response = http.request(
+            "GET",
+            f"{self.base}/emulator/v1/projects/{self.project}/verificationCodes",
+            timeout=30,
+        )
+        if not response.ok:
+            raise AuthEmulatorError(response.text[:200], response.status_code)
+        codes = [
+            entry["code"]
+            for entry in response.json().get("verificationCodes", [])
+            if entry.get("phoneNumber") == phone_number
+        ]
+        return codes[-1] if codes else None
+
     def users(self) -> list[dict[str, Any]]:
         answer = self._call(f"projects/{self.project}/accounts:query", {}, owner=True)
         found: list[dict[str, Any]] = answer.get("userInfo", [])

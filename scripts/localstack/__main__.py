@@ -15,6 +15,9 @@ announced.
 
 The Firebase Auth emulator (firebase-tools, installed by npm) runs beside the others, and
 FIREBASE_AUTH_EMULATOR_HOST points the functions at it: ID tokens of its users are accepted.
+Firebase has no App Check emulator: a development key set (emulator/app_check.py) serves its
+JWKS and tokens on the app-check port, and CODEDROP_APP_CHECK_JWKS_URL points the functions at
+it, so campaigns with require_app_check work locally.
 
 --demo   also creates the demo users in the Auth emulator (an admin and a shopper, email and
          password), campaign `demo` through admin_api with 100 codes, serves the example landing
@@ -140,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
             say(READY_LINE)
             if config.demo:
                 demo = run_demo(config)
-                announce_page(stack.serve_pages(demo.campaign_id))
+                page = stack.serve_pages(demo.campaign_id)
+                announce_page(page, config, stack.app_check_token_url)
                 if config.check:
                     run_check(config, demo)
                     return 0

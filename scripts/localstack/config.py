@@ -32,6 +32,7 @@ PORTS: tuple[Port, ...] = (
     Port("pubsub", "CODEDROP_PUBSUB_PORT", 8085, "Pub/Sub emulator"),
     Port("storage", "CODEDROP_STORAGE_PORT", 9199, "Storage emulator"),
     Port("auth", "CODEDROP_AUTH_PORT", 9099, "Firebase Auth emulator"),
+    Port("app-check", "CODEDROP_APP_CHECK_PORT", 9098, "development App Check keys and tokens"),
     Port("claim-api", "CODEDROP_CLAIM_API_PORT", 8001, "claim_api"),
     Port("admin-api", "CODEDROP_ADMIN_API_PORT", 8002, "admin_api"),
     Port("count-usage", "CODEDROP_COUNT_USAGE_PORT", 8003, "count_usage"),
@@ -157,7 +158,7 @@ class Config:
         return f"{self.topic}-dead-letter"
 
     def url(self, function: str) -> str:
-        """Where `function` (a functions/main.py name, or `auth`, `web`) answers."""
+        """Where `function` (a functions/main.py name, or `auth`, `app-check`, `web`) answers."""
         return f"http://{HOST}:{self.ports[function.replace('_', '-')]}"
 
     @property

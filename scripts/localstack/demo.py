@@ -86,9 +86,15 @@ def run_demo(config: Config) -> Demo:
     return Demo(campaign_id=DEMO_CAMPAIGN, shopper_token=shopper_token)
 
 
-def announce_page(url: str) -> None:
-    say("the example landing page (shoppers sign in anonymously on the Auth emulator):")
+def announce_page(url: str, config: Config, app_check_token_url: str | None) -> None:
+    say("the example landing page (shoppers sign in anonymously on the Auth emulator, or with a")
+    say("phone number when the campaign's identity is phone):")
     say(f"  {url}")
+    say("  the emulator sends no SMS: the code is in the Auth emulator's log, or")
+    codes = f"{config.url('auth')}/emulator/v1/projects/{config.project}/verificationCodes"
+    say(f"  curl -s {codes}")
+    if app_check_token_url is not None:
+        say(f"  App Check tokens for the page (development keys): {app_check_token_url}")
 
 
 def run_check(config: Config, demo: Demo) -> None:
@@ -102,6 +108,10 @@ def run_check(config: Config, demo: Demo) -> None:
     if status != 200 or not isinstance(answer, dict):
         raise StackError(f"check: GET campaign answered {status} {answer}, expected 200")
     say(f"check: campaign is {answer.get('status')} with {answer.get('remaining')} codes left")
+    status, answer = http.call_json("GET", f"{config.url('app-check')}/token")
+    if status != 200 or not isinstance(answer, dict) or not answer.get("token"):
+        raise StackError(f"check: the App Check token URL answered {status}, expected a token")
+    say("check: development App Check tokens are served")
     page = f"{config.url('web')}/"
     for path in ("", "config.json", "codedrop.js", "app.js"):
         response = http.request("GET", page + path, timeout=10)

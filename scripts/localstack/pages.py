@@ -1,7 +1,7 @@
 """The example landing page over HTTP (./scripts/run --demo, and the browser tests): web/example
 at /, web/codedrop.js beside it, the Firebase JS SDK installed by npm at the path the page's
-import map names, and /config.json telling the page where claim_api and the Auth emulator are.
-A thread of the calling process; only GET, only those files."""
+import map names, and /config.json telling the page where claim_api, the Auth emulator and the
+development App Check tokens are. A thread of the calling process; only GET, only those files."""
 
 from __future__ import annotations
 
@@ -56,6 +56,8 @@ class PageConfig:
     project: str
     auth_emulator_url: str
     campaign_id: str | None = None
+    # The development App Check key set's token URL (emulator/app_check.py), if any.
+    app_check_token_url: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -69,6 +71,7 @@ class PageConfig:
             },
             "authEmulatorUrl": self.auth_emulator_url,
             "signInMethod": "anonymous",
+            "appCheckTokenUrl": self.app_check_token_url,
         }
 
 

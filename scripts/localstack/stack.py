@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from emulator import EmulatorStack
+from emulator.app_check import DevAppCheckKeys, DevAppCheckServer
 from emulator.processes import GroupProcess, ProcessFailed, port_taken
 from scripts.localstack.config import (
     EMULATOR_PORTS,
@@ -128,6 +129,7 @@ class LocalStack:
         self.watchers: list[Watcher] = []
         self.resources: list[str] = []
         self.pages: PageServer | None = None
+        self.app_check: DevAppCheckServer | None = None
         self.timings: dict[str, float] = {}
 
     def start(self) -> None:
@@ -135,10 +137,16 @@ class LocalStack:
         started = time.monotonic()
         functions = defined_functions()
         web = ["web"] if config.demo else []
-        check_ports_free(config, [*EMULATOR_PORTS, *(f.port_key for f in functions), *web])
+        ports = [*EMULATOR_PORTS, "app-check", *(f.port_key for f in functions), *web]
+        check_ports_free(config, ports)
 
         self.emulators.start()
         self.timings["emulators"] = time.monotonic() - started
+        # Firebase has no App Check emulator: a fresh development key set signs the tokens the
+        # page fetches, and the functions verify them against its JWKS (demo- projects only).
+        self.app_check = DevAppCheckServer(
+            DevAppCheckKeys(), project=config.project, port=config.ports["app-check"]
+        ).start()
         # FIREBASE_AUTH_EMULATOR_HOST among them: firebase-admin accepts the Auth emulator's
         # unsigned ID tokens (shared/settings.py allows that for demo- projects only).
         self.env = {
@@ -147,6 +155,7 @@ class LocalStack:
             "CODEDROP_CORS_ORIGINS": config.cors_origins,
             "CODEDROP_IMPORTS_BUCKET": config.bucket,
             "CODEDROP_EVENTS_TOPIC": config.topic,
+            "CODEDROP_APP_CHECK_JWKS_URL": self.app_check.jwks_url,
         }
         # The client libraries here (resources, --demo) read the same variables.
         os.environ.update(self.env)
@@ -208,14 +217,15 @@ class LocalStack:
             log.info("watcher started", extra={"watcher": watcher.name})
 
     def serve_pages(self, campaign_id: str) -> str:
-        """Serve the example landing page (web/example) on the web port; its URL on the
-        campaign."""
+        """Serve the example landing page (web/example) on the web port, its App Check tokens
+        from the development key set; its URL on the campaign."""
         config = self.config
         page_config = PageConfig(
             api_base=config.url("claim_api"),
             project=config.project,
             auth_emulator_url=f"http://{config.auth_host}",
             campaign_id=campaign_id,
+            app_check_token_url=self.app_check_token_url,
         )
         try:
             self.pages = PageServer(host=HOST, port=config.ports["web"], config=page_config)
@@ -224,6 +234,11 @@ class LocalStack:
         self.pages.start()
         log.info("landing page served", extra={"url": self.pages.url})
         return f"{self.pages.url}/?campaign={campaign_id}"
+
+    @property
+    def app_check_token_url(self) -> str | None:
+        """Where a local page gets App Check tokens (once started)."""
+        return None if self.app_check is None else f"{self.app_check.url}/token"
 
     def _children(self) -> Iterator[GroupProcess]:
         yield from self.emulators.emulators()
@@ -273,6 +288,8 @@ class LocalStack:
             self.emulators.stop(keep_logs=True)
         except Exception:
             log.exception("stopping the emulators failed")
+        if self.app_check is not None:
+            self.app_check.stop()
 
     def describe(self) -> None:
         config = self.config
@@ -282,6 +299,8 @@ class LocalStack:
         say(f"  Pub/Sub emulator    {env['PUBSUB_EMULATOR_HOST']}  ({', '.join(self.resources)})")
         say(f"  Storage emulator    {env['STORAGE_EMULATOR_HOST']}  (bucket {config.bucket})")
         say(f"  Auth emulator       {env['FIREBASE_AUTH_EMULATOR_HOST']}")
+        if self.app_check is not None:
+            say(f"  App Check (dev)     {self.app_check.url}  (tokens /token, keys /jwks.json)")
         for running in self.functions:
             say(f"  {running.name:<19} {running.url}")
         for watcher in self.watchers:

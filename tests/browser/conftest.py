@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from emulator import EmulatorStack, RunningEmulator, free_port
+from emulator.app_check import DevAppCheckServer
 from emulator.auth import AuthEmulatorClient
 from scripts.localstack.pages import PageConfig, PageServer, PagesUnavailable
 from tests.support.servers import function_servers
@@ -79,9 +80,11 @@ def web_stack(
     emulators: EmulatorStack,
     auth_emulator: RunningEmulator,
     auth_users: AuthEmulatorClient,
+    app_check_keys: DevAppCheckServer,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[WebStack]:
-    """claim_api over HTTP (its CORS allowing the page's origin) and the page server."""
+    """claim_api over HTTP (its CORS allowing the page's origin, its App Check keys the run's
+    development key set) and the page server, which fetches App Check tokens from that set."""
     page_port = free_port()
     page_origin = f"http://127.0.0.1:{page_port}"
     with contextlib.ExitStack() as stack:
@@ -94,6 +97,7 @@ def web_stack(
             api_base=urls["claim_api"],
             project=PROJECT,
             auth_emulator_url=f"http://{auth_emulator.host_port}",
+            app_check_token_url=f"{app_check_keys.url}/token",
         )
         try:
             pages = stack.enter_context(PageServer(host="127.0.0.1", port=page_port, config=config))
@@ -128,8 +132,9 @@ class Shopper:
         return str(self.page.locator("main").get_attribute("data-status"))
 
 
-@pytest.fixture
-def shopper(browser: Browser, web_stack: WebStack) -> Iterator[Shopper]:
+@contextlib.contextmanager
+def open_shopper(browser: Browser, web_stack: WebStack) -> Iterator[Shopper]:
+    """A new shopper's browser; on leaving, it must not have reached outside 127.0.0.1."""
     context = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
     page = context.new_page()
     who = Shopper(context=context, page=page, stack=web_stack)
@@ -144,7 +149,8 @@ def shopper(browser: Browser, web_stack: WebStack) -> Iterator[Shopper]:
 
     def console(message: Any) -> None:
         if message.type == "error":
-            who.console_errors.append(message.text)
+            where = message.location.get("url")
+            who.console_errors.append(f"{message.text} ({where})" if where else message.text)
 
     context.route("**/*", only_local)
     context.on("request", lambda request: who.requests.append(request))
@@ -153,3 +159,16 @@ def shopper(browser: Browser, web_stack: WebStack) -> Iterator[Shopper]:
     yield who
     context.close()
     assert who.external == [], f"the page reached outside 127.0.0.1: {who.external}"
+
+
+@pytest.fixture
+def shopper(browser: Browser, web_stack: WebStack) -> Iterator[Shopper]:
+    with open_shopper(browser, web_stack) as who:
+        yield who
+
+
+@pytest.fixture
+def second_shopper(browser: Browser, web_stack: WebStack) -> Iterator[Shopper]:
+    """Another person's browser (or the same person's, signed in afresh)."""
+    with open_shopper(browser, web_stack) as who:
+        yield who

@@ -75,6 +75,7 @@ def test_check_starts_everything_claims_once_and_stops(tmp_path: Path) -> None:
     assert any(line.startswith("check: claim answered 201 with code ") for line in lines), (
         diagnostics
     )
+    assert "check: development App Check tokens are served" in lines, diagnostics
     assert "local stack check passed" in lines, diagnostics
     page = f"http://127.0.0.1:{env['CODEDROP_WEB_PORT']}/?campaign=demo"
     assert page in [line.strip() for line in lines], diagnostics
@@ -120,6 +121,7 @@ def test_every_port_has_its_own_variable_and_default() -> None:
         "CODEDROP_PUBSUB_PORT": 8085,
         "CODEDROP_STORAGE_PORT": 9199,
         "CODEDROP_AUTH_PORT": 9099,
+        "CODEDROP_APP_CHECK_PORT": 9098,
         "CODEDROP_CLAIM_API_PORT": 8001,
         "CODEDROP_ADMIN_API_PORT": 8002,
         "CODEDROP_COUNT_USAGE_PORT": 8003,

@@ -4,11 +4,15 @@
 // config.json (served by the local stack; write your own for production):
 //   {"apiBase": "<claim_api base URL>", "campaignId": "<default campaign>",
 //    "firebase": {"apiKey": "...", "authDomain": "...", "projectId": "..."},
-//    "authEmulatorUrl": "http://127.0.0.1:9099" (local only), "signInMethod": "anonymous"}
-// ?campaign=<id> in the page's URL picks the campaign.
+//    "authEmulatorUrl": "http://127.0.0.1:9099" (local only), "signInMethod": "anonymous",
+//    "appCheckTokenUrl": "http://127.0.0.1:9098/token" (local only; in production
+//    "appCheckSiteKey": "<reCAPTCHA Enterprise site key>")}
+// ?campaign=<id> in the page's URL picks the campaign. A campaign whose identity is "phone", or
+// that refuses anonymous sign-ins, gets phone sign-in (phone.js); the others anonymous sign-in.
 
 import { createCodedrop } from "./codedrop.js";
 import { createShopperAuth } from "./auth.js";
+import { createPhoneSignIn } from "./phone.js";
 
 const $ = (selector) => document.querySelector(selector);
 const main = $("#sale");
@@ -22,7 +26,7 @@ const MESSAGES = {
   not_started: () => "The sale has not started yet. Your button unlocks when it opens.",
   ready: () => "The sale is on. Get your code while they last.",
   paused: () => "The sale is paused for a moment.",
-  claiming: () => "Getting your code…",
+  claiming: () => (phone?.open ? "Sign in with your phone number to get your code." : "Getting your code…"),
   waiting: () => "The sale is busy right now: you have a place in line.",
   claimed: () => "You got it! Here is your code.",
   sold_out: () => "Sold out.",
@@ -77,12 +81,23 @@ function describeWait(seconds) {
 }
 
 let lastStatus = null;
+let lastState = null;
+let phone = null; // phone sign-in, once the page is configured
+
+/** Whether a campaign counts phone numbers, or refuses the anonymous sign-in this page offers
+ * otherwise. */
+function needsPhone(campaign) {
+  if (!campaign) return false;
+  const providers = campaign.allowed_sign_in_providers;
+  return campaign.identity === "phone" || (Array.isArray(providers) && !providers.includes("anonymous"));
+}
 
 function render(state) {
+  lastState = state;
   const { status, campaign } = state;
   main.dataset.status = status;
   show(status);
-  if (status !== lastStatus || status === "error") setText(statusLine, MESSAGES[status](state));
+  setText(statusLine, MESSAGES[status](state));
 
   if (campaign) {
     setText($("#title"), campaign.title);
@@ -103,6 +118,7 @@ function render(state) {
     if (lastStatus !== "claimed" && lastStatus !== null) copyButton.focus();
   }
 
+  if (phone?.open) button.hidden = true; // the sign-in form's buttons lead the way meanwhile
   const [label, enabled] = BUTTON[status] ?? ["Get my code", false];
   setText(button, label);
   button.disabled = !enabled || (status === "error" && state.error?.code === "CAMPAIGN_NOT_FOUND");
@@ -152,11 +168,14 @@ async function main_() {
     return;
   }
   const shopper = createShopperAuth(config);
+  phone = createPhoneSignIn(shopper, () => lastState && render(lastState));
+  const campaign = () => lastState?.campaign;
   const drop = createCodedrop({
     apiBase: config.apiBase,
     campaignId,
-    getIdToken: shopper.getIdToken,
-    signIn: shopper.signIn,
+    getIdToken: (forceRefresh) => shopper.getIdToken(forceRefresh, { phone: needsPhone(campaign()) }),
+    signIn: () => (needsPhone(campaign()) ? phone.signIn() : shopper.signIn()),
+    getAppCheckToken: shopper.getAppCheckToken,
     refreshIntervalMs: config.refreshIntervalMs ?? 5000,
   });
   drop.subscribe(render);

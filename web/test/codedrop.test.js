@@ -183,6 +183,18 @@ describe("claiming", () => {
     assert.equal(api.sent(ME)[0].headers["X-Firebase-AppCheck"], "app-check-token");
   });
 
+  it("sends no App Check header when the page has no token", async () => {
+    const api = new FakeApi({
+      GET: json(200, campaign()),
+      [ME]: NOT_HELD,
+      [CLAIMS]: json(201, claimBody()),
+    });
+    const { drop } = client(api, { getAppCheckToken: async () => null });
+    await drop.claim();
+    drop.stop();
+    assert.equal("X-Firebase-AppCheck" in api.sent(CLAIMS)[0].headers, false);
+  });
+
   it("a shopper not signed in is signed in by signIn(), once", async () => {
     let token = null;
     let signIns = 0;
