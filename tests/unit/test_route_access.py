@@ -131,7 +131,17 @@ def test_a_shopify_signature_is_checked_on_the_raw_body(services: Services) -> N
         assert refused.get_json()["error_code"] == "INVALID_SIGNATURE"
 
 
-def test_outside_demo_projects_the_webhook_needs_its_secret() -> None:
+def test_outside_demo_projects_the_webhook_needs_its_secret(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A production project: none of the suite's local switches or secrets may leak in.
+    for name in (
+        "FIREBASE_AUTH_EMULATOR_HOST",
+        "CODEDROP_APP_CHECK_JWKS_URL",
+        "CODEDROP_TICKET_SECRET",
+        "CODEDROP_SHOPIFY_WEBHOOK_SECRET",
+    ):
+        monkeypatch.delenv(name, raising=False)
     with pytest.raises(ValueError, match="TICKET_SECRET"):
         Settings(project_id="shop-prod")
     unset = Settings(project_id="shop-prod", ticket_secret="t" * 32)
