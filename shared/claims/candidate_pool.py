@@ -183,22 +183,26 @@ class CandidatePool:
         self._starved_since: float | None = None
 
     # --- generation ---------------------------------------------------------------------------
-    def observe_generation(self, generation: int, codes_total: int | None = None) -> None:
-        """New codes were imported or released (or this is the first look): every segment is
-        open again and every floor goes back to the start. `codes_total` (the campaign's) sizes
-        runs and steals: about codes_total / segments.COUNT coupons per fresh segment."""
+    def observe_generation(self, generation: int, codes_total: int | None = None) -> bool:
+        """New codes were imported or holds released (or this is the first look): every segment
+        is open again and every floor goes back to the start. `codes_total` (the campaign's)
+        sizes runs and steals: about codes_total / segments.COUNT coupons per fresh segment.
+        True when the generation changed after a first look."""
         with self._lock:
             if codes_total is not None:
                 self._codes_total = codes_total
-            if generation != self._generation:
-                self._generation = generation
-                self._sold_out_generation = None
-                self._all_drained_generation = None
-                self._look_for_segments_at = self._steal_at = self._prove_at = 0.0
-                self._only_waiting = False
-                if self._run is not None:
-                    self._run.reset()
-                self._changed.notify_all()
+            if generation == self._generation:
+                return False
+            first_look = self._generation is None
+            self._generation = generation
+            self._sold_out_generation = None
+            self._all_drained_generation = None
+            self._look_for_segments_at = self._steal_at = self._prove_at = 0.0
+            self._only_waiting = False
+            if self._run is not None:
+                self._run.reset()
+            self._changed.notify_all()
+            return not first_look
 
     @property
     def sold_out(self) -> bool:

@@ -79,7 +79,10 @@ class WaitingRoomService:
         self._settings = settings
         self._clock = clock
         self._signer = TicketSigner(
-            secret=settings.ticket_signing_key, max_age_seconds=settings.ticket_max_age_seconds
+            secret=settings.ticket_signing_key,
+            max_age_seconds=settings.ticket_max_age_seconds,
+            max_wait_seconds=settings.ticket_max_wait_seconds,
+            clock=clock,
         )
         self._instance_id = uuid.uuid4().hex[:12]
         self._rooms: dict[str, _Room] = {}
@@ -185,7 +188,9 @@ class WaitingRoomService:
                 room.admitted.append(now)
             else:
                 retry = room.controller.retry_after(ticket.first_attempt, now, random.random())
-        token = ticket_token or self._signer.issue(ticket)
+        # Signed afresh at every poll, with the original first attempt: the ticket's life slides
+        # with the shopper's polls, their place stays where it was.
+        token = self._signer.issue(ticket)
         if admitted:
             return RoomPass(ticket=token)
         retry_ms = int(retry * 1000)
