@@ -49,8 +49,8 @@ log = logging.getLogger(__name__)
 # This many candidates in a row found taken by another instance flush the pool.
 STALE_RUN_FLUSH = 16
 # A refill holds about this much of the instance's recent demand, within these bounds.
-REFILL_HORIZON_SECONDS = 2.0
-MIN_REFILL = 16
+REFILL_HORIZON_SECONDS = 1.0
+MIN_REFILL = 4
 DEMAND_WINDOW_SECONDS = 2.0
 MIN_DEMAND_SPAN_SECONDS = 0.25
 # Segments asked for at a time, the longest run leased at once, and how long a lease lasts
@@ -59,7 +59,8 @@ OPEN_QUERY_LIMIT = 4
 WAITING_QUERY_LIMIT = 2
 MAX_RUN = 16
 # Long: a dead holder strands nothing (others steal from the top of leased segments too), and
-# a slow one must not lose its segment between two reads.
+# a slow one must not lose its segment between two reads (15 s was measured worse at 64
+# instances on two cores).
 LEASE_SECONDS = 60.0
 RECORD_ATTEMPTS = 3
 # When every open segment seen is someone else's, or has too little left to steal: look again
@@ -67,10 +68,15 @@ RECORD_ATTEMPTS = 3
 LEASED_BACKOFF_SECONDS = 2.0
 # Steals from the top of others' segments, and proofs that find codes in flight elsewhere.
 STEAL_INTERVAL_SECONDS = 0.1
+# After a lost race or an empty steal, the next waits longer, up to this: many instances
+# starving at the end of a sale would otherwise all write the same few segments.
+MAX_STEAL_INTERVAL_SECONDS = 1.0
 MAX_STEAL = 64
 # A holder that has not read its segment for this long is taken to have stopped.
 IDLE_HOLDER_SECONDS = 2.0
 PROOF_INTERVAL_SECONDS = 0.25
+# Proofs that keep finding codes in flight elsewhere look again less and less often, up to this.
+MAX_PROOF_INTERVAL_SECONDS = 2.0
 STARVED_BEFORE_TAKING_IN_FLIGHT_SECONDS = 2.0
 WAIT_SECONDS = 0.05
 
@@ -179,7 +185,9 @@ class CandidatePool:
         self._all_drained_generation: int | None = None
         self._look_for_segments_at = 0.0
         self._steal_at = 0.0
+        self._steal_pause = STEAL_INTERVAL_SECONDS
         self._prove_at = 0.0
+        self._proof_pause = PROOF_INTERVAL_SECONDS
         self._starved_since: float | None = None
 
     # --- generation ---------------------------------------------------------------------------
@@ -198,6 +206,7 @@ class CandidatePool:
             self._sold_out_generation = None
             self._all_drained_generation = None
             self._look_for_segments_at = self._steal_at = self._prove_at = 0.0
+            self._steal_pause, self._proof_pause = STEAL_INTERVAL_SECONDS, PROOF_INTERVAL_SECONDS
             self._only_waiting = False
             if self._run is not None:
                 self._run.reset()
@@ -271,6 +280,7 @@ class CandidatePool:
         self._leased.add(candidate.coupon_id)
         self._takes.append(time.monotonic())
         self._starved_since = None
+        self._proof_pause = PROOF_INTERVAL_SECONDS
         return candidate
 
     def _want_locked(self) -> int:
@@ -354,7 +364,8 @@ class CandidatePool:
         # starving a while; until then look again now and then.
         if starved < STARVED_BEFORE_TAKING_IN_FLIGHT_SECONDS:
             with self._lock:
-                self._prove_at = now + PROOF_INTERVAL_SECONDS
+                self._prove_at = now + self._proof_pause
+                self._proof_pause = min(MAX_PROOF_INTERVAL_SECONDS, 2 * self._proof_pause)
             return _Progress.WAIT
         return _Progress.FOUND if self._add(result) else _Progress.WAIT
 
@@ -517,10 +528,15 @@ class CandidatePool:
             # there), and holder and stealer never read the same coupons anyway.
             targets = [s for s in self._held_elsewhere if _width(s, generation) > 0]
             if not targets:
+                # Every open segment seen is held and read to its top: what is left unassigned
+                # sits in other instances' pools (or in one that died). The sold-out proof finds
+                # it, and takes it once this instance has starved a while, instead of waiting
+                # for those leases to run out.
+                read_to_top = bool(self._held_elsewhere)
                 self._held_elsewhere = []
                 self._only_waiting = True
-                return _Progress.WAIT
-            self._steal_at = now + STEAL_INTERVAL_SECONDS
+                return _Progress.EXHAUSTED if read_to_top else _Progress.WAIT
+            self._steal_at = now + self._steal_pause
         # The widest unread parts are likeliest chosen: most is left there.
         target = self.rng.choices(targets, weights=[_width(s, generation) for s in targets])[0]
         for _ in range(2):
@@ -540,10 +556,10 @@ class CandidatePool:
             fresh = self.supply.get_segments([target.segment_id])
             self._replace_target(target, fresh[0] if fresh else None, generation)
             if not fresh or _width(fresh[0], generation) <= 0:
-                return _Progress.WAIT
+                return self._steal_lost()
             target = fresh[0]
         else:
-            return _Progress.WAIT
+            return self._steal_lost()
         # The holder has read up to `bottom` itself: start just above it.
         found = self.supply.fetch(
             low=new_top, low_inclusive=new_top > bottom, high=top, limit=self.max_refill
@@ -551,7 +567,17 @@ class CandidatePool:
         self.metrics.queries += 1
         # Nothing there: its holder has read that far, or is about to. Leave it to them.
         self._replace_target(target, reserved if found else None, generation)
-        return _Progress.FOUND if self._add(found) else _Progress.WAIT
+        if not self._add(found):
+            return self._steal_lost()
+        with self._lock:
+            self._steal_pause = STEAL_INTERVAL_SECONDS
+        return _Progress.FOUND
+
+    def _steal_lost(self) -> _Progress:
+        with self._lock:
+            self._steal_at = time.monotonic() + self._steal_pause
+            self._steal_pause = min(MAX_STEAL_INTERVAL_SECONDS, 2 * self._steal_pause)
+        return _Progress.WAIT
 
     def _replace_target(self, old: Segment, new: Segment | None, generation: int) -> None:
         with self._lock:

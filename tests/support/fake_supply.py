@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from shared.campaigns.segments import NEVER_DRAINED, Segment, segment_id
+from shared.campaigns.segments import COUNT, NEVER_DRAINED, Segment, segment_id
 from shared.coupons.store import Candidate
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -34,7 +34,7 @@ class FakeSupply:
     """
 
     def __init__(
-        self, codes: int, *, segments: int = 64, seed: int = 7, latency: float = 0.0
+        self, codes: int, *, segments: int = COUNT, seed: int = 7, latency: float = 0.0
     ) -> None:
         rng = random.Random(seed)
         self.free = {f"c{i}": rng.random() for i in range(codes)}

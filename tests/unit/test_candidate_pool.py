@@ -14,6 +14,7 @@ import pytest
 from shared.claims import candidate_pool
 from shared.claims.candidate_pool import (
     MIN_REFILL,
+    REFILL_HORIZON_SECONDS,
     CandidatePool,
     Exhausted,
     PoolTimeout,
@@ -110,8 +111,9 @@ def test_the_cost_of_the_supply_does_not_grow_with_instances(instances: int, thr
     # steal reserves the top of its segment reads some of them too and drops them, and when
     # three steals in a row beat its record of progress it keeps a few (the commit decides).
     assert shoppers.conflicts <= 2000 * 0.01
-    # Coupon documents plus segment queries, empty answers and guarded-write rereads.
-    assert supply.bill.reads <= 2000 * 1.4
+    # Coupon documents plus segment queries, empty answers and guarded-write rereads (with
+    # 2,000 codes over 256 segments, about eight codes a segment document).
+    assert supply.bill.reads <= 2000 * 1.6
     assert all(pool.sold_out for pool in pools)
 
 
@@ -138,7 +140,8 @@ def test_refills_follow_the_demand_of_the_instance() -> None:
     # A crowd: the reads grow with it.
     Shoppers(supply, [pool]).run(threads_per_pool=64)
 
-    assert alone <= 2 * MIN_REFILL
+    # About what one shopper every 0.15 s takes over the refill horizon, nowhere near a crowd's.
+    assert alone <= 2 * max(MIN_REFILL, REFILL_HORIZON_SECONDS / 0.15)
     assert max(sizes) >= 64
 
 
