@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from google.cloud import firestore
 
-from scripts.bench import harness
+from scripts.bench import cost, harness
 from scripts.bench import reference_design as reference
 from scripts.bench.harness import Row, fmt
 from scripts.support.firestore_rpcs import RpcCounter, RpcCounts
@@ -569,6 +569,12 @@ def engine_figures(
     figures.update({f"db_{name}": getattr(report, name) for name in read_back})
     figures.update(double, expected_codes_issued=expected, invariants=invariants)
     figures["violations"] = sum(invariants.values())
+    figures["cost"] = cost.per_claims(
+        claims=figures["requests"],
+        reads=figures["reads_total"],
+        writes=figures["writes_total"],
+        cpu_seconds=figures["cpu_seconds_workers"],
+    ).as_dict()
     return figures
 
 
@@ -687,6 +693,10 @@ def _others(f: Any) -> str:
     return ", ".join(f"{k} {v}" for k, v in other.items()) or "0"
 
 
+def _dollars(*keys: str) -> Callable[[Any], str]:
+    return lambda f: " / ".join(f"${f['cost'][k]:.4f}" for k in keys) if "cost" in f else "-"
+
+
 def _pair(a: str, b: str) -> Callable[[Any], str]:
     return lambda f: f"{fmt(f.get(a))} / {fmt(f.get(b))}"
 
@@ -780,6 +790,10 @@ ROWS: list[Row | str] = [
     ("  writes refused (failed commits)", _rpc("writes_rejected")),
     ("reads per SOLD_OUT answer, late shoppers", _get("reads_per_sold_out", 2)),
     ("  late-shopper probe: claims, p50 (ms)", _probe),
+    f"dollars per {cost.PER_CLAIMS:,} claims at list prices (scripts/bench/cost.py)",
+    ("Firestore reads / writes", _dollars("reads", "writes")),
+    ("function CPU and memory / requests", _dollars("cpu_and_memory", "requests")),
+    ("total", _dollars("total")),
     "outcomes",
     ("created (new code)", _outcome("created")),
     ("held (double click got its code)", _outcome("held")),
