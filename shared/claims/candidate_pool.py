@@ -76,8 +76,8 @@ MAX_STEAL = 64
 IDLE_HOLDER_SECONDS = 2.0
 PROOF_INTERVAL_SECONDS = 0.25
 # Proofs that keep finding codes in flight elsewhere look again less and less often, up to this.
-MAX_PROOF_INTERVAL_SECONDS = 2.0
-STARVED_BEFORE_TAKING_IN_FLIGHT_SECONDS = 2.0
+MAX_PROOF_INTERVAL_SECONDS = 1.0
+STARVED_BEFORE_TAKING_IN_FLIGHT_SECONDS = 1.0
 WAIT_SECONDS = 0.05
 
 
@@ -348,9 +348,13 @@ class CandidatePool:
             if self._starved_since is None:
                 self._starved_since = now
             starved = now - self._starved_since
-            # Only what the requests waiting here need: other starving instances look too.
-            waiting = max(1, self._waiting)
-        result = prove(waiting)
+            # Only what the requests waiting here need (other starving instances look too),
+            # until this instance has starved long enough to take codes in flight elsewhere:
+            # then its own demand, or the tail of a sale trickles out a few codes a proof.
+            limit = max(1, self._waiting)
+            if starved >= STARVED_BEFORE_TAKING_IN_FLIGHT_SECONDS:
+                limit = max(limit, self._want_locked())
+        result = prove(limit)
         self.metrics.proofs += 1
         if result is Exhausted.SOLD_OUT:
             with self._lock:
