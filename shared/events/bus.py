@@ -81,6 +81,28 @@ class EventBus:
             return False
         return True
 
+    def record(self, batch: firestore.WriteBatch, event: events.Event, *, now: datetime) -> None:
+        """Put the event in the outbox as part of the caller's atomic batch: it is committed
+        with the writes it tells of, or not at all. Then `publish_recorded` it."""
+        entry = outbox_collection(self._db).document(event.event_id)
+        batch.set(entry, self._outbox_fields(event, now))
+
+    def publish_recorded(
+        self, event: events.Event, *, timeout: float = PUBLISH_TIMEOUT_SECONDS
+    ) -> bool:
+        """Publish an event committed with `record` and drop its outbox entry; False when it
+        stays in the outbox for flush_outbox (a crash before this call leaves it there too)."""
+        try:
+            self.send(event, timeout=timeout)
+        except PUBLISH_ERRORS as exc:
+            log.warning(
+                "publish failed; event kept in the outbox",
+                extra={"event_id": event.event_id, "error": repr(exc)},
+            )
+            return False
+        outbox_collection(self._db).document(event.event_id).delete()
+        return True
+
     def announce_once(self, event: events.Event, *, now: datetime) -> bool:
         """Publish a fact exactly once across all instances; False if already announced."""
         marker = announcement_ref(self._db, event.campaign_id, event.event_id)

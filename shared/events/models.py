@@ -22,6 +22,7 @@ EventId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]
 class EventType(StrEnum):
     COUPON_CLAIMED = "coupon.claimed"
     CODES_IMPORTED = "codes.imported"
+    CODES_ASSIGNED = "codes.assigned"
     LOW_STOCK = "campaign.low_stock"
     SOLD_OUT = "campaign.sold_out"
 
@@ -47,6 +48,15 @@ class CodesImported(_Event):
     job_id: str
 
 
+class CodesAssigned(_Event):
+    """Codes handed to a recipient list by one commit of an assignment job: one event per
+    commit instead of one per code. The id derives from the job and the commit's first line."""
+
+    type: Literal[EventType.CODES_ASSIGNED] = EventType.CODES_ASSIGNED
+    count: int = Field(ge=1)
+    job_id: str
+
+
 class CampaignLowStock(_Event):
     type: Literal[EventType.LOW_STOCK] = EventType.LOW_STOCK
     remaining: int
@@ -58,7 +68,7 @@ class CampaignSoldOut(_Event):
 
 
 Event = Annotated[
-    CouponClaimed | CodesImported | CampaignLowStock | CampaignSoldOut,
+    CouponClaimed | CodesImported | CodesAssigned | CampaignLowStock | CampaignSoldOut,
     Field(discriminator="type"),
 ]
 _EVENT: TypeAdapter[Event] = TypeAdapter(Event)

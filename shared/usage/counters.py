@@ -60,14 +60,20 @@ class CounterTotals:
     imported_by_hour: Counter[str] = field(default_factory=Counter)
 
 
+def _claimed(at: datetime, count: int) -> dict[str, Any]:
+    return {
+        "claimed": firestore.Increment(count),
+        "claimed_by_hour": {hour_key(at): firestore.Increment(count)},
+        "claimed_by_minute": {minute_key(at): firestore.Increment(count)},
+    }
+
+
 def _increments(event: events.Event) -> dict[str, Any] | None:
     if isinstance(event, events.CouponClaimed):
-        at = event.occurred_at
-        return {
-            "claimed": firestore.Increment(1),
-            "claimed_by_hour": {hour_key(at): firestore.Increment(1)},
-            "claimed_by_minute": {minute_key(at): firestore.Increment(1)},
-        }
+        return _claimed(event.occurred_at, 1)
+    if isinstance(event, events.CodesAssigned):
+        # A commit of a bulk assignment: `count` codes handed out at the commit's time.
+        return _claimed(event.occurred_at, event.count)
     if isinstance(event, events.CodesImported):
         return {
             "imported": firestore.Increment(event.count),

@@ -50,7 +50,7 @@ class UsageService:
             "event applied" if applied else "event already applied",
             extra={"event_id": event.event_id, "type": event.type.value},
         )
-        if isinstance(event, events.CouponClaimed | events.CodesImported):
+        if isinstance(event, events.CouponClaimed | events.CodesAssigned | events.CodesImported):
             try:
                 self.check_stock(event.campaign_id)
             except CampaignNotFound:
