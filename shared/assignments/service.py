@@ -51,8 +51,10 @@ from shared.settings import Settings
 
 log = logging.getLogger(__name__)
 
+# A list to assign; not the result file a job writes next to it (`{name}.result.csv`).
 ASSIGNMENT_PATH = re.compile(
-    r"^assignments/(?P<campaign>[a-z0-9][a-z0-9_-]{0,62})/(?P<name>[^/]+)\.csv$", re.I
+    r"^assignments/(?P<campaign>[a-z0-9][a-z0-9_-]{0,62})/(?![^/]*\.result\.csv$)[^/]+\.csv$",
+    re.I,
 )
 RESULT_SUFFIX = ".result"
 PROGRESS_EVERY_SECONDS = 2.0
@@ -67,12 +69,6 @@ def assignment_job_id(obj: StoredObject) -> str:
 def result_name(object_name: str) -> str:
     """`assignments/c/list.csv` -> `assignments/c/list.result.csv`."""
     return f"{object_name.removesuffix('.csv').removesuffix('.CSV')}{RESULT_SUFFIX}.csv"
-
-
-def is_assignment_list(name: str) -> bool:
-    """A list to assign (not the result file a job wrote next to it)."""
-    match = ASSIGNMENT_PATH.match(name)
-    return match is not None and not match["name"].lower().endswith(RESULT_SUFFIX)
 
 
 class _Tally:
@@ -139,7 +135,7 @@ class AssignmentService:
 
     def handle_object_finalized(self, obj: StoredObject) -> JobRecord | None:
         match = ASSIGNMENT_PATH.match(obj.name)
-        if match is None or not is_assignment_list(obj.name):
+        if match is None:
             log.info("object is not a recipient list; ignored", extra={"object": obj.uri})
             return None
         return self.assign_object(obj, campaign_id=match["campaign"])

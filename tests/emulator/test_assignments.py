@@ -8,6 +8,7 @@ import csv
 import io
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -17,11 +18,13 @@ from google.cloud.storage import Client as StorageClient
 
 from scripts.support.audit import audit_campaign
 from shared.assignments import service as assignment_service
+from shared.claims.engine import ClaimEngine
 from shared.claims.identity import IdentityKind, identity_key
 from shared.gcp import storage as storage_objects
 from shared.gcp.firestore import campaign_ref, claims_collection, coupons_collection
 from shared.intake import jobs as job_store
 from shared.intake.service import object_from_event
+from shared.settings import get_settings
 from tests.support.api import ADMIN, auth
 from tests.support.cloudevents import deliver, finalized_event
 from tests.support.stack import BUCKET, MakeCampaign, Pump
@@ -318,3 +321,33 @@ def test_unknown_campaigns_and_result_files_are_acknowledged(
     assert "does not exist" in job["failure_reason"]
     result_job = assignment_service.assignment_job_id(object_from_event(result["data"]))
     assert job_store.find_job(db, job_id=result_job) is None
+
+
+def test_a_list_and_the_landing_page_share_the_pool_without_a_code_twice(
+    upload: Upload,
+    admin_client: FlaskClient,
+    make_campaign: MakeCampaign,
+    storage_client: StorageClient,
+    db: firestore.Client,
+) -> None:
+    """Another instance's claimers take codes from the same pool while the job runs, some of
+    them recipients of the list: every code goes to one person, every person holds one."""
+    campaign_id = make_campaign(codes=600)
+    recipients = [f"p-{i}" for i in range(500)]
+    shoppers = [f"p-{i}" for i in range(400, 600)]  # 100 of them are on the list too
+    engine = ClaimEngine(db=db, settings=get_settings())
+    with ThreadPoolExecutor(8) as claimers:
+        answers = claimers.map(
+            lambda user: engine.claim(campaign_id=campaign_id, user_id=user), shoppers
+        )
+        job = job_for(admin_client, upload(campaign_id, "recipient\n" + "\n".join(recipients)))
+        claimed = {a.claim.user_id: a.claim.code for a in answers}
+
+    assert job["assigned"] + job["already_held"] == 500
+    assert job["unassigned"] == 0
+    emailed = codes_of(result_rows(storage_client, job))
+    for user in set(emailed) & set(claimed):
+        assert emailed[user] == claimed[user]  # the one code they hold, whoever gave it
+    report = audit_campaign(db, campaign_id=campaign_id)
+    assert report.ok, report.violations
+    assert report.assigned == report.claims == report.shoppers == 600

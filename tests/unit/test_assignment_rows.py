@@ -17,7 +17,7 @@ from shared.assignments.recipients import (
     recipient_problem,
     result_cell,
 )
-from shared.assignments.service import is_assignment_list, result_name
+from shared.assignments.service import ASSIGNMENT_PATH, result_name
 from shared.assignments.supply import CandidateSupply
 from shared.claims.identity import IdentityKind, identity_key
 from shared.coupons.store import Candidate
@@ -119,10 +119,11 @@ def test_result_cells_are_safe_in_a_spreadsheet_but_phone_numbers_keep_their_plu
 
 def test_results_are_never_lists_again() -> None:
     assert result_name("assignments/c1/may.csv") == "assignments/c1/may.result.csv"
-    assert is_assignment_list("assignments/c1/may.csv")
-    assert not is_assignment_list("assignments/c1/may.result.csv")
-    assert not is_assignment_list("assignments/c1/may.result.csv.asg-1.partial")
-    assert not is_assignment_list("assignments/may.csv")
+    assert result_name("assignments/c1/MAY.CSV") == "assignments/c1/MAY.result.csv"
+    assert ASSIGNMENT_PATH.match("assignments/c1/may.csv")
+    assert ASSIGNMENT_PATH.match("assignments/c1/May.Result.CSV") is None
+    assert ASSIGNMENT_PATH.match("assignments/c1/may.result.csv.asg-1.partial") is None
+    assert ASSIGNMENT_PATH.match("assignments/may.csv") is None
 
 
 # --- the supply ----------------------------------------------------------------------------
