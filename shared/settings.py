@@ -64,15 +64,15 @@ class Settings(BaseSettings):
 
     # Bulk assignment (shared/assignments): recipients per atomic batch (two writes each, plus
     # the batch's event in the outbox: at most 500 writes), batches in flight, and the most
-    # unassigned candidates one query fetches (pages grow from a batch's worth up to this).
+    # unassigned candidates one query may return (it is read as batches need codes).
     assignment_batch_size: int = Field(
         default=249, ge=1, le=249, validation_alias="CODEDROP_ASSIGNMENT_BATCH_SIZE"
     )
     assignment_parallel_commits: int = Field(
         default=4, ge=1, le=32, validation_alias="CODEDROP_ASSIGNMENT_PARALLEL_COMMITS"
     )
-    assignment_page_size: int = Field(
-        default=20_000, ge=1, le=100_000, validation_alias="CODEDROP_ASSIGNMENT_PAGE_SIZE"
+    assignment_query_limit: int = Field(
+        default=1_000_000, ge=1, le=10_000_000, validation_alias="CODEDROP_ASSIGNMENT_QUERY_LIMIT"
     )
 
     # Usage counters (shared/usage_counters.py).

@@ -163,11 +163,13 @@ class BulkAssigner:
                 self._emit(self._in_flight.popleft().result())
         finally:
             self._executor.shutdown(wait=True, cancel_futures=True)
+            self._supply.close()
 
     def abandon(self) -> None:
         """The job stops half-way: let running batches end (what they commit is recognised by
         the next attempt), start no other."""
         self._executor.shutdown(wait=True, cancel_futures=True)
+        self._supply.close()
 
     def _submit(self) -> None:
         if not self._chunk and not self._repeats:
@@ -287,7 +289,7 @@ class BulkAssigner:
         if len(still) < len(pairs):
             self._read_first = True
         self.metrics.add(coupons_taken_elsewhere=len(taken))
-        self._supply.settle(taken)
+        self._supply.settle(taken, taken_elsewhere=len(taken))
         self._supply.give_back(free)
         return still
 

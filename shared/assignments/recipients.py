@@ -27,6 +27,7 @@ MAX_UID_LENGTH = 128  # Firebase Auth's limit for a uid
 _EMAIL = re.compile(r"^[^@\s]{1,64}@[^@\s.]+(\.[^@\s.]+)+$")
 _E164 = re.compile(r"^\+[1-9][0-9]{6,14}$")
 _PHONE_CHARACTERS = re.compile(r"^\+?[0-9 ()./-]+$")
+_ASCII_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class MissingRecipientColumn(ValueError):
@@ -51,7 +52,7 @@ def recipient_problem(kind: IdentityKind, value: str) -> str | None:
     """Why `value` (stripped) cannot be a recipient of this kind, or None."""
     if not value:
         return "empty recipient"
-    if any(unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co", "Cn") for ch in value):
+    if _ASCII_CONTROL.search(value) if value.isascii() else _invisible(value):
         return "control or invisible character in the recipient"
     if kind is IdentityKind.EMAIL:
         if len(value) > MAX_EMAIL_LENGTH or not _EMAIL.match(value):
@@ -65,6 +66,10 @@ def recipient_problem(kind: IdentityKind, value: str) -> str | None:
         if any(ch.isspace() for ch in value):
             return "whitespace inside the customer id"
     return None
+
+
+def _invisible(value: str) -> bool:
+    return any(unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co", "Cn") for ch in value)
 
 
 def result_cell(value: str) -> str:

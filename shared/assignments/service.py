@@ -242,7 +242,7 @@ class AssignmentService:
     def _assigner(self, job: JobRecord, tally: _Tally, now: datetime) -> BulkAssigner:
         settings = self._settings
         supply = CandidateSupply(
-            fetch=lambda low, inclusive, high, limit: coupon_store.find_unassigned(
+            stream=lambda low, inclusive, high, limit: coupon_store.stream_unassigned(
                 self._db,
                 campaign_id=job.campaign_id,
                 low=low,
@@ -251,8 +251,8 @@ class AssignmentService:
                 limit=limit,
             ),
             start=coupon_store.random_float(),
-            first_page=settings.assignment_batch_size,
-            page_size=settings.assignment_page_size,
+            pull=2 * settings.assignment_batch_size,
+            query_limit=settings.assignment_query_limit,
         )
         return BulkAssigner(
             db=self._db,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Generator
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -64,21 +65,34 @@ def find_unassigned(
 
     Without bounds it is the proof query for "sold out": any unassigned coupon at all.
     """
+    found = stream_unassigned(
+        db, campaign_id=campaign_id, limit=limit, low=low, low_inclusive=low_inclusive, high=high
+    )
+    return list(found)
+
+
+def stream_unassigned(
+    db: firestore.Client,
+    *,
+    campaign_id: str,
+    limit: int,
+    low: float | None = None,
+    low_inclusive: bool = True,
+    high: float | None = None,
+) -> Generator[Candidate, None, None]:
+    """find_unassigned's query, its results read as the caller consumes them (gRPC flow control
+    keeps the rest on the server side: a long walk holds no page in memory)."""
     query = coupons_collection(db, campaign_id).where(filter=FieldFilter("assigned", "==", False))
     if low is not None:
         query = query.where(filter=FieldFilter("random_float", ">=" if low_inclusive else ">", low))
     if high is not None:
         query = query.where(filter=FieldFilter("random_float", "<", high))
     query = query.order_by("random_float").select(["code", "random_float"]).limit(limit)
-    candidates = []
     for snapshot in query.stream():
         data = snapshot.to_dict() or {}
-        candidates.append(
-            Candidate(
-                coupon_id=snapshot.id,
-                code=data["code"],
-                random_float=data["random_float"],
-                read_at=snapshot.update_time,
-            )
+        yield Candidate(
+            coupon_id=snapshot.id,
+            code=data["code"],
+            random_float=data["random_float"],
+            read_at=snapshot.update_time,
         )
-    return candidates

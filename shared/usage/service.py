@@ -52,7 +52,8 @@ class UsageService:
         )
         if isinstance(event, events.CouponClaimed | events.CodesAssigned | events.CodesImported):
             try:
-                self.check_stock(event.campaign_id)
+                # A bulk assignment's event moves the stock by a batch at once: always checked.
+                self.check_stock(event.campaign_id, force=isinstance(event, events.CodesAssigned))
             except CampaignNotFound:
                 # Nothing to announce for a campaign that is gone; retrying would not help.
                 log.warning("event for an unknown campaign", extra={"event_id": event.event_id})

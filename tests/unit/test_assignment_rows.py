@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import random
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
@@ -130,17 +131,19 @@ def test_results_are_never_lists_again() -> None:
 
 
 class FakePool:
-    """Unassigned coupons answering find_unassigned's queries, counting them."""
+    """Unassigned coupons answering stream_unassigned's queries lazily, counting queries and
+    the candidates actually read."""
 
     def __init__(self, count: int, seed: int = 3) -> None:
         rng = random.Random(seed)
         self.free = {f"c{i}": rng.random() for i in range(count)}
         self.lock = threading.Lock()
         self.queries: list[tuple[float | None, float | None, int]] = []
+        self.read = 0
 
-    def fetch(
+    def stream(
         self, low: float | None, inclusive: bool, high: float | None, limit: int
-    ) -> list[Candidate]:
+    ) -> Iterator[Candidate]:
         with self.lock:
             self.queries.append((low, high, limit))
             hits = sorted(
@@ -149,7 +152,10 @@ class FakePool:
                 if (low is None or (rf >= low if inclusive else rf > low))
                 and (high is None or rf < high)
             )[:limit]
-        return [Candidate(coupon_id=c, code=c, random_float=rf, read_at=READ_AT) for rf, c in hits]
+        for rf, cid in hits:
+            with self.lock:
+                self.read += 1
+            yield Candidate(coupon_id=cid, code=cid, random_float=rf, read_at=READ_AT)
 
     def take(self, candidates: list[Candidate]) -> None:
         with self.lock:
@@ -157,53 +163,67 @@ class FakePool:
                 del self.free[c.coupon_id]
 
 
-def test_the_supply_walks_the_pool_once_from_its_start_with_growing_pages() -> None:
-    pool = FakePool(1000)
-    supply = CandidateSupply(fetch=pool.fetch, start=0.6, first_page=10, page_size=160)
-    handed: list[Candidate] = []
+def supply_of(
+    pool: FakePool, *, start: float = 0.6, pull: int = 20, limit: int = 10_000
+) -> CandidateSupply:
+    return CandidateSupply(stream=pool.stream, start=start, pull=pull, query_limit=limit)
 
-    while batch := supply.take(25):
+
+def drain(pool: FakePool, supply: CandidateSupply, count: int) -> list[Candidate]:
+    handed: list[Candidate] = []
+    while batch := supply.take(count):
         pool.take(batch)
         supply.settle(batch)
         handed += batch
+    return handed
+
+
+def test_the_supply_walks_the_pool_once_from_its_start_in_two_lazily_read_queries() -> None:
+    pool = FakePool(1000)
+    supply = supply_of(pool, start=0.6)
+
+    first = supply.take(25)
+    assert pool.read <= 25 + 2 * 20  # read as needed, not the whole pool
+    pool.take(first)
+    supply.settle(first)
+    handed = first + drain(pool, supply, 25)
 
     assert len(handed) == len({c.coupon_id for c in handed}) == 1000
     assert supply.exhausted
-    limits = [limit for _, _, limit in pool.queries]
-    assert limits[:5] == [10, 20, 40, 80, 160]
-    assert max(limits) == 160
-    first_lows = [low for low, _, _ in pool.queries[:3]]
-    assert first_lows[0] == 0.6
-    assert all(low is not None and low >= 0.6 for low in first_lows)
-    assert pool.queries[-1][:2] == (None, None)  # the final look over the whole pool
+    assert [(low, high) for low, high, _ in pool.queries] == [(0.6, 1.0), (0.0, 0.6), (None, None)]
+    assert all(c.random_float >= 0.6 for c in first)
+
+
+def test_a_query_that_reaches_its_limit_is_followed_by_the_next_from_its_floor() -> None:
+    pool = FakePool(300)
+    supply = supply_of(pool, start=0.0, limit=100)
+
+    assert len(drain(pool, supply, 30)) == 300
+
+    lows = [low or 0.0 for low, high, _ in pool.queries if high == 1.0]
+    assert len(lows) == 4
+    assert lows[0] == 0.0
+    assert lows == sorted(lows)
 
 
 def test_parallel_takers_never_get_the_same_candidate_and_given_back_ones_come_first() -> None:
     pool = FakePool(3000)
-    supply = CandidateSupply(fetch=pool.fetch, start=0.2, first_page=50, page_size=400)
+    supply = supply_of(pool, start=0.2, pull=50)
     first = supply.take(5)
     supply.give_back(first[:2])
     assert supply.take(2) == first[:2]
     pool.take(first)
     supply.settle(first)
 
-    def drain(_: int) -> list[str]:
-        got: list[str] = []
-        while batch := supply.take(7):
-            pool.take(batch)
-            supply.settle(batch)
-            got += [c.coupon_id for c in batch]
-        return got
-
     with ThreadPoolExecutor(4) as executor:
-        results = list(executor.map(drain, range(4)))
-    everything = [cid for r in results for cid in r] + [c.coupon_id for c in first]
+        results = list(executor.map(lambda _: drain(pool, supply, 7), range(4)))
+    everything = [c.coupon_id for r in results for c in r] + [c.coupon_id for c in first]
     assert len(everything) == len(set(everything)) == 3000
 
 
 def test_codes_released_behind_the_walk_are_found_by_the_final_look() -> None:
     pool = FakePool(30)
-    supply = CandidateSupply(fetch=pool.fetch, start=0.5, first_page=100, page_size=100)
+    supply = supply_of(pool, start=0.5, pull=100)
     everything = supply.take(30)
     pool.take(everything)
     supply.settle(everything)
@@ -218,7 +238,7 @@ def test_codes_released_behind_the_walk_are_found_by_the_final_look() -> None:
 
 def test_the_pool_is_empty_only_once_no_candidate_is_out_with_a_batch() -> None:
     pool = FakePool(3)
-    supply = CandidateSupply(fetch=pool.fetch, start=0.5, first_page=10, page_size=10)
+    supply = supply_of(pool, start=0.5, pull=10)
     held = supply.take(3)
     answers: list[list[Candidate]] = []
     waiter = threading.Thread(target=lambda: answers.append(supply.take(3)))
@@ -234,12 +254,29 @@ def test_the_pool_is_empty_only_once_no_candidate_is_out_with_a_batch() -> None:
     assert answers == [held[:1]]
 
 
+def test_codes_taken_elsewhere_make_the_supply_query_again_from_where_it_stands() -> None:
+    pool = FakePool(500)
+    supply = supply_of(pool, start=0.0, pull=40)
+    batch = supply.take(20)
+    assert len(pool.queries) == 1
+    pool.take(batch)
+    supply.settle(batch[:4])
+    supply.settle(batch[4:], taken_elsewhere=16)  # the landing page got there first
+
+    after = supply.take(20)
+
+    assert len(pool.queries) == 2
+    assert (pool.queries[1][0] or 0.0) >= batch[-1].random_float
+    assert supply.metrics.flushes == 1
+    assert not {c.coupon_id for c in after} & {c.coupon_id for c in batch}
+
+
 def test_a_failed_query_reaches_a_taker() -> None:
-    def fetch(
+    def stream(
         low: float | None, inclusive: bool, high: float | None, limit: int
-    ) -> list[Candidate]:
+    ) -> Iterator[Candidate]:
         raise ConnectionError("database unavailable")
 
-    supply = CandidateSupply(fetch=fetch, start=0.5, first_page=10, page_size=10)
+    supply = CandidateSupply(stream=stream, start=0.5, pull=10, query_limit=10)
     with pytest.raises(ConnectionError):
         supply.take(3)
