@@ -184,11 +184,12 @@ def _child_assign(spec: ChildSpec) -> ChildResult:
 
 
 def _child_ceiling(spec: ChildSpec) -> ChildResult:
+    from shared.assignments.assigner import claim_fields
+    from shared.assignments.recipients import RecipientRow
     from shared.claims.identity import IdentityKind, identity_key
-    from shared.claims.models import ClaimRecord
     from shared.clock import utcnow
     from shared.container import instance_services
-    from shared.coupons.store import coupon_id_for
+    from shared.coupons.store import Candidate, coupon_id_for
     from shared.gcp.firestore import claims_collection, coupons_collection
 
     db = instance_services().db
@@ -200,20 +201,14 @@ def _child_ceiling(spec: ChildSpec) -> ChildResult:
     pairs: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = []
     for n in range(1, spec.rows + 1):
         person = recipient(n)
-        claim_id = f"{identity_key(IdentityKind.EMAIL, person)}-0"
-        coupon_id = coupon_id_for(code(n))
-        claim = ClaimRecord(
-            claim_id=claim_id,
-            campaign_id=spec.campaign_id,
-            user_id=person,
-            coupon_id=coupon_id,
-            code=code(n),
-            slot=0,
-            claimed_at=now,
-        )
+        row = RecipientRow(n + 1, person, person, identity_key(IdentityKind.EMAIL, person), ())
+        claim_id = f"{row.key}-0"
+        candidate = Candidate(coupon_id_for(code(n)), code(n), 0.0, now)
         update = {"assigned": True, "assigned_to": person, "claim_id": claim_id, "assigned_at": now}
-        created = {**claim.model_dump(exclude={"claim_id"}), "job_id": "ceiling", "line": n + 1}
-        pairs.append((coupon_id, update, claim_id, created))
+        created = claim_fields(
+            campaign_id=spec.campaign_id, row=row, candidate=candidate, now=now, job_id="ceiling"
+        )
+        pairs.append((candidate.coupon_id, update, claim_id, created))
     log.info("%d pairs built in %.1f s", len(pairs), time.perf_counter() - began)
     chunks = [pairs[i : i + CEILING_PAIRS] for i in range(0, len(pairs), CEILING_PAIRS)]
     written = 0

@@ -37,7 +37,6 @@ from google.cloud import firestore
 
 from shared.assignments.recipients import RecipientRow
 from shared.assignments.supply import CandidateSupply
-from shared.claims.models import ClaimRecord
 from shared.coupons.store import Candidate
 from shared.events.models import CodesAssigned
 from shared.gcp.firestore import Snapshot, claims_collection, coupons_collection
@@ -108,6 +107,26 @@ class AssignerMetrics:
 
 
 Pair = tuple[RecipientRow, Candidate]
+
+
+def claim_fields(
+    *, campaign_id: str, row: RecipientRow, candidate: Candidate, now: datetime, job_id: str
+) -> dict[str, Any]:
+    """The recipient's claim document: a ClaimRecord's fields (built as a plain dict: a model
+    per row costs more than the rest of the row's Python), plus `job_id` and `line`, so a later
+    attempt of the job recognises its own rows. No `sweep_bucket`: the sweep re-publishes
+    single claims, and these are counted by their batch's event."""
+    return {
+        "campaign_id": campaign_id,
+        "user_id": row.identity,
+        "coupon_id": candidate.coupon_id,
+        "code": candidate.code,
+        "slot": SLOT,
+        "claimed_at": now,
+        "idempotency_key": None,
+        "job_id": job_id,
+        "line": row.line,
+    }
 
 
 class BulkAssigner:
@@ -239,20 +258,16 @@ class BulkAssigner:
                 },
                 option=self._db.write_option(last_update_time=candidate.read_at),
             )
-            claim = ClaimRecord(
-                claim_id=claim_id,
-                campaign_id=self._campaign_id,
-                user_id=row.identity,
-                coupon_id=candidate.coupon_id,
-                code=candidate.code,
-                slot=SLOT,
-                claimed_at=now,
+            batch.create(
+                self._claims.document(claim_id),
+                claim_fields(
+                    campaign_id=self._campaign_id,
+                    row=row,
+                    candidate=candidate,
+                    now=now,
+                    job_id=self._job_id,
+                ),
             )
-            # job_id and line let a later attempt of this job recognise its own rows. No
-            # sweep_bucket: the sweep re-publishes single claims, and these are counted by
-            # their batch's event.
-            fields = {**claim.model_dump(exclude={"claim_id"}), "job_id": self._job_id}
-            batch.create(self._claims.document(claim_id), {**fields, "line": row.line})
         event = CodesAssigned(
             # One commit per first line succeeds (its slot is created once), in any attempt.
             event_id=f"assigned.{self._job_id}.{pairs[0][0].line}",

@@ -8,6 +8,7 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from datetime import datetime
 
+from google.api_core.datetime_helpers import DatetimeWithNanoseconds
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
@@ -52,6 +53,28 @@ def coupon_fields(
     }
 
 
+def unassigned_query(
+    db: firestore.Client,
+    *,
+    campaign_id: str,
+    limit: int,
+    low: float | None = None,
+    low_inclusive: bool = True,
+    high: float | None = None,
+) -> firestore.Query:
+    """Unassigned coupons above `low` and below `high`, in random_float order (served by the
+    composite index on assigned, random_float)."""
+    query = coupons_collection(db, campaign_id).where(filter=FieldFilter("assigned", "==", False))
+    if low is not None:
+        query = query.where(filter=FieldFilter("random_float", ">=" if low_inclusive else ">", low))
+    if high is not None:
+        query = query.where(filter=FieldFilter("random_float", "<", high))
+    selected: firestore.Query = (
+        query.order_by("random_float").select(["code", "random_float"]).limit(limit)
+    )
+    return selected
+
+
 def find_unassigned(
     db: firestore.Client,
     *,
@@ -65,10 +88,21 @@ def find_unassigned(
 
     Without bounds it is the proof query for "sold out": any unassigned coupon at all.
     """
-    found = stream_unassigned(
+    query = unassigned_query(
         db, campaign_id=campaign_id, limit=limit, low=low, low_inclusive=low_inclusive, high=high
     )
-    return list(found)
+    candidates = []
+    for snapshot in query.stream():
+        data = snapshot.to_dict() or {}
+        candidates.append(
+            Candidate(
+                coupon_id=snapshot.id,
+                code=data["code"],
+                random_float=data["random_float"],
+                read_at=snapshot.update_time,
+            )
+        )
+    return candidates
 
 
 def stream_unassigned(
@@ -81,18 +115,27 @@ def stream_unassigned(
     high: float | None = None,
 ) -> Generator[Candidate, None, None]:
     """find_unassigned's query, its results read as the caller consumes them (gRPC flow control
-    keeps the rest on the server side: a long walk holds no page in memory)."""
-    query = coupons_collection(db, campaign_id).where(filter=FieldFilter("assigned", "==", False))
-    if low is not None:
-        query = query.where(filter=FieldFilter("random_float", ">=" if low_inclusive else ">", low))
-    if high is not None:
-        query = query.where(filter=FieldFilter("random_float", "<", high))
-    query = query.order_by("random_float").select(["code", "random_float"]).limit(limit)
-    for snapshot in query.stream():
-        data = snapshot.to_dict() or {}
+    keeps the rest on the server side: a long walk holds no page in memory).
+
+    For walks of a million codes the responses are read as the protobuf messages they are:
+    the library's snapshots cost about 157 µs of Python per document here, this about 50.
+    The query is the library's own, sent through its client (retries, metadata, counting)."""
+    query = unassigned_query(
+        db, campaign_id=campaign_id, limit=limit, low=low, low_inclusive=low_inclusive, high=high
+    )
+    parent, _ = query._parent._parent_info()
+    request = {"parent": parent, "structured_query": query._to_protobuf()}
+    for response in db._firestore_api.run_query(request=request, metadata=db._rpc_metadata):
+        message = response._pb
+        if not message.HasField("document"):
+            continue  # a progress message without a document
+        document = message.document
+        fields = document.fields
         yield Candidate(
-            coupon_id=snapshot.id,
-            code=data["code"],
-            random_float=data["random_float"],
-            read_at=snapshot.update_time,
+            coupon_id=document.name.rsplit("/", 1)[1],
+            code=fields["code"].string_value,
+            random_float=fields["random_float"].double_value,
+            read_at=DatetimeWithNanoseconds.from_timestamp_pb(  # type: ignore[no-untyped-call]
+                document.update_time
+            ),
         )

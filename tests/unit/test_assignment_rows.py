@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from shared.assignments.assigner import claim_fields
 from shared.assignments.recipients import (
     MissingRecipientColumn,
     RecipientReader,
@@ -21,6 +22,7 @@ from shared.assignments.recipients import (
 from shared.assignments.service import ASSIGNMENT_PATH, result_name
 from shared.assignments.supply import CandidateSupply
 from shared.claims.identity import IdentityKind, identity_key
+from shared.claims.models import ClaimRecord
 from shared.coupons.store import Candidate
 from shared.intake.csv_rows import InvalidRow, NotUtf8Error
 
@@ -125,6 +127,17 @@ def test_results_are_never_lists_again() -> None:
     assert ASSIGNMENT_PATH.match("assignments/c1/May.Result.CSV") is None
     assert ASSIGNMENT_PATH.match("assignments/c1/may.result.csv.asg-1.partial") is None
     assert ASSIGNMENT_PATH.match("assignments/may.csv") is None
+
+
+def test_a_recipients_claim_is_a_claim_record_with_its_job_and_line() -> None:
+    row = RecipientRow(7, "a@x.example", "a@x.example", "k", ())
+    candidate = Candidate(coupon_id="c1", code="CODE-1", random_float=0.5, read_at=READ_AT)
+
+    fields = claim_fields(campaign_id="c", row=row, candidate=candidate, now=READ_AT, job_id="j")
+
+    record = ClaimRecord(claim_id="k-0", **fields)
+    assert record.model_dump(exclude={"claim_id"}).keys() == fields.keys() - {"job_id", "line"}
+    assert (record.code, record.user_id, fields["line"]) == ("CODE-1", "a@x.example", 7)
 
 
 # --- the supply ----------------------------------------------------------------------------
