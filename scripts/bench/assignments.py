@@ -3,7 +3,7 @@ plain atomic batches of the same writes, on emulators of its own.
 
     .venv/bin/python -m scripts.bench.assignments [--rows 1000000] [--small-rows 100000]
         [--skip-small] [--skip-ceiling] [--parallel N] [--batch-size N] [--query-limit N]
-        [--warmup-docs 20000] [--json PATH] [-v]
+        [--warmup-docs 20000] [--emulator-heap 8g] [--json PATH] [-v]
 
 Starts a Firestore, a Cloud Storage and a Pub/Sub emulator on free ports (project
 demo-codedrop-bench, bucket codedrop-imports, topic coupon-events), each in its own process
@@ -772,6 +772,7 @@ OPTIONS: list[harness.Option] = [
         "most candidates per query (CODEDROP_ASSIGNMENT_QUERY_LIMIT)",
     ),
     ("--warmup-docs", int, 20_000, "documents written to warm each emulator up (0: none)"),
+    ("--emulator-heap", str, None, "the emulators' JVM heap, e.g. 8g (default: the JVM's)"),
 ]
 
 
@@ -821,6 +822,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ):
         if getattr(args, flag) is not None:
             os.environ[variable] = str(getattr(args, flag))
+    if args.emulator_heap:
+        # A phase of a million writes a million claims and updates a million coupons: about
+        # 2 KiB of emulator heap per document write, more than the JVM's default of a quarter
+        # of this machine's memory.
+        os.environ["JAVA_TOOL_OPTIONS"] = f"-Xmx{args.emulator_heap}"
     emulators = harness.Emulators(storage=True)
     try:
         with emulators, pubsub(emulators.log_dir):
