@@ -3,16 +3,33 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
+import time
 from collections.abc import Generator
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
+from google.api_core import exceptions as gexc
 from google.api_core.datetime_helpers import DatetimeWithNanoseconds
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
 from shared.gcp.firestore import coupons_collection
+
+log = logging.getLogger(__name__)
+
+# A walk over a million codes reads for minutes: longer than the client's default deadline.
+STREAM_TIMEOUT_SECONDS = 3600.0
+# Errors after which a stream is resumed (consecutive attempts).
+STREAM_RETRYABLE = (
+    gexc.DeadlineExceeded,
+    gexc.ServiceUnavailable,
+    gexc.InternalServerError,
+    gexc.Aborted,
+)
+STREAM_ATTEMPTS = 5
 
 
 def coupon_id_for(code: str) -> str:
@@ -118,24 +135,51 @@ def stream_unassigned(
     keeps the rest on the server side: a long walk holds no page in memory).
 
     For walks of a million codes the responses are read as the protobuf messages they are:
-    the library's snapshots cost about 157 µs of Python per document here, this about 50.
-    The query is the library's own, sent through its client (retries, metadata, counting)."""
-    query = unassigned_query(
-        db, campaign_id=campaign_id, limit=limit, low=low, low_inclusive=low_inclusive, high=high
-    )
-    parent, _ = query._parent._parent_info()
-    request = {"parent": parent, "structured_query": query._to_protobuf()}
-    for response in db._firestore_api.run_query(request=request, metadata=db._rpc_metadata):
-        message = response._pb
-        if not message.HasField("document"):
-            continue  # a progress message without a document
-        document = message.document
-        fields = document.fields
-        yield Candidate(
-            coupon_id=document.name.rsplit("/", 1)[1],
-            code=fields["code"].string_value,
-            random_float=fields["random_float"].double_value,
-            read_at=DatetimeWithNanoseconds.from_timestamp_pb(  # type: ignore[no-untyped-call]
-                document.update_time
-            ),
+    the library's snapshots cost about 157 µs of Python per document here, this about 50. The
+    query is the library's own, sent through its client. A walk may outlast the client's default
+    deadline of 300 s: it gets STREAM_TIMEOUT_SECONDS, and a stream that ends in an error that
+    may pass is resumed above the last candidate read, as the library's own streams are."""
+    read = 0
+    failures = 0
+    while read < limit:
+        query = unassigned_query(
+            db,
+            campaign_id=campaign_id,
+            limit=limit - read,
+            low=low,
+            low_inclusive=low_inclusive,
+            high=high,
         )
+        parent, _ = query._parent._parent_info()
+        request = {"parent": parent, "structured_query": query._to_protobuf()}
+        try:
+            for response in db._firestore_api.run_query(
+                request=request, metadata=db._rpc_metadata, timeout=STREAM_TIMEOUT_SECONDS
+            ):
+                message = response._pb
+                if not message.HasField("document"):
+                    continue  # a progress message without a document
+                candidate = _candidate(message.document)
+                low, low_inclusive = candidate.random_float, False
+                read += 1
+                failures = 0
+                yield candidate
+            return
+        except STREAM_RETRYABLE as exc:
+            failures += 1
+            if failures > STREAM_ATTEMPTS:
+                raise
+            log.warning("candidate stream resumed", extra={"after": read, "error": repr(exc)})
+            time.sleep(0.1 * failures)
+
+
+def _candidate(document: Any) -> Candidate:
+    fields = document.fields
+    return Candidate(
+        coupon_id=document.name.rsplit("/", 1)[1],
+        code=fields["code"].string_value,
+        random_float=fields["random_float"].double_value,
+        read_at=DatetimeWithNanoseconds.from_timestamp_pb(  # type: ignore[no-untyped-call]
+            document.update_time
+        ),
+    )

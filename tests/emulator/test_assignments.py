@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +21,7 @@ from scripts.support.audit import audit_campaign
 from shared.assignments import service as assignment_service
 from shared.claims.engine import ClaimEngine
 from shared.claims.identity import IdentityKind, identity_key
+from shared.coupons import store as coupon_store
 from shared.gcp import storage as storage_objects
 from shared.gcp.firestore import campaign_ref, claims_collection, coupons_collection
 from shared.intake import jobs as job_store
@@ -351,3 +353,29 @@ def test_a_list_and_the_landing_page_share_the_pool_without_a_code_twice(
     report = audit_campaign(db, campaign_id=campaign_id)
     assert report.ok, report.violations
     assert report.assigned == report.claims == report.shoppers == 600
+
+
+def test_a_walk_that_outlasts_its_deadline_is_resumed_above_the_last_code_read(
+    make_campaign: MakeCampaign, db: firestore.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A million codes are read for longer than a stream's deadline: it is resumed, every
+    unassigned code read once, in order."""
+    campaign_id = make_campaign(codes=3000)
+    monkeypatch.setattr(coupon_store, "STREAM_TIMEOUT_SECONDS", 0.5)
+    calls = 0
+    real_run_query = db._firestore_api.run_query
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return real_run_query(*args, **kwargs)
+
+    monkeypatch.setattr(db._firestore_api, "run_query", counted)
+    read = []
+    for candidate in coupon_store.stream_unassigned(db, campaign_id=campaign_id, limit=10_000):
+        read.append(candidate)
+        time.sleep(0.001)  # a slow reader: the batches are committing
+
+    assert calls > 1
+    assert len({c.coupon_id for c in read}) == len(read) == 3000
+    assert [c.random_float for c in read] == sorted(c.random_float for c in read)
