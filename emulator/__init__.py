@@ -1,18 +1,23 @@
-"""Local Firestore, Pub/Sub and Cloud Storage emulators for codedrop (`python -m emulator`)."""
+"""Local Firestore, Pub/Sub, Cloud Storage and Firebase Auth emulators for codedrop
+(`python -m emulator`)."""
 
 from emulator.manager import (
     EmulatorFailed,
     EmulatorStack,
     EmulatorUnavailable,
     RunningEmulator,
+    check_auth_prerequisites,
     check_prerequisites,
     find_sdk_root,
     free_port,
+    reset_auth,
     reset_firestore,
     reset_pubsub,
+    start_auth,
     start_firestore,
     start_pubsub,
     start_storage,
+    wait_ready,
 )
 
 __all__ = [
@@ -20,12 +25,16 @@ __all__ = [
     "EmulatorStack",
     "EmulatorUnavailable",
     "RunningEmulator",
+    "check_auth_prerequisites",
     "check_prerequisites",
     "find_sdk_root",
     "free_port",
+    "reset_auth",
     "reset_firestore",
     "reset_pubsub",
+    "start_auth",
     "start_firestore",
     "start_pubsub",
     "start_storage",
+    "wait_ready",
 ]

@@ -12,6 +12,7 @@ from emulator.manager import (
     EmulatorFailed,
     EmulatorStack,
     EmulatorUnavailable,
+    check_auth_prerequisites,
     check_prerequisites,
 )
 from emulator.processes import StopRequestedError, stop_signals_raise
@@ -27,6 +28,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     start.add_argument("--firestore-port", type=int, default=8080)
     start.add_argument("--pubsub-port", type=int, default=8085)
     start.add_argument("--storage-port", type=int, default=9199)
+    start.add_argument(
+        "--auth", action="store_true", help="also start the Firebase Auth emulator (Node.js)"
+    )
+    start.add_argument("--auth-port", type=int, default=9099)
     start.add_argument("--project", default="demo-codedrop")
     start.add_argument("--bucket", default="codedrop-imports")
     start.add_argument(
@@ -41,7 +46,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         default=30.0,
         help="seconds to wait for the emulators to become ready",
     )
-    commands.add_parser("check", help="check Java, the Cloud SDK emulators, gcp-storage-emulator")
+    commands.add_parser(
+        "check",
+        help="check Java, the Cloud SDK emulators, gcp-storage-emulator, Node.js, firebase-tools",
+    )
     return parser.parse_args(argv)
 
 
@@ -50,6 +58,8 @@ def _run(args: argparse.Namespace) -> int:
         firestore_port=args.firestore_port,
         pubsub_port=args.pubsub_port,
         storage_port=args.storage_port,
+        auth=args.auth,
+        auth_port=args.auth_port,
         project=args.project,
         bucket=args.bucket,
         log_dir=args.log_dir,
@@ -96,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "check":
         try:
             check_prerequisites()
+            check_auth_prerequisites()
         except EmulatorUnavailable as exc:
             sys.stderr.write(f"{exc}\n")
             return 1

@@ -1,4 +1,5 @@
-"""Start, wait for, reset and stop the local Firestore, Pub/Sub and Cloud Storage emulators."""
+"""Start, wait for, reset and stop the local Firestore, Pub/Sub, Cloud Storage and Firebase Auth
+emulators."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import atexit
 import contextlib
 import functools
 import importlib.util
+import json
 import logging
 import os
 import re
@@ -54,6 +56,21 @@ COMPONENT_HINT = (
     "Install the emulators with `gcloud components install cloud-firestore-emulator "
     "pubsub-emulator`, or, when the SDK came from apt, `sudo apt-get install "
     "google-cloud-cli-firestore-emulator google-cloud-cli-pubsub-emulator`."
+)
+REPO = Path(__file__).resolve().parents[1]
+# firebase-tools, installed from package-lock.json by scripts/bootstrap.sh (`npm ci`).
+FIREBASE_CLI = REPO / "node_modules" / ".bin" / "firebase"
+NODE_MIN_MAJOR = 20
+# Its start compiles the Identity Toolkit API description: 6-7 s of CPU; 10-30 s measured on two
+# cores, 78 s once under a load average of 77.
+AUTH_TIMEOUT = 180.0
+NODE_HINT = (
+    f"Install Node.js {NODE_MIN_MAJOR} or newer (https://nodejs.org/en/download, or your "
+    "package manager) and make sure `node --version` works in this shell."
+)
+NPM_HINT = (
+    "Install the project's Node packages with `npm ci --omit=optional` in the repository root "
+    "(./scripts/run and ./scripts/test do it)."
 )
 STORAGE_HINT = (
     "Install it into this virtualenv with `pip install gcp-storage-emulator` "
@@ -215,6 +232,29 @@ def check_prerequisites() -> None:
     _storage_command()
 
 
+def check_auth_prerequisites() -> None:
+    """Raise EmulatorUnavailable, with install hints, if the Auth emulator cannot be started:
+    it needs Node.js and firebase-tools from the project's package-lock.json (no Java)."""
+    node = shutil.which("node")
+    if node is None:
+        raise EmulatorUnavailable(
+            f"The Firebase Auth emulator needs Node.js, but `node` is not on PATH. {NODE_HINT}"
+        )
+    try:
+        result = subprocess.run([node, "--version"], capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise EmulatorUnavailable(f"`{node} --version` failed ({exc}). {NODE_HINT}") from exc
+    version = result.stdout.decode(errors="replace").strip()
+    match = re.match(r"v(\d+)\.", version)
+    if result.returncode != 0 or match is None or int(match[1]) < NODE_MIN_MAJOR:
+        raise EmulatorUnavailable(
+            f"The Firebase Auth emulator needs Node.js {NODE_MIN_MAJOR} or newer; "
+            f"`{node} --version` says {version or 'nothing'}. {NODE_HINT}"
+        )
+    if not FIREBASE_CLI.is_file():
+        raise EmulatorUnavailable(f"firebase-tools is not installed ({FIREBASE_CLI}). {NPM_HINT}")
+
+
 # --- start and readiness ----------------------------------------------------------------------
 
 
@@ -226,6 +266,7 @@ def _spawn(
     port: int,
     log_dir: Path,
     env: dict[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> RunningEmulator:
     taken = port_taken(host, port)
     if taken is not None:
@@ -235,7 +276,7 @@ def _spawn(
         )
     log_path = log_dir / f"{name}.log"
     log.info("starting %s emulator on %s:%d (log: %s)", name, host, port, log_path)
-    process = spawn(command, log_path=log_path, env={**os.environ, **(env or {})})
+    process = spawn(command, log_path=log_path, env={**os.environ, **(env or {})}, cwd=cwd)
     emulator = RunningEmulator(name=name, process=process, log_path=log_path, host=host, port=port)
     _running[emulator.pgid] = emulator
     return emulator
@@ -249,7 +290,17 @@ def _answers(emulator: RunningEmulator) -> bool:
         response = http.request("GET", f"{base}/", timeout=2)
     except http.Unreachable:
         return False
+    if emulator.name == "auth":
+        return response.status_code == 200 and _auth_ready(response.text)
     return response.status_code == 200 and response.text.strip() == "Ok"
+
+
+def _auth_ready(body: str) -> bool:
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(answer, dict) and answer.get("authEmulator", {}).get("ready") is True
 
 
 def _ready(emulator: RunningEmulator, timeout: float) -> RunningEmulator:
@@ -327,6 +378,59 @@ def _spawn_storage(*, host: str, port: int, bucket: str, log_dir: Path) -> Runni
     )
 
 
+def _auth_config(*, host: str, port: int, log_dir: Path) -> Path:
+    """A firebase.json of its own: the Emulator UI off (it would be downloaded), and free ports
+    for the hub and logging servers firebase-tools always opens (4400 and 4500 by default), so
+    the test suite and a local stack can run side by side."""
+    config = {
+        "emulators": {
+            "auth": {"host": host, "port": port},
+            "hub": {"host": host, "port": free_port()},
+            "logging": {"host": host, "port": free_port()},
+            "ui": {"enabled": False},
+        }
+    }
+    path = log_dir / "firebase-auth.json"
+    path.write_text(json.dumps(config, indent=2))
+    return path
+
+
+def _spawn_auth(*, host: str, port: int, project: str, log_dir: Path) -> RunningEmulator:
+    check_auth_prerequisites()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    config = _auth_config(host=host, port=port, log_dir=log_dir)
+    command = [
+        str(FIREBASE_CLI),
+        *("emulators:start", "--only", "auth", "--project", project, "--config", str(config)),
+    ]
+    # CI: no prompts, no update check and no message-of-the-day fetch (all need the internet).
+    # Run from the log folder: firebase-debug.log, when written, lands there.
+    env = {"CI": "true", "NO_UPDATE_NOTIFIER": "1"}
+    return _spawn("auth", command, host=host, port=port, log_dir=log_dir, env=env, cwd=log_dir)
+
+
+def start_auth(
+    *,
+    host: str = DEFAULT_HOST,
+    port: int,
+    project: str,
+    log_dir: Path,
+    timeout: float = AUTH_TIMEOUT,
+    wait: bool = True,
+) -> RunningEmulator:
+    """Start the Firebase Auth emulator (firebase-tools) and wait until it says it is ready.
+    With `wait=False` return at once, so that its slow start overlaps other work; then
+    `wait_ready(emulator, timeout)`."""
+    emulator = _spawn_auth(host=host, port=port, project=project, log_dir=log_dir)
+    return _ready(emulator, timeout) if wait else emulator
+
+
+def wait_ready(emulator: RunningEmulator, timeout: float) -> RunningEmulator:
+    """Wait until an emulator started with `wait=False` answers; EmulatorFailed (and it is
+    stopped) if it does not in time."""
+    return _ready(emulator, timeout)
+
+
 def start_firestore(
     *,
     host: str = DEFAULT_HOST,
@@ -386,6 +490,11 @@ def reset_firestore(*, host_port: str, project: str) -> None:
     )
 
 
+def reset_auth(*, host_port: str, project: str) -> None:
+    """Delete every user of the project."""
+    _reset("Auth", "DELETE", f"http://{host_port}/emulator/v1/projects/{project}/accounts")
+
+
 def reset_pubsub(*, host_port: str) -> None:
     """Delete every topic and subscription of every project."""
     _reset("Pub/Sub", "POST", f"http://{host_port}/reset")
@@ -395,7 +504,8 @@ def reset_pubsub(*, host_port: str) -> None:
 
 
 class EmulatorStack:
-    """Firestore, Pub/Sub and Storage emulators together, as a context manager.
+    """Firestore, Pub/Sub and Storage emulators together, and with `auth=True` the Firebase Auth
+    emulator, as a context manager.
 
     Ports left as None are picked free. Without `log_dir`, logs go to a temporary folder that
     is removed on a clean exit and kept (and named in the error) when something failed.
@@ -412,8 +522,12 @@ class EmulatorStack:
         bucket: str = "codedrop-imports",
         log_dir: Path | None = None,
         timeout: float = DEFAULT_TIMEOUT,
+        auth: bool = False,
+        auth_port: int | None = None,
     ) -> None:
         self.host = host
+        self.with_auth = auth
+        self.auth_port = auth_port
         self.firestore_port = firestore_port
         self.pubsub_port = pubsub_port
         self.storage_port = storage_port
@@ -425,20 +539,29 @@ class EmulatorStack:
         self.firestore: RunningEmulator | None = None
         self.pubsub: RunningEmulator | None = None
         self.storage: RunningEmulator | None = None
+        self.auth: RunningEmulator | None = None
         self.ready_seconds: dict[str, float] = {}
 
     def emulators(self) -> Iterator[RunningEmulator]:
         """Those started so far."""
-        for emulator in (self.firestore, self.pubsub, self.storage):
+        for emulator in (self.firestore, self.pubsub, self.storage, self.auth):
             if emulator is not None:
                 yield emulator
 
     def start(self) -> Self:
-        """Start all three; on any failure stop those already started and re-raise."""
+        """Start them all; on any failure stop those already started and re-raise."""
         if self.log_dir is None:
             self.log_dir = Path(tempfile.mkdtemp(prefix="codedrop-emulators-"))
         try:
-            # Spawn all first and wait afterwards: the JVMs then boot in parallel.
+            # Spawn all first and wait afterwards: they then boot in parallel. The Auth emulator
+            # first, as the slowest (its start is CPU-bound).
+            if self.with_auth:
+                self.auth = _spawn_auth(
+                    host=self.host,
+                    port=self.auth_port or free_port(),
+                    project=self.project,
+                    log_dir=self.log_dir,
+                )
             self.firestore = _spawn_firestore(
                 host=self.host,
                 port=self.firestore_port or free_port(),
@@ -456,8 +579,8 @@ class EmulatorStack:
             )
             started = time.monotonic()
             for emulator in self.emulators():
-                remaining = max(self.timeout - (time.monotonic() - started), 0.5)
-                _ready(emulator, remaining)
+                budget = max(self.timeout, AUTH_TIMEOUT) if emulator is self.auth else self.timeout
+                _ready(emulator, max(budget - (time.monotonic() - started), 0.5))
                 self.ready_seconds[emulator.name] = time.monotonic() - started
         except BaseException:
             self.stop(keep_logs=True)
@@ -486,12 +609,16 @@ class EmulatorStack:
         """The variables that point client libraries at these emulators."""
         if self.firestore is None or self.pubsub is None or self.storage is None:
             raise RuntimeError("EmulatorStack is not started")
-        return {
+        env = {
             "FIRESTORE_EMULATOR_HOST": self.firestore.host_port,
             "PUBSUB_EMULATOR_HOST": self.pubsub.host_port,
             # Unlike the other two, the storage client wants a URL.
             "STORAGE_EMULATOR_HOST": f"http://{self.storage.host_port}",
         }
+        if self.auth is not None:
+            # firebase-admin then manages users there and accepts its (unsigned) ID tokens.
+            env["FIREBASE_AUTH_EMULATOR_HOST"] = self.auth.host_port
+        return env
 
     def reset(self) -> None:
         """Empty Firestore (this project) and Pub/Sub."""
@@ -499,6 +626,8 @@ class EmulatorStack:
             raise RuntimeError("EmulatorStack is not started")
         reset_firestore(host_port=self.firestore.host_port, project=self.project)
         reset_pubsub(host_port=self.pubsub.host_port)
+        if self.auth is not None:
+            reset_auth(host_port=self.auth.host_port, project=self.project)
 
     def __enter__(self) -> Self:
         return self.start()

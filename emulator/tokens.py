@@ -24,8 +24,19 @@ def emulator_id_token(
     admin: bool = False,
     audience: str | None = None,
     lifetime_seconds: int = 3600,
+    sign_in_provider: str = "custom",
+    phone_number: str | None = None,
+    email: str | None = None,
+    email_verified: bool = False,
 ) -> str:
+    """A token as the Auth emulator signs a user in: `firebase.sign_in_provider` says how
+    (anonymous, password, phone, custom, ...); phone and email sign-ins carry their identity."""
     now = int(time.time())
+    identities: dict[str, list[str]] = {}
+    if phone_number is not None:
+        identities["phone"] = [phone_number]
+    if email is not None:
+        identities["email"] = [email]
     claims: dict[str, Any] = {
         "iss": f"https://securetoken.google.com/{project}",
         "aud": audience or project,
@@ -34,8 +45,13 @@ def emulator_id_token(
         "auth_time": now,
         "iat": now,
         "exp": now + lifetime_seconds,
-        "firebase": {"identities": {}, "sign_in_provider": "custom"},
+        "firebase": {"identities": identities, "sign_in_provider": sign_in_provider},
     }
+    if phone_number is not None:
+        claims["phone_number"] = phone_number
+    if email is not None:
+        claims["email"] = email
+        claims["email_verified"] = email_verified
     if admin:
         claims["admin"] = True
     return f"{_b64({'alg': 'none', 'typ': 'JWT'})}.{_b64(claims)}."

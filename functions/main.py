@@ -12,11 +12,19 @@ from shared.container import instance_services
 from shared.http import admin_api as admin_routes
 from shared.http import claim_api as claim_routes
 from shared.http import maintenance_api as maintenance_routes
+from shared.http import wsgi
 from shared.logs import configure_logging
 from shared.usage import trigger as usage_trigger
+from shared.webhooks import trigger as webhook_trigger
 
 configure_logging()
 instance_services()  # a wrong configuration fails the instance at start-up, not a request
+
+EVENT_FUNCTIONS = ("import_codes", "count_usage")
+if flask.has_app_context():
+    # functions-framework runs this module inside the Flask app it builds for one target: bound
+    # its bodies and make its own errors JSON before it serves anything.
+    wsgi.harden(flask.current_app, event_function=flask.current_app.name in EVENT_FUNCTIONS)
 
 
 @functions_framework.http
@@ -43,3 +51,8 @@ def import_codes(event: CloudEvent) -> None:
 @functions_framework.cloud_event
 def count_usage(event: CloudEvent) -> None:
     usage_trigger.handle(event, instance_services().usage)
+
+
+@functions_framework.cloud_event
+def deliver_webhooks(event: CloudEvent) -> None:
+    webhook_trigger.handle(event, instance_services().webhooks)

@@ -9,6 +9,15 @@
 # the difference, and a warm start goes straight on. uv itself is installed first, with pip, at
 # the version and hashes uv.lock pins for it. Set PYTHON to choose the interpreter that creates
 # the venv (default: python3); CODEDROP_SKIP_JAVA_CHECK=1 skips the Java check (scripts/deploy).
+#
+# CODEDROP_NEEDS, set by the calling script, asks for more:
+#   node     Node.js 20+ and the Node packages package-lock.json pins (firebase-tools for the
+#            Firebase Auth emulator, the Firebase JS SDK the example landing page serves),
+#            installed with `npm ci --omit=optional` into node_modules when package.json or
+#            package-lock.json differ from the stamp node_modules/.codedrop-installed
+#            (scripts/run, scripts/test).
+#   browser  Chromium for the browser tests: Debian's package, installed with apt-get when it is
+#            missing and this runs as root; elsewhere the tests fail with the hint (scripts/test).
 
 # Prints the requirement (uv==VERSION --hash=...) that uv.lock pins for uv, or nothing when .venv
 # already holds that version.
@@ -27,6 +36,50 @@ except metadata.PackageNotFoundError:
     pass
 print(f"uv=={uv['version']}", *(f"--hash={wheel['hash']}" for wheel in uv["wheels"]))
 EOF
+}
+
+codedrop_node() {
+    local root="$1" stamp wanted major
+    stamp="$root/node_modules/.codedrop-installed"
+    if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+        echo "bootstrap: Node.js 20 or newer, with npm, is needed (the Firebase Auth emulator," \
+            "the landing page); install it from https://nodejs.org/en/download or with your" \
+            "package manager" >&2
+        return 1
+    fi
+    major="$(node -p 'process.versions.node.split(".")[0]')" || return 1
+    if [ "$major" -lt 20 ]; then
+        echo "bootstrap: Node.js $(node --version) is too old; codedrop needs 20 or newer" >&2
+        return 1
+    fi
+    wanted="$(cd "$root" && cksum package.json package-lock.json)" || return 1
+    if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
+        echo "bootstrap: installing package-lock.json's Node packages into node_modules" >&2
+        # --omit=optional: firebase-tools' optional native module compiles for minutes and the
+        # Auth emulator does without it.
+        (cd "$root" && npm ci --omit=optional --no-audit --no-fund --loglevel=error) || {
+            echo "bootstrap: npm ci failed; see above" >&2
+            return 1
+        }
+        echo "$wanted" >"$stamp" || return 1
+    fi
+}
+
+codedrop_browser() {
+    if [ -n "${CODEDROP_CHROMIUM:-}" ] || [ -x /usr/lib/chromium/chromium ] \
+        || command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then
+        return 0
+    fi
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "bootstrap: installing Chromium for the browser tests (apt-get install chromium)" >&2
+        if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+            apt-get install -y -qq --no-install-recommends chromium >/dev/null; }; then
+            echo "bootstrap: installing chromium failed; the browser tests will say how" >&2
+        fi
+    else
+        echo "bootstrap: Chromium is missing; the browser tests need it" \
+            "(\`sudo apt-get install chromium\`, or set CODEDROP_CHROMIUM to a Chromium binary)" >&2
+    fi
 }
 
 codedrop_bootstrap() {
@@ -86,6 +139,9 @@ codedrop_bootstrap() {
         echo "$wanted" >"$stamp" || return 1
     fi
 
+    case " ${CODEDROP_NEEDS:-} " in *" node "*) codedrop_node "$root" || return 1 ;; esac
+    case " ${CODEDROP_NEEDS:-} " in *" browser "*) codedrop_browser ;; esac
+
     # `command -v` keeps a warm start instant; scripts/localstack and the test suite run the
     # complete check (`java -version`, the Cloud SDK emulators) before they use them.
     if [ "${CODEDROP_SKIP_JAVA_CHECK:-0}" != 1 ] && ! command -v java >/dev/null 2>&1; then
@@ -97,8 +153,8 @@ codedrop_bootstrap() {
 
 # A failure ends the calling script; when sourced from an interactive shell, it only returns.
 if ! codedrop_bootstrap; then
-    unset -f codedrop_bootstrap codedrop_uv_requirement
+    unset -f codedrop_bootstrap codedrop_uv_requirement codedrop_node codedrop_browser
     # shellcheck disable=SC2317
     return 1 2>/dev/null || exit 1
 fi
-unset -f codedrop_bootstrap codedrop_uv_requirement
+unset -f codedrop_bootstrap codedrop_uv_requirement codedrop_node codedrop_browser

@@ -17,6 +17,8 @@ from google.cloud.storage import Client as StorageClient
 
 from shared.assignments.service import AssignmentService
 from shared.claims.engine import ClaimEngine
+from shared.claims.holds import HoldReleaser
+from shared.claims.redemption import RedemptionService
 from shared.claims.service import ClaimService
 from shared.clock import utcnow
 from shared.events.bus import EventBus
@@ -24,6 +26,7 @@ from shared.events.models import sold_out
 from shared.gcp import firestore as gcp_firestore
 from shared.gcp import pubsub as gcp_pubsub
 from shared.gcp import storage as gcp_storage
+from shared.gcp.app_check import AppCheckVerifier
 from shared.intake.models import JobRecord, JobState, codes_imported
 from shared.intake.service import IntakeService
 from shared.maintenance.sweep import Sweeper
@@ -31,6 +34,7 @@ from shared.settings import Settings, get_settings
 from shared.usage.counters import ShardedCounters
 from shared.usage.service import UsageService
 from shared.waiting_room.service import WaitingRoomService
+from shared.webhooks.service import WebhookService
 
 T = TypeVar("T")
 
@@ -104,6 +108,10 @@ class Services:
         return self._once("room", lambda: WaitingRoomService(db=self.db, settings=self.settings))
 
     @property
+    def app_check(self) -> AppCheckVerifier:
+        return self._once("app_check", lambda: AppCheckVerifier(self.settings))
+
+    @property
     def claims(self) -> ClaimService:
         return self._once(
             "claims",
@@ -112,6 +120,7 @@ class Services:
                 bus=self.bus,
                 room=self.room,
                 usage=self.usage,
+                app_check=self.app_check,
                 clock=utcnow,
                 deadline_seconds=self.settings.claim_deadline_seconds,
             ),
@@ -157,9 +166,33 @@ class Services:
         )
 
     @property
+    def holds(self) -> HoldReleaser:
+        return self._once("holds", lambda: HoldReleaser(db=self.db, bus=self.bus, clock=utcnow))
+
+    @property
+    def redemptions(self) -> RedemptionService:
+        return self._once(
+            "redemptions", lambda: RedemptionService(db=self.db, bus=self.bus, clock=utcnow)
+        )
+
+    @property
+    def webhooks(self) -> WebhookService:
+        return self._once(
+            "webhooks", lambda: WebhookService(db=self.db, settings=self.settings, clock=utcnow)
+        )
+
+    @property
     def sweeper(self) -> Sweeper:
         return self._once(
-            "sweeper", lambda: Sweeper(db=self.db, bus=self.bus, usage=self.usage, clock=utcnow)
+            "sweeper",
+            lambda: Sweeper(
+                db=self.db,
+                bus=self.bus,
+                usage=self.usage,
+                holds=self.holds,
+                webhooks=self.webhooks,
+                clock=utcnow,
+            ),
         )
 
     # --- announcements ------------------------------------------------------------------------

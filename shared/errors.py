@@ -1,9 +1,19 @@
 """The one exception family of codedrop. Each carries its documented error_code; the HTTP edge
-maps the class to a status (shared/http_edge.py), so domain code never speaks HTTP."""
+maps the class to a status (shared/http/routing.py), so domain code never speaks HTTP."""
 
 from __future__ import annotations
 
 from typing import Any
+
+# No error message repeats more of a caller's input than this (ids, paths, field names).
+SHOWN_CHARS = 64
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """`value` as an error message may quote it: repr'd (so control characters are spelled
+    out) and cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class CodedropError(Exception):
@@ -29,14 +39,34 @@ class RequestValidationFailed(CodedropError):
     default_message = "The request is not valid."
 
 
+class RequestTooLarge(CodedropError):
+    error_code = "REQUEST_TOO_LARGE"
+    default_message = "The request body is too large."
+
+
 class Unauthenticated(CodedropError):
     error_code = "UNAUTHENTICATED"
     default_message = "A valid Firebase ID token is required."
 
 
+class AppCheckRequired(Unauthenticated):
+    error_code = "APP_CHECK_REQUIRED"
+    default_message = "This sale needs a valid Firebase App Check token (X-Firebase-AppCheck)."
+
+
 class Forbidden(CodedropError):
     error_code = "FORBIDDEN"
     default_message = "This operation needs the admin claim."
+
+
+class IdentityRequired(Forbidden):
+    error_code = "IDENTITY_REQUIRED"
+    default_message = "This sale counts codes per verified identity your sign-in does not carry."
+
+
+class SignInProviderNotAllowed(Forbidden):
+    error_code = "SIGN_IN_PROVIDER_NOT_ALLOWED"
+    default_message = "This sale does not accept your sign-in method."
 
 
 class NotFound(CodedropError):
@@ -59,6 +89,26 @@ class JobNotFound(NotFound):
     default_message = "No such job."
 
 
+class CodeNotFound(NotFound):
+    error_code = "CODE_NOT_FOUND"
+    default_message = "No such code in this campaign."
+
+
+class InvalidSignature(Unauthenticated):
+    error_code = "INVALID_SIGNATURE"
+    default_message = "The webhook signature is missing or does not match the body."
+
+
+class WebhookNotFound(NotFound):
+    error_code = "WEBHOOK_NOT_FOUND"
+    default_message = "No such webhook."
+
+
+class WebhookUrlNotAllowed(RequestValidationFailed):
+    error_code = "WEBHOOK_URL_NOT_ALLOWED"
+    default_message = "Webhooks must be https URLs of public addresses."
+
+
 class Conflict(CodedropError):
     error_code = "CONFLICT"
 
@@ -68,9 +118,24 @@ class CampaignExists(Conflict):
     default_message = "A campaign with this id already exists."
 
 
+class TooManyWebhooks(Conflict):
+    error_code = "TOO_MANY_WEBHOOKS"
+    default_message = "This campaign has as many webhooks as it may have."
+
+
 class CampaignNotActive(Conflict):
     error_code = "CAMPAIGN_NOT_ACTIVE"
     default_message = "The campaign is not accepting claims."
+
+
+class CodeNotClaimed(Conflict):
+    error_code = "CODE_NOT_CLAIMED"
+    default_message = "Nobody holds this code: it is available, or its hold was released."
+
+
+class CodeAlreadyRedeemed(Conflict):
+    error_code = "CODE_ALREADY_REDEEMED"
+    default_message = "This code was redeemed by another order."
 
 
 class SoldOut(CodedropError):

@@ -94,3 +94,5 @@ def configure_logging(level: int = logging.INFO) -> None:
     handler.setFormatter(JsonFormatter())
     root.handlers = [handler]
     root.setLevel(level)
+    # httpx logs every request at INFO; the webhook deliveries log their own failures.
+    logging.getLogger("httpx").setLevel(max(level, logging.WARNING))

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Annotated
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+# An origin as browsers send it: scheme, host and optional port; no path, never "null".
+_ORIGIN = re.compile(r"^https?://[a-z0-9.-]+(:[0-9]{1,5})?$")
 
 
 class Settings(BaseSettings):
@@ -24,6 +28,18 @@ class Settings(BaseSettings):
     )
     auth_emulator_host: str | None = Field(
         default=None, validation_alias="FIREBASE_AUTH_EMULATOR_HOST"
+    )
+
+    # A development App Check key set (an http(s) JWKS URL, e.g. the local stack's): accepted
+    # only in demo- projects, as the Auth emulator's unsigned tokens are (see _production_safety).
+    app_check_jwks_url: str | None = Field(
+        default=None, validation_alias="CODEDROP_APP_CHECK_JWKS_URL", pattern=r"^https?://"
+    )
+    # Replay protection: every App Check token is consumed when verified (one call to the App
+    # Check service per claim; pages must send limited-use tokens). See README "Protecting a
+    # sale from bots".
+    app_check_consume_tokens: bool = Field(
+        default=False, validation_alias="CODEDROP_APP_CHECK_CONSUME_TOKENS"
     )
 
     cors_origins: Annotated[tuple[str, ...], NoDecode] = Field(
@@ -93,8 +109,13 @@ class Settings(BaseSettings):
     # Waiting room (shared/waiting_room.py). The secret signs tickets: required outside demo-
     # projects, so production never runs on a default anyone could read here.
     ticket_secret: SecretStr | None = Field(default=None, validation_alias="CODEDROP_TICKET_SECRET")
+    # A ticket's signature lives this long; every poll re-signs it (sliding), so a shopper who
+    # keeps polling keeps their place for up to ticket_max_wait_seconds after their first try.
     ticket_max_age_seconds: int = Field(
         default=3600, ge=60, le=86_400, validation_alias="CODEDROP_TICKET_MAX_AGE_SECONDS"
+    )
+    ticket_max_wait_seconds: int = Field(
+        default=86_400, ge=60, le=7 * 86_400, validation_alias="CODEDROP_TICKET_MAX_WAIT_SECONDS"
     )
     waiting_room_tick_seconds: float = Field(
         default=1.0, gt=0, le=30, validation_alias="CODEDROP_WAITING_ROOM_TICK_SECONDS"
@@ -103,11 +124,56 @@ class Settings(BaseSettings):
         default=0.5, ge=0, le=5, validation_alias="CODEDROP_WAITING_ROOM_KP"
     )
 
+    # Holds (campaigns with hold_seconds): expired holds are found by a coarse bucket of their
+    # expiry time, so the sweep's query never indexes an increasing timestamp (see
+    # shared/coupons/store.py). A hold is released at most a bucket plus a sweep period late.
+    hold_bucket_seconds: int = Field(
+        default=60, ge=1, le=3600, validation_alias="CODEDROP_HOLD_BUCKET_SECONDS"
+    )
+
+    # Shopify's orders/create webhook is signed with the app's secret (base64 HMAC-SHA256 of the
+    # raw body). Outside demo- projects the route refuses every delivery until it is set.
+    shopify_webhook_secret: SecretStr | None = Field(
+        default=None, validation_alias="CODEDROP_SHOPIFY_WEBHOOK_SECRET"
+    )
+
+    @property
+    def shopify_webhook_key(self) -> bytes | None:
+        if self.shopify_webhook_secret is not None:
+            return self.shopify_webhook_secret.get_secret_value().encode()
+        if self.is_local:
+            return f"demo-only-shopify-secret-{self.project_id}".encode()
+        return None
+
+    # Webhooks (shared/webhooks). The key seals each webhook's signing secret in Firestore; it is
+    # needed only once a webhook exists, so functions that never touch webhooks start without it.
+    webhook_key: SecretStr | None = Field(default=None, validation_alias="CODEDROP_WEBHOOK_KEY")
+    webhook_timeout_seconds: float = Field(
+        default=5.0, gt=0, le=30, validation_alias="CODEDROP_WEBHOOK_TIMEOUT_SECONDS"
+    )
+    webhook_retry_base_seconds: float = Field(
+        default=10.0, gt=0, le=3600, validation_alias="CODEDROP_WEBHOOK_RETRY_BASE_SECONDS"
+    )
+    webhook_drain_seconds: float = Field(
+        default=20.0, gt=0, le=300, validation_alias="CODEDROP_WEBHOOK_DRAIN_SECONDS"
+    )
+    webhook_linger_seconds: float = Field(
+        default=1.0, ge=0, le=30, validation_alias="CODEDROP_WEBHOOK_LINGER_SECONDS"
+    )
+
     @property
     def ticket_signing_key(self) -> str:
         if self.ticket_secret is not None:
             return self.ticket_secret.get_secret_value()
         return f"demo-only-ticket-key-{self.project_id}"  # demo- projects only (validated)
+
+    @property
+    def webhook_sealing_key(self) -> str:
+        if self.webhook_key is not None:
+            return self.webhook_key.get_secret_value()
+        if not self.is_local:
+            raise ValueError("CODEDROP_WEBHOOK_KEY is required outside demo- projects")
+        return f"demo-only-webhook-key-{self.project_id}"
 
     @property
     def import_ramp_enabled(self) -> bool:
@@ -126,6 +192,17 @@ class Settings(BaseSettings):
         return data
 
     @model_validator(mode="after")
+    def _valid_origins(self) -> Settings:
+        # "*" means any origin, answered with "*" and without credentials (never echoed).
+        for origin in self.cors_origins:
+            if origin != "*" and not _ORIGIN.match(origin):
+                raise ValueError(
+                    f"CODEDROP_CORS_ORIGINS: {origin[:80]!r} is not an origin like "
+                    "https://shop.example (lowercase, no path; 'null' is never allowed), nor '*'"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _production_safety(self) -> Settings:
         # Emulator-format ID tokens are unsigned: accepting them in a real project would let
         # anyone claim as anyone. The demo- prefix guarantees no real resource exists.
@@ -135,10 +212,27 @@ class Settings(BaseSettings):
                 f"{self.project_id!r} does not start with 'demo-': refusing to accept "
                 "unsigned emulator tokens outside a demo project"
             )
+        # Tokens signed by a development key set prove nothing about the app that sent them.
+        if self.app_check_jwks_url and not self.project_id.startswith("demo-"):
+            raise ValueError(
+                "CODEDROP_APP_CHECK_JWKS_URL is set but GOOGLE_CLOUD_PROJECT "
+                f"{self.project_id!r} does not start with 'demo-': refusing development App "
+                "Check keys outside a demo project"
+            )
+        if self.app_check_jwks_url and self.app_check_consume_tokens:
+            raise ValueError(
+                "CODEDROP_APP_CHECK_CONSUME_TOKENS needs the App Check service, which cannot "
+                "consume tokens signed by a development key set (CODEDROP_APP_CHECK_JWKS_URL)"
+            )
         if self.ticket_secret is None and not self.project_id.startswith("demo-"):
             raise ValueError("CODEDROP_TICKET_SECRET is required outside demo- projects")
         if self.ticket_secret is not None and len(self.ticket_secret.get_secret_value()) < 32:
             raise ValueError("CODEDROP_TICKET_SECRET must be at least 32 characters")
+        shopify = self.shopify_webhook_secret
+        if shopify is not None and len(shopify.get_secret_value()) < 16:
+            raise ValueError("CODEDROP_SHOPIFY_WEBHOOK_SECRET must be at least 16 characters")
+        if self.webhook_key is not None and len(self.webhook_key.get_secret_value()) < 32:
+            raise ValueError("CODEDROP_WEBHOOK_KEY must be at least 32 characters")
         return self
 
     @property

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -17,7 +19,19 @@ from flask.testing import FlaskClient
 from google.cloud import firestore
 from google.cloud.storage import Client as StorageClient
 
-from emulator import EmulatorStack, EmulatorUnavailable, check_prerequisites
+from emulator import (
+    EmulatorStack,
+    EmulatorUnavailable,
+    RunningEmulator,
+    check_auth_prerequisites,
+    check_prerequisites,
+    free_port,
+    start_auth,
+    wait_ready,
+)
+from emulator.app_check import DevAppCheckServer, dev_app_check
+from emulator.auth import AuthEmulatorClient
+from emulator.manager import AUTH_TIMEOUT
 from scripts.support.firestore_indexes import IndexConfig, QueryShape, Recorder, recording
 from tests.support.api import function_client
 from tests.support.cloudevents import deliver, published_event
@@ -39,14 +53,40 @@ from tests.support.stack import (
 # unless a query needs it (an indexed value that increases in write order caps the collection at
 # about 500 writes/s).
 TESTS = Path(__file__).resolve().parent
-HOT_COLLECTIONS = ("coupons", "claims", "processed_events", "counter_shards")
+# The outbox and released_holds take an entry per redemption or released hold, at checkout rate.
+HOT_COLLECTIONS = (
+    "coupons",
+    "claims",
+    "released_holds",
+    "processed_events",
+    "counter_shards",
+    "outbox",
+    "deliveries",
+)
 _run = contextlib.ExitStack()
 _recorder: Recorder | None = None
+_auth_early: RunningEmulator | None = None
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     global _recorder
     _recorder = _run.enter_context(recording())
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The Auth emulator takes 10-30 s to start: when a collected test will sign users in, start
+    it now, so that it boots while the other emulators start and the first tests run."""
+    global _auth_early
+    if not any("auth_emulator" in getattr(item, "fixturenames", ()) for item in session.items):
+        return
+    try:
+        check_auth_prerequisites()
+    except EmulatorUnavailable:
+        return  # the fixture fails with the install hint
+    log_dir = Path(tempfile.mkdtemp(prefix="codedrop-test-auth-"))
+    _run.callback(shutil.rmtree, log_dir, ignore_errors=True)
+    _auth_early = start_auth(port=free_port(), project=PROJECT, log_dir=log_dir, wait=False)
+    _run.callback(_auth_early.stop)
 
 
 def production_index_problems(
@@ -107,8 +147,18 @@ def emulator_prerequisites() -> None:
 
 
 @pytest.fixture(scope="session")
+def app_check_keys() -> Iterator[DevAppCheckServer]:
+    """The run's development App Check key set (one per process: firebase-admin keeps one App
+    Check service per app), served on 127.0.0.1; `.keys.token(project=...)` signs tokens."""
+    with dev_app_check(PROJECT) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
 def emulators(
-    emulator_prerequisites: None, tmp_path_factory: pytest.TempPathFactory
+    emulator_prerequisites: None,
+    app_check_keys: DevAppCheckServer,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[EmulatorStack]:
     stack = EmulatorStack(
         project=PROJECT, bucket=BUCKET, log_dir=tmp_path_factory.mktemp("emulator-logs")
@@ -117,8 +167,11 @@ def emulators(
         for name, value in stack.env().items():
             mp.setenv(name, value)
         mp.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
-        # Only a switch: firebase-admin then accepts unsigned emulator-format ID tokens.
+        # A switch for this process: firebase-admin then accepts the unsigned ID tokens of the
+        # Auth emulator's format without calling it (tests that sign users in for real start
+        # the emulator with `auth_emulator`).
         mp.setenv("FIREBASE_AUTH_EMULATOR_HOST", "127.0.0.1:9099")
+        mp.setenv("CODEDROP_APP_CHECK_JWKS_URL", app_check_keys.jwks_url)
         mp.setenv("CODEDROP_CORS_ORIGINS", CORS_ORIGIN)
         mp.setenv("CODEDROP_IMPORTS_BUCKET", BUCKET)
         # Tests pause and resume campaigns and expect the next claim to see it at once.
@@ -127,6 +180,33 @@ def emulators(
         _create_topic_and_pump_subscription()
         yield stack
     reset_instance()
+
+
+@pytest.fixture(scope="session")
+def auth_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningEmulator]:
+    """The Firebase Auth emulator: its start costs 10-30 s of CPU, so only sessions with tests
+    that sign users in start it (at collection, see above). Node.js and firebase-tools are
+    required: without them these tests fail with the install hint."""
+    try:
+        check_auth_prerequisites()
+    except EmulatorUnavailable as exc:
+        pytest.fail(f"sign-in tests cannot run here: {exc}", pytrace=False)
+    if _auth_early is not None:  # started at collection; stopped when the session ends
+        yield wait_ready(_auth_early, AUTH_TIMEOUT)
+        return
+    emulator = start_auth(
+        port=free_port(), project=PROJECT, log_dir=tmp_path_factory.mktemp("auth-emulator")
+    )
+    try:
+        yield emulator
+    finally:
+        emulator.stop()
+
+
+@pytest.fixture(scope="session")
+def auth_users(auth_emulator: RunningEmulator) -> AuthEmulatorClient:
+    """Sign users up and in on the Auth emulator, as a page or a console would."""
+    return AuthEmulatorClient(auth_emulator.host_port, project=PROJECT)
 
 
 def _create_topic_and_pump_subscription() -> None:
@@ -178,12 +258,16 @@ def make_campaign(db: firestore.Client, cleanup: list[Callable[[], object]]) -> 
         now = utcnow()
         campaign_id = fields.pop("campaign_id", None) or f"t-{uuid.uuid4().hex[:12]}"
         cleanup.append(lambda: db.recursive_delete(campaign_ref(db, campaign_id)))
-        data = CampaignCreate(
-            campaign_id=campaign_id,
-            title=fields.pop("title", "Test sale"),
-            starts_at=fields.pop("starts_at", now - timedelta(minutes=5)),
-            ends_at=fields.pop("ends_at", now + timedelta(hours=1)),
-            **fields,
+        # Lax here, so tests may name enums by their values ("phone"); the API is strict.
+        data = CampaignCreate.model_validate(
+            {
+                "campaign_id": campaign_id,
+                "title": fields.pop("title", "Test sale"),
+                "starts_at": fields.pop("starts_at", now - timedelta(minutes=5)),
+                "ends_at": fields.pop("ends_at", now + timedelta(hours=1)),
+                **fields,
+            },
+            strict=False,
         )
         campaign_service.create_campaign(db, data=data, now=now)
         listed = (

@@ -64,8 +64,10 @@ from google.cloud import firestore
 
 from scripts.bench import harness
 from scripts.bench.harness import Row, fmt
+from scripts.support.claims import add_claims
 from scripts.support.firestore_rpcs import RpcCounter, RpcCounts
 from scripts.support.measure import per, percentiles
+from shared.claims.models import ClaimRecord, coupon_claimed
 from shared.clock import utcnow
 from shared.container import instance_services
 from shared.events import models as events
@@ -274,15 +276,18 @@ def published_event(payload: bytes, *, message_id: str, now: datetime) -> dict[s
     }
 
 
-def claimed_events(campaign_id: str, count: int, *, now: datetime) -> list[events.CouponClaimed]:
+def claim_records(campaign_id: str, count: int, *, now: datetime) -> list[ClaimRecord]:
+    """`count` claims of distinct shoppers. count_usage counts only claims that exist, so each
+    phase writes their documents (scripts/support/claims.py) before it delivers their events."""
     return [
-        events.CouponClaimed(
-            event_id=f"claimed.{campaign_id}.u{i:06d}-0",
-            campaign_id=campaign_id,
-            occurred_at=now,
-            coupon_id=f"c{i:06d}",
-            user_id=f"user-{i:06d}",
+        ClaimRecord(
             claim_id=f"u{i:06d}-0",
+            campaign_id=campaign_id,
+            user_id=f"user-{i:06d}",
+            coupon_id=f"c{i:06d}",
+            code=f"CODE-{i:06d}",
+            slot=0,
+            claimed_at=now,
         )
         for i in range(count)
     ]
@@ -669,9 +674,8 @@ def warm_up(app: Any, db: firestore.Client) -> None:
     create_campaign(db, WARMUP_CAMPAIGN, stock=0)
     now = utcnow()
     client = app.test_client()
-    for delivery in make_deliveries(
-        claimed_events(WARMUP_CAMPAIGN, WARMUP_EVENTS, now=now), duplicates=0, seed=0, now=now
-    ):
+    warm_up_events = add_claims(db, claim_records(WARMUP_CAMPAIGN, WARMUP_EVENTS, now=now))
+    for delivery in make_deliveries(warm_up_events, duplicates=0, seed=0, now=now):
         response = client.post("/", data=delivery.body, content_type="application/cloudevents+json")
         if response.status_code != 200:
             raise RuntimeError(
@@ -691,11 +695,13 @@ class Run:
     app: Any
     db: firestore.Client
     rpcs: RpcCounter
+    claims: list[ClaimRecord]
     deliveries: list[Delivery]
 
     def design(self, design: str) -> dict[str, Any]:
         self.emulators.reset()
         create_campaign(self.db, CAMPAIGN, stock=self.args.stock)
+        add_claims(self.db, self.claims)
         self.logs.usage.take()
         self.logs.exceptions.take()
         counters = ShardedCounters(db=self.db, settings=get_settings(), clock=utcnow)
@@ -798,8 +804,9 @@ def bench(
         settings.counter_contention_seconds,
     )
     now = utcnow()
+    claims = claim_records(CAMPAIGN, args.events, now=now)
     deliveries = make_deliveries(
-        claimed_events(CAMPAIGN, args.events, now=now),
+        [coupon_claimed(claim) for claim in claims],
         duplicates=args.duplicates,
         seed=args.seed,
         now=now,
@@ -817,7 +824,7 @@ def bench(
         warm_up(app, db)
         log.info("count_usage warmed up")
     with RpcCounter(db) as rpcs:
-        run = Run(args, emulators, canary, logs, app, db, rpcs, deliveries)
+        run = Run(args, emulators, canary, logs, app, db, rpcs, claims, deliveries)
         results = {design: run.design(design) for design in args.designs}
     ok = report(args, results, len(deliveries))
     harness.write_json(

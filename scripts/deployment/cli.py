@@ -29,7 +29,9 @@ from scripts.deployment.gcloud import (
 )
 from scripts.deployment.plan import Step, print_plan, run_plan
 from scripts.deployment.resources import (
+    SUBSCRIPTIONS,
     Target,
+    dead_letter_publisher_step,
     foundation,
     identity_steps,
     invoker_steps,
@@ -210,7 +212,12 @@ def build_plan(
         *identity_steps(target, specs),
         *functions,
         *invoker_steps(target, specs),
-        *subscription_steps(target, by_name["count_usage"]),
+        *(
+            step
+            for sub in SUBSCRIPTIONS
+            for step in subscription_steps(target, by_name[sub.function], sub)
+        ),
+        dead_letter_publisher_step(target),
         *scheduler_steps(target, by_name["sweep"]),
     ]
 

@@ -147,6 +147,21 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
         timeout="60s",
         account="usage",
     ),
+    # Webhook deliveries to businesses, fed by their own push subscription: a push records the
+    # event's deliveries and drains the endpoints (up to 20 s each, bounded by per-endpoint
+    # throttles and 5 s request timeouts), so requests wait on the network, not the CPU.
+    FunctionSpec(
+        name="deliver_webhooks",
+        entry_point="deliver_webhooks",
+        trigger=Trigger.PUSH_SUBSCRIPTION,
+        memory="512Mi",
+        cpu="1",
+        concurrency=16,
+        min_instances=0,
+        max_instances=20,
+        timeout="60s",
+        account="webhooks",
+    ),
 )
 FUNCTION_NAMES = tuple(spec.name for spec in FUNCTIONS)
 

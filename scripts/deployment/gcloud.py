@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Mapping, Sequence
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from scripts.deployment import DeployError
@@ -110,6 +113,57 @@ def trigger_flags(
 
 
 DEFAULT_TICKET_SECRET = "codedrop-ticket-secret"  # noqa: S105 (a secret's name, not its value)
+
+
+@dataclass(frozen=True)
+class Secret:
+    """A Secret Manager secret a function reads as an environment variable."""
+
+    name: str
+    env: str
+    first_value: str  # what a new secret starts with, in words
+    value: Callable[[], bytes]
+
+
+def _shopify_secret() -> bytes:
+    # Shopify shows the shop's webhook signing secret once; until the operator adds it as a new
+    # version, a random value makes every webhook answer 401 rather than trusting anyone.
+    given = os.environ.get("CODEDROP_SHOPIFY_WEBHOOK_SECRET")
+    return (given or secrets.token_urlsafe(48)).encode()
+
+
+TICKET_SECRET = Secret(
+    name=DEFAULT_TICKET_SECRET,
+    env="CODEDROP_TICKET_SECRET",
+    first_value="64 random characters",
+    value=lambda: secrets.token_urlsafe(48).encode(),
+)
+SHOPIFY_SECRET = Secret(
+    name="codedrop-shopify-webhook-secret",
+    env="CODEDROP_SHOPIFY_WEBHOOK_SECRET",
+    first_value="$CODEDROP_SHOPIFY_WEBHOOK_SECRET from the deployer's shell, else random",
+    value=_shopify_secret,
+)
+WEBHOOK_KEY = Secret(
+    name="codedrop-webhook-key",
+    env="CODEDROP_WEBHOOK_KEY",
+    first_value="64 random characters",
+    value=lambda: secrets.token_urlsafe(48).encode(),
+)
+SECRETS = (TICKET_SECRET, SHOPIFY_SECRET, WEBHOOK_KEY)
+
+
+def secrets_of(spec: FunctionSpec) -> tuple[Secret, ...]:
+    """Every function validates the settings at start-up, and outside demo- projects the
+    waiting-room ticket key is required; admin_api verifies Shopify's webhooks; whoever
+    creates or delivers businesses' webhooks unseals their signing secrets."""
+    readers = {
+        SHOPIFY_SECRET: {"admin_api"},
+        WEBHOOK_KEY: {"admin_api", "deliver_webhooks", "sweep"},
+    }
+    return tuple(s for s in SECRETS if s is TICKET_SECRET or spec.name in readers[s])
+
+
 # Cloud Scheduler, the Pub/Sub push subscription and Eventarc sign their requests as this one.
 INVOKER_ACCOUNT = "invoker"
 
@@ -154,7 +208,10 @@ def build_command(
         f"--timeout={spec.timeout}",
         f"--run-service-account={account_email(spec.account, project)}",
         env_vars_flag(function_env),
-        # Every function validates the settings at start-up, and outside demo- projects the
-        # waiting-room ticket key is required: it comes from Secret Manager, never the source.
-        f"--set-secrets=CODEDROP_TICKET_SECRET={ticket_secret}:latest",
+        # From Secret Manager, never from the source.
+        "--set-secrets="
+        + ",".join(
+            f"{secret.env}={ticket_secret if secret is TICKET_SECRET else secret.name}:latest"
+            for secret in secrets_of(spec)
+        ),
     ]

@@ -13,14 +13,21 @@ goes on); update steps follow them where a re-run must apply changed settings.
 from __future__ import annotations
 
 import json
-import secrets
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from scripts.deployment.functions import FunctionSpec
-from scripts.deployment.gcloud import INVOKER_ACCOUNT, account_email
+from scripts.deployment.gcloud import (
+    INVOKER_ACCOUNT,
+    SECRETS,
+    TICKET_SECRET,
+    Secret,
+    account_email,
+    secrets_of,
+)
 from scripts.deployment.plan import Step
 
 APIS = (
@@ -60,9 +67,11 @@ class Target:
     def dead_letter_topic(self) -> str:
         return f"{self.events_topic}-dead-letter"
 
-    @property
-    def push_subscription(self) -> str:
-        return f"{self.events_topic}-count-usage"
+    def subscription_for(self, spec: FunctionSpec) -> str:
+        return f"{self.events_topic}-{spec.service}"
+
+    def secret_name(self, secret: Secret) -> str:
+        return self.ticket_secret if secret is TICKET_SECRET else secret.name
 
     def url(self, spec: FunctionSpec) -> str:
         """A gen2 function's stable URL (it also answers on its run.app URL)."""
@@ -142,8 +151,11 @@ def index_steps(target: Target, config: dict[str, object]) -> list[Step]:
             )
         )
     for override in config.get("fieldOverrides", []):  # type: ignore[attr-defined]
-        # Only exemptions are kept in the file (the index tests check): a field written in
-        # increasing order at sale or import rate, which no query needs, is not indexed.
+        if override.get("indexes"):
+            steps.append(field_index_step(target, override))
+            continue
+        # An exemption: a field written in increasing order at sale or import rate, which no
+        # query needs, is not indexed.
         steps.append(
             Step(
                 f"no index on {override['collectionGroup']}.{override['fieldPath']}",
@@ -161,6 +173,36 @@ def index_steps(target: Target, config: dict[str, object]) -> list[Step]:
             )
         )
     return steps
+
+
+def field_index_step(target: Target, override: dict[str, Any]) -> Step:
+    """A field override that lists its single-field indexes (the collection-group ones the
+    checkout half queries across campaigns). gcloud's `fields update --index` only makes
+    collection-scoped ones, so this is the Firestore Admin REST API with gcloud's credentials,
+    setting the field's whole index config."""
+    group, path = override["collectionGroup"], override["fieldPath"]
+    indexes = [
+        {
+            "queryScope": index["queryScope"],
+            "fields": [
+                {"fieldPath": path, **{k: v for k, v in index.items() if k != "queryScope"}}
+            ],
+        }
+        for index in override["indexes"]
+    ]
+    url = (
+        f"https://firestore.googleapis.com/v1/projects/{target.project}/databases/(default)"
+        f"/collectionGroups/{group}/fields/{path}?updateMask=indexConfig"
+    )
+    body = json.dumps({"indexConfig": {"indexes": indexes}}, separators=(",", ":"))
+    command = (
+        f"TOKEN=$(gcloud auth print-access-token --project={target.project})"
+        ' && curl -sSf -X PATCH -H "Authorization: Bearer $TOKEN"'
+        f' -H "x-goog-user-project: {target.project}" -H "Content-Type: application/json"'
+        f" -d {shlex.quote(body)} {shlex.quote(url)} >/dev/null"
+    )
+    scopes = ", ".join(str(i["queryScope"]).lower() for i in indexes)
+    return Step(f"index on {group}.{path} ({scopes})", command)
 
 
 def rules_step(target: Target, rules: Path) -> Step:
@@ -189,6 +231,34 @@ def rules_step(target: Target, rules: Path) -> Step:
         f' || curl -sSf -X POST {headers} -d "{new_release}" "{api}/releases" >/dev/null; }}'
     )
     return Step("Firestore rules (deny every client)", command)
+
+
+def secret_steps(target: Target, secret: Secret) -> list[Step]:
+    """The secret, and a first value only when it has none (a function deployed with
+    `--set-secrets=…:latest` needs one to start)."""
+    name = target.secret_name(secret)
+    return [
+        Step(
+            f"secret {name}",
+            _gcloud("secrets", "create", name, "--replication-policy=automatic", target=target),
+            exists_ok=True,
+        ),
+        Step(
+            f"secret {name}: a first value ({secret.first_value})",
+            _gcloud("secrets", "versions", "add", name, "--data-file=-", target=target),
+            stdin=secret.value,
+            unless=_gcloud(
+                "secrets",
+                "versions",
+                "list",
+                name,
+                "--filter=state=enabled",
+                "--limit=1",
+                "--format=value(name)",
+                target=target,
+            ),
+        ),
+    ]
 
 
 def identity_steps(target: Target, specs: Iterable[FunctionSpec]) -> list[Step]:
@@ -249,34 +319,7 @@ def identity_steps(target: Target, specs: Iterable[FunctionSpec]) -> list[Step]:
             ),
             exists_ok=True,
         ),
-        Step(
-            "ticket secret",
-            _gcloud(
-                "secrets",
-                "create",
-                target.ticket_secret,
-                "--replication-policy=automatic",
-                target=target,
-            ),
-            exists_ok=True,
-        ),
-        Step(
-            "ticket secret value (only when it has none; 64 random characters)",
-            _gcloud(
-                "secrets", "versions", "add", target.ticket_secret, "--data-file=-", target=target
-            ),
-            stdin=lambda: secrets.token_urlsafe(48).encode(),
-            unless=_gcloud(
-                "secrets",
-                "versions",
-                "list",
-                target.ticket_secret,
-                "--filter=state=enabled",
-                "--limit=1",
-                "--format=value(name)",
-                target=target,
-            ),
-        ),
+        *(step for secret in SECRETS for step in secret_steps(target, secret)),
     ]
     for spec in specs:
         account = target.account(spec.account)
@@ -305,16 +348,19 @@ def identity_steps(target: Target, specs: Iterable[FunctionSpec]) -> list[Step]:
                     target=target,
                 ),
             ),
-            Step(
-                f"{spec.name} reads the ticket secret",
-                _gcloud(
-                    "secrets",
-                    "add-iam-policy-binding",
-                    target.ticket_secret,
-                    _sa(account),
-                    "--role=roles/secretmanager.secretAccessor",
-                    target=target,
-                ),
+            *(
+                Step(
+                    f"{spec.name} reads {secret.env}",
+                    _gcloud(
+                        "secrets",
+                        "add-iam-policy-binding",
+                        target.secret_name(secret),
+                        _sa(account),
+                        "--role=roles/secretmanager.secretAccessor",
+                        target=target,
+                    ),
+                )
+                for secret in secrets_of(spec)
             ),
         ]
         if spec.account in BUCKET_ROLES:
@@ -397,22 +443,40 @@ def invoker_steps(target: Target, specs: Iterable[FunctionSpec]) -> list[Step]:
     ]
 
 
-def subscription_steps(target: Target, count_usage: FunctionSpec) -> list[Step]:
-    """count_usage's push subscription: OIDC as the invoker, backoff, dead letters."""
-    url = target.url(count_usage)
+@dataclass(frozen=True)
+class Subscription:
+    """A push subscription on the events topic feeding one private function."""
+
+    function: str  # the FunctionSpec's name
+    retry: tuple[str, str]  # min and max backoff between redeliveries
+    max_delivery_attempts: int  # then the dead-letter topic
+
+
+# count_usage: a failure is Firestore having a bad moment, so back off far and retry long.
+# deliver_webhooks: records deliveries and drains them; the drain retries by itself for 24 h,
+# so a push that keeps failing is dead-lettered sooner.
+SUBSCRIPTIONS = (
+    Subscription("count_usage", PUSH_RETRY, MAX_DELIVERY_ATTEMPTS),
+    Subscription("deliver_webhooks", ("--min-retry-delay=5s", "--max-retry-delay=300s"), 5),
+)
+
+
+def subscription_steps(target: Target, spec: FunctionSpec, sub: Subscription) -> list[Step]:
+    """A push subscription: OIDC as the invoker, backoff, dead letters."""
+    url = target.url(spec)
     settings = [
         f"--push-endpoint={url}",
         f"--push-auth-service-account={target.invoker}",
         f"--push-auth-token-audience={url}",
         f"--ack-deadline={ACK_DEADLINE_SECONDS}",
-        *PUSH_RETRY,
+        *sub.retry,
         f"--dead-letter-topic={target.dead_letter_topic}",
-        f"--max-delivery-attempts={MAX_DELIVERY_ATTEMPTS}",
+        f"--max-delivery-attempts={sub.max_delivery_attempts}",
     ]
-    name = target.push_subscription
+    name = target.subscription_for(spec)
     return [
         Step(
-            "count_usage's push subscription",
+            f"{spec.name}'s push subscription",
             _gcloud(
                 "pubsub",
                 "subscriptions",
@@ -426,24 +490,13 @@ def subscription_steps(target: Target, count_usage: FunctionSpec) -> list[Step]:
             exists_ok=True,
         ),
         Step(
-            "count_usage's push subscription settings (a re-run applies changes)",
+            f"{spec.name}'s push subscription settings (a re-run applies changes)",
             _gcloud("pubsub", "subscriptions", "update", name, *settings, target=target),
         ),
-        # Dead-lettering: Pub/Sub's agent forwards from the subscription to the topic.
+        # Dead-lettering: Pub/Sub's agent takes the message off the subscription and
+        # publishes it to the dead-letter topic.
         Step(
-            "Pub/Sub's agent publishes dead letters",
-            _gcloud(
-                "pubsub",
-                "topics",
-                "add-iam-policy-binding",
-                target.dead_letter_topic,
-                _sa(target.pubsub_agent),
-                "--role=roles/pubsub.publisher",
-                target=target,
-            ),
-        ),
-        Step(
-            "Pub/Sub's agent takes dead letters off the subscription",
+            f"Pub/Sub's agent takes dead letters off {name}",
             _gcloud(
                 "pubsub",
                 "subscriptions",
@@ -455,6 +508,21 @@ def subscription_steps(target: Target, count_usage: FunctionSpec) -> list[Step]:
             ),
         ),
     ]
+
+
+def dead_letter_publisher_step(target: Target) -> Step:
+    return Step(
+        "Pub/Sub's agent publishes dead letters",
+        _gcloud(
+            "pubsub",
+            "topics",
+            "add-iam-policy-binding",
+            target.dead_letter_topic,
+            _sa(target.pubsub_agent),
+            "--role=roles/pubsub.publisher",
+            target=target,
+        ),
+    )
 
 
 def scheduler_steps(target: Target, sweep: FunctionSpec) -> list[Step]:

@@ -13,9 +13,18 @@ dropped at imports/{campaign_id}/NAME.csv with any client is imported (./scripts
 does it and follows the job). Objects already in the bucket when the stack starts are not
 announced.
 
---demo   also creates campaign `demo` through admin_api, writes 100 codes and prints a curl
-         command that claims one.
---check  starts everything, runs the demo and one claim over HTTP, expects 201, then stops.
+The Firebase Auth emulator (firebase-tools, installed by npm) runs beside the others, and
+FIREBASE_AUTH_EMULATOR_HOST points the functions at it: ID tokens of its users are accepted.
+Firebase has no App Check emulator: a development key set (emulator/app_check.py) serves its
+JWKS and tokens on the app-check port, and CODEDROP_APP_CHECK_JWKS_URL points the functions at
+it, so campaigns with require_app_check work locally.
+
+--demo   also creates the demo users in the Auth emulator (an admin and a shopper, email and
+         password), campaign `demo` through admin_api with 100 codes, serves the example landing
+         page (web/example) at http://127.0.0.1:3000/?campaign=demo, and prints how to sign in
+         and a curl command that claims a code.
+--check  starts everything, runs the demo, one claim over HTTP (expects 201) and fetches the
+         landing page, then stops.
 """
 
 from __future__ import annotations
@@ -30,7 +39,6 @@ from emulator import EmulatorFailed, EmulatorUnavailable
 from emulator.processes import StopRequestedError, stop_signals_raise
 from scripts.localstack.config import (
     DEFAULT_BUCKET,
-    DEFAULT_CORS_ORIGINS,
     DEFAULT_LOG_DIR,
     DEFAULT_PROJECT,
     DEFAULT_TOPIC,
@@ -40,8 +48,9 @@ from scripts.localstack.config import (
     Config,
     env_int,
     environment_table,
+    page_origins,
 )
-from scripts.localstack.demo import run_check, run_demo
+from scripts.localstack.demo import announce_page, run_check, run_demo
 from scripts.localstack.errors import StackError
 from scripts.localstack.output import configure_logging, log_to_file, say
 from scripts.localstack.stack import LocalStack
@@ -115,7 +124,7 @@ def _parse(argv: list[str] | None) -> Config:
         log_dir=log_dir,
         bucket=os.environ.get("CODEDROP_IMPORTS_BUCKET") or DEFAULT_BUCKET,
         topic=os.environ.get("CODEDROP_EVENTS_TOPIC") or DEFAULT_TOPIC,
-        cors_origins=os.environ.get("CODEDROP_CORS_ORIGINS") or DEFAULT_CORS_ORIGINS,
+        cors_origins=os.environ.get("CODEDROP_CORS_ORIGINS") or page_origins(ports["web"]),
         timeout=args.timeout,
         demo=args.demo or args.check,
         check=args.check,
@@ -134,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
             say(READY_LINE)
             if config.demo:
                 demo = run_demo(config)
+                page = stack.serve_pages(demo.campaign_id)
+                announce_page(page, config, stack.app_check_token_url)
                 if config.check:
                     run_check(config, demo)
                     return 0

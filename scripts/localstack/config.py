@@ -17,9 +17,6 @@ DEFAULT_BUCKET = "codedrop-imports"
 DEFAULT_TOPIC = "coupon-events"
 DEFAULT_LOG_DIR = ".local/logs"
 DEFAULT_CORS_ORIGINS = "http://localhost:3000,http://127.0.0.1:3000"
-# Nothing listens there: the variable only makes firebase-admin accept the Auth emulator's
-# unsigned ID tokens (allowed by shared/settings.py for demo- projects only).
-AUTH_EMULATOR_SWITCH = "127.0.0.1:9099"
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,14 +31,24 @@ PORTS: tuple[Port, ...] = (
     Port("firestore", "CODEDROP_FIRESTORE_PORT", 8080, "Firestore emulator"),
     Port("pubsub", "CODEDROP_PUBSUB_PORT", 8085, "Pub/Sub emulator"),
     Port("storage", "CODEDROP_STORAGE_PORT", 9199, "Storage emulator"),
+    Port("auth", "CODEDROP_AUTH_PORT", 9099, "Firebase Auth emulator"),
+    Port("app-check", "CODEDROP_APP_CHECK_PORT", 9098, "development App Check keys and tokens"),
     Port("claim-api", "CODEDROP_CLAIM_API_PORT", 8001, "claim_api"),
     Port("admin-api", "CODEDROP_ADMIN_API_PORT", 8002, "admin_api"),
     Port("count-usage", "CODEDROP_COUNT_USAGE_PORT", 8003, "count_usage"),
     Port("import-codes", "CODEDROP_IMPORT_CODES_PORT", 8004, "import_codes"),
+    Port("deliver-webhooks", "CODEDROP_DELIVER_WEBHOOKS_PORT", 8005, "deliver_webhooks"),
     Port(
         "sweep", "CODEDROP_SWEEP_PORT", 8006, "sweep (called every minute, as Cloud Scheduler does)"
     ),
+    Port("web", "CODEDROP_WEB_PORT", 3000, "example landing page (--demo)"),
 )
+EMULATOR_PORTS = ("firestore", "pubsub", "storage", "auth")
+
+
+def page_origins(web_port: int) -> str:
+    """The example page's origins, which claim_api allows unless CODEDROP_CORS_ORIGINS says."""
+    return f"http://localhost:{web_port},http://{HOST}:{web_port}"
 
 
 def env_int(name: str, default: int) -> int:
@@ -96,6 +103,9 @@ FUNCTIONS: tuple[Function, ...] = (
     Function("admin_api", "http", workers=1, threads=8),
     Function("count_usage", "cloudevent", workers=1, threads=8),
     Function("import_codes", "cloudevent", workers=1, threads=4),
+    # Each request may drain an endpoint for up to CODEDROP_WEBHOOK_DRAIN_SECONDS; the others
+    # only record their deliveries and answer.
+    Function("deliver_webhooks", "cloudevent", workers=1, threads=8),
     Function("sweep", "http", workers=1, threads=1),
 )
 
@@ -121,7 +131,9 @@ def environment_table() -> tuple[EnvVar, ...]:
     other = (
         EnvVar("CODEDROP_LOG_DIR", DEFAULT_LOG_DIR, "where each process's log goes"),
         EnvVar(
-            "CODEDROP_CORS_ORIGINS", DEFAULT_CORS_ORIGINS, "landing-page origins claim_api allows"
+            "CODEDROP_CORS_ORIGINS",
+            DEFAULT_CORS_ORIGINS,
+            "landing-page origins claim_api allows (default: the example page's)",
         ),
         EnvVar("CODEDROP_IMPORTS_BUCKET", DEFAULT_BUCKET, "the imports bucket"),
         EnvVar("CODEDROP_EVENTS_TOPIC", DEFAULT_TOPIC, "the events topic"),
@@ -146,5 +158,10 @@ class Config:
         return f"{self.topic}-dead-letter"
 
     def url(self, function: str) -> str:
-        """Where `function` (a functions/main.py name) answers."""
+        """Where `function` (a functions/main.py name, or `auth`, `app-check`, `web`) answers."""
         return f"http://{HOST}:{self.ports[function.replace('_', '-')]}"
+
+    @property
+    def auth_host(self) -> str:
+        """The Auth emulator as FIREBASE_AUTH_EMULATOR_HOST names it."""
+        return f"{HOST}:{self.ports['auth']}"

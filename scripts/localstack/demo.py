@@ -1,7 +1,9 @@
-"""--demo and --check: a campaign with codes to claim, and one claim over HTTP."""
+"""--demo and --check: a campaign with codes to claim, the demo users in the Auth emulator, the
+example landing page, and (--check) one claim over HTTP and the page's files."""
 
 from __future__ import annotations
 
+import json
 import secrets
 import sys
 import tempfile
@@ -10,18 +12,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from emulator.tokens import emulator_id_token
+from emulator.auth import AuthEmulatorClient, AuthEmulatorError
 from scripts.localstack.config import HOST, Config
 from scripts.localstack.errors import StackError
 from scripts.localstack.output import say
+from scripts.localstack.users import ADMIN, SHOPPER
 from scripts.support import http
 from scripts.tools import upload_codes
 from shared.intake.service import import_job_id
 
 DEMO_CAMPAIGN = "demo"
+DEMO_TITLE = "Flash sale: 30% off everything"
 DEMO_CODES = 100
-DEMO_ADMIN = "demo-admin"
-DEMO_SHOPPER = "demo-shopper-1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,13 +33,19 @@ class Demo:
 
 
 def run_demo(config: Config) -> Demo:
-    """Campaign `demo` through admin_api over HTTP, then 100 codes uploaded as a CSV into the
-    imports bucket and imported by import_codes, as a marketer's file would be."""
-    admin_token = emulator_id_token(DEMO_ADMIN, project=config.project, admin=True)
+    """The demo users signed in on the Auth emulator; campaign `demo` through admin_api over
+    HTTP with the admin's token, then 100 codes uploaded as a CSV into the imports bucket and
+    imported by import_codes, as a marketer's file would be."""
+    users = AuthEmulatorClient(config.auth_host, project=config.project)
+    try:
+        admin_token = ADMIN.sign_in(users).id_token
+        shopper_token = SHOPPER.sign_in(users).id_token
+    except (AuthEmulatorError, http.Unreachable) as exc:
+        raise StackError(f"demo: signing the demo users in failed: {exc}") from exc
     now = datetime.now(UTC)
     body = {
         "campaign_id": DEMO_CAMPAIGN,
-        "title": "codedrop demo",
+        "title": DEMO_TITLE,
         "starts_at": (now - timedelta(minutes=1)).isoformat(),
         "ends_at": (now + timedelta(days=1)).isoformat(),
     }
@@ -56,15 +64,37 @@ def run_demo(config: Config) -> Demo:
     job = _import(config, codes, admin_token=admin_token)
     say(f"demo: imported {job.get('imported')} codes ({codes[0]} … {codes[-1]})")
 
-    shopper_token = emulator_id_token(
-        DEMO_SHOPPER, project=config.project, lifetime_seconds=7 * 24 * 3600
-    )
     claim = f"{config.url('claim_api')}/v1/campaigns/{DEMO_CAMPAIGN}/claims"
-    say(f"claim a code as {DEMO_SHOPPER}:")
-    say(f'  curl -s -X POST {claim} -H "Authorization: Bearer {shopper_token}"')
+    sign_in = (
+        f"{config.url('auth')}/identitytoolkit.googleapis.com/v1/accounts:signInWithPassword"
+        "?key=any"
+    )
+    say(f"demo users in the Auth emulator ({config.auth_host}), email and password:")
+    say(f"  admin    {ADMIN.email} / {ADMIN.password}   (custom claim admin: true)")
+    say(f"  shopper  {SHOPPER.email} / {SHOPPER.password}")
+    say("sign in (an ID token, valid 1 h) from another shell: ./scripts/token admin|shopper,")
+    say("or as a console would (the answer's idToken):")
+    payload = json.dumps(
+        {"email": ADMIN.email, "password": ADMIN.password, "returnSecureToken": True},
+        separators=(",", ":"),
+    )
+    say(f"  curl -s '{sign_in}' -H 'Content-Type: application/json' -d '{payload}'")
+    say("claim a code as the shopper:")
+    say(f'  curl -s -X POST {claim} -H "Authorization: Bearer $(./scripts/token shopper)"')
     say("see the campaign:")
     say(f"  curl -s {config.url('claim_api')}/v1/campaigns/{DEMO_CAMPAIGN}")
     return Demo(campaign_id=DEMO_CAMPAIGN, shopper_token=shopper_token)
+
+
+def announce_page(url: str, config: Config, app_check_token_url: str | None) -> None:
+    say("the example landing page (shoppers sign in anonymously on the Auth emulator, or with a")
+    say("phone number when the campaign's identity is phone):")
+    say(f"  {url}")
+    say("  the emulator sends no SMS: the code is in the Auth emulator's log, or")
+    codes = f"{config.url('auth')}/emulator/v1/projects/{config.project}/verificationCodes"
+    say(f"  curl -s {codes}")
+    if app_check_token_url is not None:
+        say(f"  App Check tokens for the page (development keys): {app_check_token_url}")
 
 
 def run_check(config: Config, demo: Demo) -> None:
@@ -78,6 +108,16 @@ def run_check(config: Config, demo: Demo) -> None:
     if status != 200 or not isinstance(answer, dict):
         raise StackError(f"check: GET campaign answered {status} {answer}, expected 200")
     say(f"check: campaign is {answer.get('status')} with {answer.get('remaining')} codes left")
+    status, answer = http.call_json("GET", f"{config.url('app-check')}/token")
+    if status != 200 or not isinstance(answer, dict) or not answer.get("token"):
+        raise StackError(f"check: the App Check token URL answered {status}, expected a token")
+    say("check: development App Check tokens are served")
+    page = f"{config.url('web')}/"
+    for path in ("", "config.json", "codedrop.js", "app.js"):
+        response = http.request("GET", page + path, timeout=10)
+        if response.status_code != 200:
+            raise StackError(f"check: {page + path} answered {response.status_code}, expected 200")
+    say(f"check: the landing page answers at {page}")
     say("local stack check passed")
 
 

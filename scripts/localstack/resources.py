@@ -17,10 +17,12 @@ from scripts.localstack.errors import StackError
 log = logging.getLogger("local_stack")
 
 
-def create_pubsub_resources(config: Config, *, count_usage_url: str | None) -> list[str]:
-    """The events topic and, once count_usage exists, its push subscription with retries and a
-    dead-letter topic (with a pull subscription to inspect dead letters). Returns their names.
-    Resources already there are left as they are."""
+def create_pubsub_resources(
+    config: Config, *, count_usage_url: str | None, deliver_webhooks_url: str | None = None
+) -> list[str]:
+    """The events topic and, for count_usage and deliver_webhooks once they exist, a push
+    subscription each with retries and a dead-letter topic (with a pull subscription to inspect
+    dead letters). Returns their names. Resources already there are left as they are."""
     created: list[str] = []
     publisher = PublisherClient()
     with SubscriberClient() as subscriber:
@@ -43,25 +45,41 @@ def create_pubsub_resources(config: Config, *, count_usage_url: str | None) -> l
             created.append(f"subscription {name}")
 
         events = topic(config.topic)
-        if count_usage_url is None:
+        if count_usage_url is None and deliver_webhooks_url is None:
             log.info("count_usage is not defined yet: no push subscription")
             return created
         dead_letters = topic(config.dead_letter_topic)
-        subscription(
-            "count-usage-push",
-            {
-                "topic": events,
-                "push_config": {"push_endpoint": f"{count_usage_url}/"},
-                "retry_policy": {
-                    "minimum_backoff": duration_pb2.Duration(seconds=1),
-                    "maximum_backoff": duration_pb2.Duration(seconds=60),
+        dead_letter_policy = {"dead_letter_topic": dead_letters, "max_delivery_attempts": 5}
+        if count_usage_url is not None:
+            subscription(
+                "count-usage-push",
+                {
+                    "topic": events,
+                    "push_config": {"push_endpoint": f"{count_usage_url}/"},
+                    "retry_policy": {
+                        "minimum_backoff": duration_pb2.Duration(seconds=1),
+                        "maximum_backoff": duration_pb2.Duration(seconds=60),
+                    },
+                    "dead_letter_policy": dead_letter_policy,
                 },
-                "dead_letter_policy": {
-                    "dead_letter_topic": dead_letters,
-                    "max_delivery_attempts": 5,
+            )
+        if deliver_webhooks_url is not None:
+            # Its own subscription: a slow endpoint never holds back count_usage's messages.
+            # A push that drains an endpoint answers after up to the drain budget (20 s),
+            # its linger (1 s) and the last requests' timeouts (5 s): 60 s to acknowledge.
+            subscription(
+                "deliver-webhooks-push",
+                {
+                    "topic": events,
+                    "push_config": {"push_endpoint": f"{deliver_webhooks_url}/"},
+                    "ack_deadline_seconds": 60,
+                    "retry_policy": {
+                        "minimum_backoff": duration_pb2.Duration(seconds=5),
+                        "maximum_backoff": duration_pb2.Duration(seconds=300),
+                    },
+                    "dead_letter_policy": dead_letter_policy,
                 },
-            },
-        )
+            )
         subscription(f"{config.dead_letter_topic}-pull", {"topic": dead_letters})
     return created
 

@@ -14,8 +14,16 @@ from pathlib import Path
 from typing import Protocol
 
 from emulator import EmulatorStack
+from emulator.app_check import DevAppCheckKeys, DevAppCheckServer
 from emulator.processes import GroupProcess, ProcessFailed, port_taken
-from scripts.localstack.config import AUTH_EMULATOR_SWITCH, FUNCTIONS, HOST, PORTS, Config, Function
+from scripts.localstack.config import (
+    EMULATOR_PORTS,
+    FUNCTIONS,
+    HOST,
+    PORTS,
+    Config,
+    Function,
+)
 from scripts.localstack.errors import StackError
 from scripts.localstack.functions import (
     FunctionProcess,
@@ -24,6 +32,7 @@ from scripts.localstack.functions import (
     start_function,
 )
 from scripts.localstack.output import say
+from scripts.localstack.pages import PageConfig, PageServer, PagesUnavailable
 from scripts.localstack.resources import create_pubsub_resources, verify_bucket
 from scripts.localstack.scheduler import SweepScheduler
 from scripts.localstack.storage_notifier import StorageNotifier, emulator_client
@@ -107,6 +116,8 @@ class LocalStack:
             firestore_port=config.ports["firestore"],
             pubsub_port=config.ports["pubsub"],
             storage_port=config.ports["storage"],
+            auth=True,
+            auth_port=config.ports["auth"],
             project=config.project,
             bucket=config.bucket,
             log_dir=config.log_dir,
@@ -117,24 +128,34 @@ class LocalStack:
         self.functions: list[FunctionProcess] = []
         self.watchers: list[Watcher] = []
         self.resources: list[str] = []
+        self.pages: PageServer | None = None
+        self.app_check: DevAppCheckServer | None = None
         self.timings: dict[str, float] = {}
 
     def start(self) -> None:
         config = self.config
         started = time.monotonic()
         functions = defined_functions()
-        emulator_keys = ["firestore", "pubsub", "storage"]
-        check_ports_free(config, [*emulator_keys, *(f.port_key for f in functions)])
+        web = ["web"] if config.demo else []
+        ports = [*EMULATOR_PORTS, "app-check", *(f.port_key for f in functions), *web]
+        check_ports_free(config, ports)
 
         self.emulators.start()
         self.timings["emulators"] = time.monotonic() - started
+        # Firebase has no App Check emulator: a fresh development key set signs the tokens the
+        # page fetches, and the functions verify them against its JWKS (demo- projects only).
+        self.app_check = DevAppCheckServer(
+            DevAppCheckKeys(), project=config.project, port=config.ports["app-check"]
+        ).start()
+        # FIREBASE_AUTH_EMULATOR_HOST among them: firebase-admin accepts the Auth emulator's
+        # unsigned ID tokens (shared/settings.py allows that for demo- projects only).
         self.env = {
             **self.emulators.env(),
             "GOOGLE_CLOUD_PROJECT": config.project,
-            "FIREBASE_AUTH_EMULATOR_HOST": AUTH_EMULATOR_SWITCH,
             "CODEDROP_CORS_ORIGINS": config.cors_origins,
             "CODEDROP_IMPORTS_BUCKET": config.bucket,
             "CODEDROP_EVENTS_TOPIC": config.topic,
+            "CODEDROP_APP_CHECK_JWKS_URL": self.app_check.jwks_url,
         }
         # The client libraries here (resources, --demo) read the same variables.
         os.environ.update(self.env)
@@ -143,7 +164,10 @@ class LocalStack:
         mark = time.monotonic()
         names = {f.name for f in functions}
         count_usage_url = config.url("count_usage") if "count_usage" in names else None
-        self.resources = create_pubsub_resources(config, count_usage_url=count_usage_url)
+        webhooks_url = config.url("deliver_webhooks") if "deliver_webhooks" in names else None
+        self.resources = create_pubsub_resources(
+            config, count_usage_url=count_usage_url, deliver_webhooks_url=webhooks_url
+        )
         verify_bucket(config)
         self.timings["resources"] = time.monotonic() - mark
 
@@ -192,6 +216,30 @@ class LocalStack:
             self.watchers.append(watcher)
             log.info("watcher started", extra={"watcher": watcher.name})
 
+    def serve_pages(self, campaign_id: str) -> str:
+        """Serve the example landing page (web/example) on the web port, its App Check tokens
+        from the development key set; its URL on the campaign."""
+        config = self.config
+        page_config = PageConfig(
+            api_base=config.url("claim_api"),
+            project=config.project,
+            auth_emulator_url=f"http://{config.auth_host}",
+            campaign_id=campaign_id,
+            app_check_token_url=self.app_check_token_url,
+        )
+        try:
+            self.pages = PageServer(host=HOST, port=config.ports["web"], config=page_config)
+        except (PagesUnavailable, OSError) as exc:
+            raise StackError(f"cannot serve the landing page: {exc}") from exc
+        self.pages.start()
+        log.info("landing page served", extra={"url": self.pages.url})
+        return f"{self.pages.url}/?campaign={campaign_id}"
+
+    @property
+    def app_check_token_url(self) -> str | None:
+        """Where a local page gets App Check tokens (once started)."""
+        return None if self.app_check is None else f"{self.app_check.url}/token"
+
     def _children(self) -> Iterator[GroupProcess]:
         yield from self.emulators.emulators()
         yield from self.functions
@@ -213,7 +261,10 @@ class LocalStack:
             time.sleep(SUPERVISE_INTERVAL)
 
     def stop(self) -> None:
-        """Watchers, then functions (all signalled at once), then emulators; never raises."""
+        """The page, watchers, then functions (all signalled at once), then emulators; never
+        raises."""
+        if self.pages is not None:
+            self.pages.stop()
         for watcher in reversed(self.watchers):
             try:
                 watcher.stop()
@@ -237,6 +288,8 @@ class LocalStack:
             self.emulators.stop(keep_logs=True)
         except Exception:
             log.exception("stopping the emulators failed")
+        if self.app_check is not None:
+            self.app_check.stop()
 
     def describe(self) -> None:
         config = self.config
@@ -245,6 +298,9 @@ class LocalStack:
         say(f"  Firestore emulator  {env['FIRESTORE_EMULATOR_HOST']}")
         say(f"  Pub/Sub emulator    {env['PUBSUB_EMULATOR_HOST']}  ({', '.join(self.resources)})")
         say(f"  Storage emulator    {env['STORAGE_EMULATOR_HOST']}  (bucket {config.bucket})")
+        say(f"  Auth emulator       {env['FIREBASE_AUTH_EMULATOR_HOST']}")
+        if self.app_check is not None:
+            say(f"  App Check (dev)     {self.app_check.url}  (tokens /token, keys /jwks.json)")
         for running in self.functions:
             say(f"  {running.name:<19} {running.url}")
         for watcher in self.watchers:
@@ -257,7 +313,9 @@ class LocalStack:
         for name, value in env.items():
             say(f"  export {name}={value}")
         t = self.timings
+        auth = self.emulators.ready_seconds.get("auth", 0.0)
         say(
-            f"started in {t['total']:.1f} s (emulators {t['emulators']:.1f} s, "
-            f"topics {t['resources']:.1f} s, functions {t['functions']:.1f} s)"
+            f"started in {t['total']:.1f} s (emulators {t['emulators']:.1f} s, the Auth emulator "
+            f"ready after {auth:.1f} s of them; topics {t['resources']:.1f} s, functions "
+            f"{t['functions']:.1f} s)"
         )

@@ -57,6 +57,10 @@ class IndexConfig:
     composites: tuple[CompositeIndex, ...]
     # (collection group, field) whose automatic single-field indexes are switched off
     exempt: frozenset[tuple[str, str]]
+    # (collection group, field) -> the single-field indexes its override lists instead of the
+    # automatic ones, as (scope, ASCENDING | DESCENDING | CONTAINS). Automatic single-field
+    # indexes are collection-scoped: a collection-group query needs an override to enable one.
+    overrides: dict[tuple[str, str], frozenset[tuple[str, str]]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path) -> IndexConfig:
@@ -72,24 +76,44 @@ class IndexConfig:
             )
             for index in data["indexes"]
         )
+        overrides = data.get("fieldOverrides", [])
         exempt = frozenset(
-            (o["collectionGroup"], o["fieldPath"])
-            for o in data.get("fieldOverrides", [])
-            if not o.get("indexes")
+            (o["collectionGroup"], o["fieldPath"]) for o in overrides if not o.get("indexes")
         )
-        return cls(composites=composites, exempt=exempt)
+        listed = {
+            (o["collectionGroup"], o["fieldPath"]): frozenset(
+                (i["queryScope"], i.get("order") or i.get("arrayConfig", "CONTAINS"))
+                for i in o.get("indexes", [])
+            )
+            for o in overrides
+        }
+        return cls(composites=composites, exempt=exempt, overrides=listed)
 
-    def single_field(self, collection: str, field_path: str) -> bool:
-        return field_path == NAME or (collection, field_path) not in self.exempt
+    def single_field(
+        self, collection: str, field_path: str, *, group: bool = False, orders: tuple[str, ...] = ()
+    ) -> bool:
+        """Whether a single-field index on the field serves a query of this scope, in one of
+        `orders` (any ascending or descending one when none is given)."""
+        if field_path == NAME:
+            return True
+        listed = self.overrides.get((collection, field_path))
+        if listed is None:
+            return not group
+        scope = "COLLECTION_GROUP" if group else "COLLECTION"
+        return any((scope, order) in listed for order in orders or ("ASCENDING", "DESCENDING"))
 
     def serves(self, shape: QueryShape) -> bool:
         ranged = set(shape.inequalities) | {f for f, _ in shape.orders}
+        group = shape.collection_group
         if not ranged:
             # Equalities only: merged from the single-field indexes of each field.
-            return all(self.single_field(shape.collection, f) for f in shape.equalities)
+            return all(
+                self.single_field(shape.collection, f, group=group) for f in shape.equalities
+            )
         if not shape.equalities and len(ranged) == 1:
             (only,) = ranged
-            return shape.collection_group is False and self.single_field(shape.collection, only)
+            order = dict(shape.orders).get(only, "ASCENDING")
+            return self.single_field(shape.collection, only, group=group, orders=(order,))
         return any(self._composite_serves(index, shape) for index in self.composites)
 
     def _composite_serves(self, index: CompositeIndex, shape: QueryShape) -> bool:

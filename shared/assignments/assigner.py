@@ -37,8 +37,9 @@ from google.cloud import firestore
 
 from shared.assignments.recipients import RecipientRow
 from shared.assignments.supply import CandidateSupply
-from shared.coupons.store import Candidate
-from shared.events.models import CodesAssigned
+from shared.claims.store import claim_id_for
+from shared.coupons.store import Candidate, CouponState
+from shared.events.models import COMMIT_COUNT, CodesAssigned, assigned_event_id
 from shared.gcp.firestore import Snapshot, claims_collection, coupons_collection
 
 log = logging.getLogger(__name__)
@@ -79,11 +80,11 @@ class WriteLimiter(Protocol):
 
 
 class EventSink(Protocol):
-    """Where a batch's event goes: into the batch's commit, then out to Pub/Sub."""
+    """Where a batch's event goes: into the batch's commit (the outbox), then out to Pub/Sub."""
 
-    def record(self, batch: firestore.WriteBatch, event: Any, *, now: datetime) -> None: ...
+    def stage(self, batch: firestore.WriteBatch, event: Any, *, now: datetime) -> None: ...
 
-    def publish_recorded(self, event: Any) -> bool: ...
+    def deliver_staged(self, staged: Sequence[Any]) -> int: ...
 
 
 @dataclass
@@ -112,10 +113,10 @@ Pair = tuple[RecipientRow, Candidate]
 def claim_fields(
     *, campaign_id: str, row: RecipientRow, candidate: Candidate, now: datetime, job_id: str
 ) -> dict[str, Any]:
-    """The recipient's claim document: a ClaimRecord's fields (built as a plain dict: a model
-    per row costs more than the rest of the row's Python), plus `job_id` and `line`, so a later
-    attempt of the job recognises its own rows. No `sweep_bucket`: the sweep re-publishes
-    single claims, and these are counted by their batch's event."""
+    """The recipient's claim document: a final (not held) ClaimRecord's fields, built as a
+    plain dict (a model per row costs more than the rest of the row's Python), plus `job_id`
+    and `line`, so a later attempt of the job recognises its own rows. No `sweep_bucket`: the
+    sweep re-publishes single claims, and these are counted by their commit's event."""
     return {
         "campaign_id": campaign_id,
         "user_id": row.identity,
@@ -124,8 +125,24 @@ def claim_fields(
         "slot": SLOT,
         "claimed_at": now,
         "idempotency_key": None,
+        "state": CouponState.CLAIMED.value,
+        "expires_at": None,
+        "redeemed_at": None,
+        "order_id": None,
         "job_id": job_id,
         "line": row.line,
+    }
+
+
+def coupon_claimed_fields(*, row: RecipientRow, claim_id: str, now: datetime) -> dict[str, Any]:
+    """A coupon given to a recipient: claimed for good, as a landing page's final claim."""
+    return {
+        "assigned": True,
+        "state": CouponState.CLAIMED.value,
+        "assigned_to": row.identity,
+        "claim_id": claim_id,
+        "assigned_at": now,
+        "expires_at": None,
     }
 
 
@@ -247,45 +264,43 @@ class BulkAssigner:
         now = self._clock()
         batch = self._db.batch()
         for row, candidate in pairs:
-            claim_id = f"{row.key}-{SLOT}"
+            claim_id = claim_id_for(row.key, SLOT)
             batch.update(
                 self._coupons.document(candidate.coupon_id),
-                {
-                    "assigned": True,
-                    "assigned_to": row.identity,
-                    "claim_id": claim_id,
-                    "assigned_at": now,
-                },
+                coupon_claimed_fields(row=row, claim_id=claim_id, now=now),
                 option=self._db.write_option(last_update_time=candidate.read_at),
             )
-            batch.create(
-                self._claims.document(claim_id),
-                claim_fields(
-                    campaign_id=self._campaign_id,
-                    row=row,
-                    candidate=candidate,
-                    now=now,
-                    job_id=self._job_id,
-                ),
+            fields = claim_fields(
+                campaign_id=self._campaign_id,
+                row=row,
+                candidate=candidate,
+                now=now,
+                job_id=self._job_id,
             )
+            if row is pairs[0][0]:
+                # The commit's first claim records its size: count_usage checks the event by it.
+                fields[COMMIT_COUNT] = len(pairs)
+            batch.create(self._claims.document(claim_id), fields)
+        first = pairs[0][0]
         event = CodesAssigned(
             # One commit per first line succeeds (its slot is created once), in any attempt.
-            event_id=f"assigned.{self._job_id}.{pairs[0][0].line}",
+            event_id=assigned_event_id(self._job_id, first.line),
             campaign_id=self._campaign_id,
             occurred_at=now,
             count=len(pairs),
             job_id=self._job_id,
+            claim_id=claim_id_for(first.key, SLOT),
         )
-        self._events.record(batch, event, now=now)
+        self._events.stage(batch, event, now=now)
         self._limiter.acquire(2 * len(pairs) + 1)
         batch.commit()
-        self._events.publish_recorded(event)
+        self._events.deliver_staged([event])
         return [(row, candidate.code) for row, candidate in pairs]
 
     def _settle(self, pairs: list[Pair], outcomes: list[RowOutcome]) -> list[RecipientRow]:
         """After a refused commit: settle recipients holding a code, drop coupons taken
         elsewhere, give free coupons back; the rows still to be assigned."""
-        slots = [self._claims.document(f"{row.key}-{SLOT}") for row, _ in pairs]
+        slots = [self._claims.document(claim_id_for(row.key, SLOT)) for row, _ in pairs]
         coupons = [self._coupons.document(candidate.coupon_id) for _, candidate in pairs]
         found = self._read([*slots, *coupons])
         still: list[RecipientRow] = []
@@ -312,7 +327,7 @@ class BulkAssigner:
         self, rows: list[RecipientRow], outcomes: list[RowOutcome]
     ) -> list[RecipientRow]:
         """Settle the rows whose recipient holds a code (one read each); the others."""
-        slots = [self._claims.document(f"{row.key}-{SLOT}") for row in rows]
+        slots = [self._claims.document(claim_id_for(row.key, SLOT)) for row in rows]
         found = self._read(slots)
         rest = []
         for row, slot in zip(rows, slots, strict=True):

@@ -1,8 +1,9 @@
 """Reading a recipient list, one row at a time (never the whole file in memory).
 
 The file is a CSV whose header names a `recipient` column (any case, any position); the other
-columns are carried through to the result. A file of one column may omit the header. Encoding,
-line endings, quoting and line numbers are handled as for code files (shared/intake/csv_rows).
+columns are carried through to the result. A file of one column may omit the header. Lines are
+read as code files are (shared/intake/csv_rows.line_cells): every line is one row, a line that is
+not UTF-8, too long or badly quoted is an invalid row, and line numbers are an editor's.
 
 A recipient is what the campaign's per-user limit counts (its `identity`): a customer id (the
 Firebase uid a shopper signs in with), an email address, or a phone number in international
@@ -12,14 +13,13 @@ are one recipient.
 
 from __future__ import annotations
 
-import csv
 import re
 import unicodedata
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from shared.claims.identity import IdentityKind, identity_key, normalized
-from shared.intake.csv_rows import InvalidRow, decoded_lines, report_value, spreadsheet_safe
+from shared.intake.csv_rows import InvalidRow, line_cells, report_value, spreadsheet_safe
 
 RECIPIENT_COLUMN = "recipient"
 MAX_EMAIL_LENGTH = 254  # RFC 5321's limit for a path
@@ -81,30 +81,20 @@ def result_cell(value: str) -> str:
 class RecipientReader:
     """Iterates the rows of a recipient list as RecipientRow or InvalidRow; blank lines and the
     header are skipped. `columns` (the carried columns' names) is known once the first row has
-    been read. Raises MissingRecipientColumn when the header names no recipient column, and
-    NotUtf8Error at the first line that is not UTF-8."""
+    been read. Raises MissingRecipientColumn when the header names no recipient column."""
 
-    def __init__(self, raw_lines: Iterable[bytes], *, kind: IdentityKind) -> None:
-        self._lines = raw_lines
+    def __init__(self, chunks: Iterable[bytes], *, kind: IdentityKind) -> None:
+        self._chunks = chunks
         self._kind = kind
         self.columns: tuple[str, ...] = ()
         self._column: int | None = None
         self._carried: tuple[int, ...] = ()
 
     def __iter__(self) -> Iterator[RecipientRow | InvalidRow]:
-        # Not strict: a space after a closing quote is what spreadsheets let through.
-        reader = csv.reader(decoded_lines(self._lines))
-        while True:
-            line = reader.line_num + 1  # where the row starts; a quoted field may span lines
-            try:
-                cells = next(reader)
-            except StopIteration:
-                return
-            except csv.Error as exc:
-                yield InvalidRow(line=line, reason=f"malformed CSV: {exc}")
+        for line, cells in line_cells(self._chunks):
+            if isinstance(cells, InvalidRow):
+                yield cells
                 continue
-            if not any(cell.strip() for cell in cells):
-                continue  # blank line
             if self._column is None and self._header(cells, line):
                 continue
             yield self._row(cells, line)

@@ -36,7 +36,7 @@ from shared.claims.identity import IdentityKind
 from shared.coupons import store as coupon_store
 from shared.gcp import storage as storage_objects
 from shared.intake import jobs as job_store
-from shared.intake.csv_rows import InvalidRow, NotUtf8Error
+from shared.intake.csv_rows import InvalidRow
 from shared.intake.models import (
     MAX_JOB_ERRORS,
     JobError,
@@ -162,12 +162,8 @@ class AssignmentService:
         campaign = campaign_store.record_from_snapshot(snapshot)
         if campaign.status_at(now) is CampaignStatus.ENDED:
             return self._finish(job, failure=f"campaign {campaign_id!r} has ended")
-        # What the per-user limit counts; campaigns from before the setting count accounts.
-        identity = (snapshot.to_dict() or {}).get("identity") or IdentityKind.UID.value
-        try:
-            kind = IdentityKind(identity)
-        except ValueError:
-            return self._finish(job, failure=f"campaign identity {identity!r} is not known")
+        # A recipient is the identity the campaign's per-user limit counts.
+        kind = campaign.identity
         log.info(
             "assignment started",
             extra={"job_id": job.job_id, "source": obj.uri, "attempt": job.attempts},
@@ -196,10 +192,10 @@ class AssignmentService:
         result = ResultFile(
             self._storage, bucket=obj.bucket, name=result_name(obj.name), job_id=job.job_id
         )
-        lines = storage_objects.object_lines(
+        chunks = storage_objects.object_chunks(
             self._storage, bucket=obj.bucket, name=obj.name, generation=obj.generation
         )
-        reader = RecipientReader(lines, kind=kind)
+        reader = RecipientReader(chunks, kind=kind)
         tally = _Tally(job, result, reader)
         assigner = self._assigner(job, tally, now)
         failure: str | None = None
@@ -231,8 +227,6 @@ class AssignmentService:
                 if time.monotonic() - last_progress > PROGRESS_EVERY_SECONDS:
                     last_progress = time.monotonic()
                     self._save_progress(job)
-        except NotUtf8Error as exc:
-            return f"{exc}; the rows before it were assigned"
         except MissingRecipientColumn as exc:
             return str(exc)
         except gexc.NotFound:

@@ -5,16 +5,33 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Self
+from typing import Annotated, Any, Self
 
-from pydantic import AwareDatetime, BaseModel, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from shared.types import CampaignId, RequestBody, UtcTime
+from shared.types import CampaignId, IdentityKind, InputTime, RequestBody, SafeText, UtcTime
 
 MAX_CODES_PER_USER = 10
 DEFAULT_ADMISSIONS_PER_SECOND = 100.0
+# Far beyond any pool (imports are bounded by time, not by this), and inside Firestore's int64.
+MAX_LOW_STOCK_THRESHOLD = 1_000_000_000
+# A hold lasts long enough to check out, and no longer than a day.
+MIN_HOLD_SECONDS = 60
+MAX_HOLD_SECONDS = 86_400
 
-Title = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+Title = Annotated[SafeText, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+HoldSeconds = Annotated[int, Field(ge=MIN_HOLD_SECONDS, le=MAX_HOLD_SECONDS)]
+# A Firebase `firebase.sign_in_provider`: password, phone, anonymous, custom, google.com,
+# oidc.<id>, saml.<id>, ...
+SignInProvider = Annotated[
+    str, StringConstraints(strip_whitespace=True, pattern=r"^[a-z0-9][a-z0-9._-]{0,99}$")
+]
+# None: every provider may claim. A list: only these (an empty list would let nobody claim).
+SignInProviders = Annotated[list[SignInProvider], Field(min_length=1, max_length=20)]
+
+
+def _distinct(providers: list[str] | None) -> list[str] | None:
+    return None if providers is None else sorted(set(providers))
 
 
 class CampaignStatus(StrEnum):
@@ -28,43 +45,73 @@ class CampaignStatus(StrEnum):
 class CampaignCreate(RequestBody):
     campaign_id: CampaignId | None = None
     title: Title
-    starts_at: AwareDatetime
-    ends_at: AwareDatetime
+    starts_at: InputTime
+    ends_at: InputTime
     max_per_user: int = Field(default=1, ge=1, le=MAX_CODES_PER_USER)
-    low_stock_threshold: int | None = Field(default=None, ge=0)
+    low_stock_threshold: int | None = Field(default=None, ge=0, le=MAX_LOW_STOCK_THRESHOLD)
     waiting_room_enabled: bool = False
     admissions_per_second: float = Field(default=DEFAULT_ADMISSIONS_PER_SECOND, gt=0, le=100_000)
+    # null: a claim is final; a number: a claim is a hold for checkout, released if not redeemed.
+    hold_seconds: HoldSeconds | None = None
+    identity: IdentityKind = IdentityKind.UID
+    allowed_sign_in_providers: SignInProviders | None = None
+    require_app_check: bool = False
 
     @model_validator(mode="after")
     def _window(self) -> Self:
         if self.ends_at <= self.starts_at:
             raise ValueError("ends_at must be after starts_at")
+        self.allowed_sign_in_providers = _distinct(self.allowed_sign_in_providers)
         return self
 
 
+# Fields of an update that may be left out but never set to null.
+_NOT_NULLABLE = (
+    "title",
+    "starts_at",
+    "ends_at",
+    "max_per_user",
+    "paused",
+    "waiting_room_enabled",
+    "admissions_per_second",
+    "identity",
+    "require_app_check",
+)
+
+
+def _without_null(schema: dict[str, Any]) -> None:
+    """The API description says what _something() enforces: these fields are never null."""
+    for name in _NOT_NULLABLE:
+        field = schema["properties"][name]
+        options = [o for o in field.pop("anyOf", []) if o.get("type") != "null"]
+        field.pop("default", None)
+        if options:
+            field.update(options[0])
+
+
 class CampaignUpdate(RequestBody):
+    model_config = ConfigDict(json_schema_extra=_without_null)
+
     title: Title | None = None
-    starts_at: AwareDatetime | None = None
-    ends_at: AwareDatetime | None = None
+    starts_at: InputTime | None = None
+    ends_at: InputTime | None = None
     max_per_user: int | None = Field(default=None, ge=1, le=MAX_CODES_PER_USER)
-    low_stock_threshold: int | None = Field(default=None, ge=0)
+    low_stock_threshold: int | None = Field(default=None, ge=0, le=MAX_LOW_STOCK_THRESHOLD)
     paused: bool | None = None
     waiting_room_enabled: bool | None = None
     admissions_per_second: float | None = Field(default=None, gt=0, le=100_000)
+    hold_seconds: HoldSeconds | None = None  # null switches holds off for new claims
+    # Only until the campaign starts: claims made so far are keyed on the identity (store).
+    identity: IdentityKind | None = None
+    allowed_sign_in_providers: SignInProviders | None = None  # null: every provider again
+    require_app_check: bool | None = None
 
     @model_validator(mode="after")
     def _something(self) -> Self:
         if not self.model_fields_set:
             raise ValueError("nothing to update")
-        for name in (
-            "title",
-            "starts_at",
-            "ends_at",
-            "max_per_user",
-            "paused",
-            "waiting_room_enabled",
-            "admissions_per_second",
-        ):
+        self.allowed_sign_in_providers = _distinct(self.allowed_sign_in_providers)
+        for name in _NOT_NULLABLE:
             if name in self.model_fields_set and getattr(self, name) is None:
                 raise ValueError(f"{name} cannot be null")
         return self
@@ -82,10 +129,16 @@ class CampaignRecord(BaseModel):
     paused: bool = False
     waiting_room_enabled: bool = False
     admissions_per_second: float = DEFAULT_ADMISSIONS_PER_SECOND
+    # Validated by the API; the record takes any positive value so benchmarks can hold briefly.
+    hold_seconds: int | None = Field(default=None, gt=0)
+    identity: IdentityKind = IdentityKind.UID
+    allowed_sign_in_providers: list[str] | None = None
+    require_app_check: bool = False
     # Set only by a claimer that proved no unassigned code exists; cleared by every import.
     sold_out: bool = False
     sold_out_at: datetime | None = None
-    # Bumped by every import so a claimer's proof of "sold out" is invalidated by new codes.
+    # Bumped by every import and every release of holds, so a claimer's proof of "sold out" is
+    # invalidated by codes that became free, and candidate pools scan their ranges again.
     pool_generation: int = 0
     codes_total: int = 0
     # The widest max_per_user ever set: a shopper may hold claims in slots up to it.
@@ -120,12 +173,19 @@ class CampaignPublic(BaseModel):
     status: CampaignStatus
     remaining: int
     waiting_room: WaitingRoomStatus
+    # What the landing page must offer: the sign-in the sale counts and accepts, App Check.
+    identity: IdentityKind
+    allowed_sign_in_providers: list[str] | None
+    require_app_check: bool
 
 
 class CampaignStats(BaseModel):
     codes_total: int
-    claimed: int
-    remaining: int
+    claimed: int  # every claim ever made, holds included (a released hold stays counted)
+    remaining: int  # codes_total - claimed + released
+    held: int = 0  # holds right now: neither redeemed nor released yet
+    redeemed: int = 0
+    released: int = 0
     claims_last_minute: int = 0
     projected_sold_out_at: UtcTime | None = None
 
@@ -141,6 +201,10 @@ class CampaignAdmin(BaseModel):
     paused: bool
     waiting_room_enabled: bool
     admissions_per_second: float
+    hold_seconds: int | None
+    identity: IdentityKind
+    allowed_sign_in_providers: list[str] | None
+    require_app_check: bool
     created_at: UtcTime
     updated_at: UtcTime
     stats: CampaignStats | None = None

@@ -37,6 +37,10 @@ def create_campaign(db: firestore.Client, *, data: CampaignCreate, now: datetime
         low_stock_threshold=data.low_stock_threshold,
         waiting_room_enabled=data.waiting_room_enabled,
         admissions_per_second=data.admissions_per_second,
+        hold_seconds=data.hold_seconds,
+        identity=data.identity,
+        allowed_sign_in_providers=data.allowed_sign_in_providers,
+        require_app_check=data.require_app_check,
         created_at=now,
         updated_at=now,
     )
@@ -61,6 +65,9 @@ def public_view(
         ends_at=campaign.ends_at,
         status=campaign.status_at(now),
         remaining=remaining,
+        identity=campaign.identity,
+        allowed_sign_in_providers=campaign.allowed_sign_in_providers,
+        require_app_check=campaign.require_app_check,
     )
 
 
@@ -78,6 +85,10 @@ def admin_view(
         paused=campaign.paused,
         waiting_room_enabled=campaign.waiting_room_enabled,
         admissions_per_second=campaign.admissions_per_second,
+        hold_seconds=campaign.hold_seconds,
+        identity=campaign.identity,
+        allowed_sign_in_providers=campaign.allowed_sign_in_providers,
+        require_app_check=campaign.require_app_check,
         created_at=campaign.created_at,
         updated_at=campaign.updated_at,
         stats=stats,

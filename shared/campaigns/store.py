@@ -76,6 +76,9 @@ def update_campaign(
         merged = current.model_copy(update={**changes, "updated_at": now})
         if merged.ends_at <= merged.starts_at:
             raise RequestValidationFailed("ends_at must be after starts_at")
+        # Claims are keyed on the identity: a new one would let every shopper claim again.
+        if merged.identity != current.identity and now >= current.starts_at:
+            raise RequestValidationFailed("identity cannot change once the campaign has started")
         update: dict[str, Any] = {**changes, "updated_at": now}
         # claims/me reads every slot a shopper may hold, so remember the widest limit ever set.
         if merged.max_per_user > current.slots_ceiling:

@@ -11,8 +11,8 @@ The search space is the design card's: [0, 1) cut into shuffled `random_float` r
 instance walking them in its own order so instances rarely fight over the same coupons. Each
 range keeps a floor, the last `random_float` this instance has seen there: everything below it
 that was unassigned was returned by an earlier query and is either in the pool, leased, or taken
-since, because coupons only ever go from unassigned to assigned. An import adds coupons and bumps
-the campaign's `pool_generation`, which resets the floors.
+since. Coupons become unassigned only when imported or when a hold is released, and both bump the
+campaign's `pool_generation` in the same commit, which resets the floors.
 """
 
 from __future__ import annotations
@@ -100,15 +100,19 @@ class CandidatePool:
         self._sold_out_generation: int | None = None
 
     # --- generation ---------------------------------------------------------------------------
-    def observe_generation(self, generation: int) -> None:
-        """New codes were imported (or this is the first look): scan every range again."""
+    def observe_generation(self, generation: int) -> bool:
+        """New codes were imported or holds released (or this is the first look): scan every
+        range again. True when the generation changed."""
         with self._lock:
-            if generation != self._generation:
-                self._generation = generation
-                self._sold_out_generation = None
-                for r in self._ranges:
-                    r.reset()
-                self._changed.notify_all()
+            if generation == self._generation:
+                return False
+            first_look = self._generation is None
+            self._generation = generation
+            self._sold_out_generation = None
+            for r in self._ranges:
+                r.reset()
+            self._changed.notify_all()
+            return not first_look
 
     @property
     def sold_out(self) -> bool:

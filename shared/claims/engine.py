@@ -23,13 +23,14 @@ from google.cloud import firestore
 from shared.campaigns import store as campaign_store
 from shared.campaigns.models import CampaignRecord, CampaignStatus
 from shared.claims import store as claim_store
-from shared.claims.batched_reads import ReadCoalescer
 from shared.claims.candidate_pool import CandidatePool, Exhausted, PoolTimeout
 from shared.claims.models import ClaimRecord
+from shared.claims.store import Hold
 from shared.clock import utcnow
 from shared.coupons import store as coupon_store
 from shared.coupons.store import Candidate
 from shared.errors import CampaignNotActive, CampaignNotFound, Contended, SoldOut
+from shared.gcp.batched_reads import ReadCoalescer
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ class _Attempt:
 
     campaign: CampaignRecord
     user_id: str
+    holder: str  # the key of the campaign's identity: what the per-user limit counts
     idempotency_key: str | None
     slot: int
     deadline: float
@@ -154,19 +156,19 @@ class ClaimEngine:
             return cached[0]
         return self._campaign(campaign_id)[0]
 
-    def _held(self, campaign: CampaignRecord, user_id: str) -> list[ClaimRecord]:
+    def _held(self, campaign: CampaignRecord, holder: str) -> list[ClaimRecord]:
         slots = _slots(campaign)
         return claim_store.held_claims(
-            self._reader, campaign_id=campaign.campaign_id, user_id=user_id, slots=slots
+            self._reader, campaign_id=campaign.campaign_id, holder=holder, slots=slots
         )
 
     def _fresh_with_held(
-        self, campaign_id: str, user_id: str, slots: int
+        self, campaign_id: str, holder: str, slots: int
     ) -> tuple[CampaignRecord, list[ClaimRecord]]:
         """The campaign and the shopper's claims, read after this request arrived. Concurrent
         requests share the read (the campaign is fetched once for all of them)."""
         snapshot, held = claim_store.campaign_with_held_claims(
-            self._reader, campaign_id=campaign_id, user_id=user_id, slots=slots
+            self._reader, campaign_id=campaign_id, holder=holder, slots=slots
         )
         if snapshot is None:
             raise CampaignNotFound(f"Campaign {campaign_id!r} does not exist.")
@@ -183,8 +185,16 @@ class ClaimEngine:
 
     # --- the claim ----------------------------------------------------------------------------
     def claim(
-        self, *, campaign_id: str, user_id: str, idempotency_key: str | None = None
+        self,
+        *,
+        campaign_id: str,
+        user_id: str,
+        idempotency_key: str | None = None,
+        holder: str | None = None,
     ) -> ClaimOutcome:
+        """Give `user_id` a code. `holder` is the key the per-user limit counts (the campaign's
+        identity, shared/claims/policy.py); without it, the account's own key."""
+        holder = holder or claim_store.user_key(user_id)
         deadline = time.monotonic() + self._settings.claim_deadline_seconds
         self.metrics.add(claims=1)
         campaign = self._campaign_cached(campaign_id)
@@ -193,9 +203,9 @@ class ClaimEngine:
 
         if campaign.sold_out or pool.sold_out:
             # Sold out answers come from a fresh read: an import may have added codes since.
-            campaign, held = self._fresh_with_held(campaign_id, user_id, _slots(campaign))
+            campaign, held = self._fresh_with_held(campaign_id, holder, _slots(campaign))
         elif idempotency_key is not None or campaign.max_per_user > 1:
-            held = self._held(campaign, user_id)
+            held = self._held(campaign, holder)
         # With one code per shopper and no key, slot 0 is the only slot: no read is needed
         # before the commit, whose create() of the slot tells whether the shopper holds it.
         if held is not None and (answer := _held_answer(held, campaign, idempotency_key)):
@@ -203,6 +213,13 @@ class ClaimEngine:
 
         status = campaign.status_at(self._clock())
         if status not in (CampaignStatus.ACTIVE, CampaignStatus.SOLD_OUT):
+            # Paused or ended: no new code, but a holder asking again (a retry, a double click,
+            # with or without a key) gets the code already held.
+            held = self._held(campaign, holder) if held is None else held
+            if held:
+                return _held_answer(held, campaign, idempotency_key) or ClaimOutcome(
+                    claim=held[-1], created=False
+                )
             raise CampaignNotActive(f"Campaign {campaign_id!r} is {status.value}.")
         pool.observe_generation(campaign.pool_generation)
         if status is CampaignStatus.SOLD_OUT:
@@ -211,6 +228,7 @@ class ClaimEngine:
         attempt = _Attempt(
             campaign=campaign,
             user_id=user_id,
+            holder=holder,
             idempotency_key=idempotency_key,
             slot=_free_slot(held or []),
             deadline=deadline,
@@ -233,7 +251,7 @@ class ClaimEngine:
             if candidate is None:
                 # Proven and recorded: this instance found no unassigned code anywhere.
                 campaign, held = self._fresh_with_held(
-                    campaign_id, attempt.user_id, _slots(attempt.campaign)
+                    campaign_id, attempt.holder, _slots(attempt.campaign)
                 )
                 if held and len(held) >= campaign.max_per_user:
                     return ClaimOutcome(claim=held[-1], created=False)
@@ -260,9 +278,11 @@ class ClaimEngine:
                 campaign_id=attempt.campaign.campaign_id,
                 candidate=candidate,
                 user_id=attempt.user_id,
+                holder=attempt.holder,
                 slot=attempt.slot,
                 now=self._clock(),
                 idempotency_key=attempt.idempotency_key,
+                hold=self._hold(attempt.campaign),
             )
         except gexc.FailedPrecondition:
             pool.settle(candidate, taken_elsewhere=True)
@@ -272,7 +292,7 @@ class ClaimEngine:
         except gexc.AlreadyExists:
             pool.release(candidate)  # still free: the shopper's slot was the problem
             self.metrics.add(commits=1, slot_taken=1)
-            held = self._held(attempt.campaign, attempt.user_id)
+            held = self._held(attempt.campaign, attempt.holder)
             if answer := _held_answer(held, attempt.campaign, attempt.idempotency_key):
                 return answer
             attempt.slot = _free_slot(held)
@@ -287,6 +307,13 @@ class ClaimEngine:
         self.metrics.add(commits=1)
         return ClaimOutcome(claim=claim, created=True)
 
+    def _hold(self, campaign: CampaignRecord) -> Hold | None:
+        if campaign.hold_seconds is None:
+            return None
+        return Hold(
+            seconds=campaign.hold_seconds, bucket_seconds=self._settings.hold_bucket_seconds
+        )
+
     def _prove_sold_out(
         self, campaign_id: str, pool: CandidatePool
     ) -> Sequence[Candidate] | Exhausted:
@@ -294,13 +321,20 @@ class ClaimEngine:
         after reading the campaign, and record sold_out guarded by that read, so an import that
         lands in between (it bumps the campaign) makes the write fail instead of lying."""
         campaign, read_at = self._campaign(campaign_id)
-        pool.observe_generation(campaign.pool_generation)
+        if pool.observe_generation(campaign.pool_generation):
+            # Codes were imported or holds released since this pool last looked: its ranges
+            # start over, and find those codes without a scan of the whole collection.
+            return Exhausted.LOOK_AGAIN
         if campaign.sold_out:
             return Exhausted.SOLD_OUT
         found = coupon_store.find_unassigned(
             self._db, campaign_id=campaign_id, limit=self._settings.pool_refill_size
         )
         if found:
+            # Codes freed after the campaign was read (a release or an import committing in
+            # between) are no miss of the ranges: their commit bumped the generation.
+            if pool.observe_generation(self._campaign(campaign_id)[0].pool_generation):
+                return Exhausted.LOOK_AGAIN
             return found
         if campaign_store.mark_sold_out(
             self._db, campaign_id=campaign_id, read_at=read_at, now=self._clock()

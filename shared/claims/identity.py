@@ -9,13 +9,10 @@ page as that identity never gets a second code.
 from __future__ import annotations
 
 import hashlib
-from enum import StrEnum
 
+from shared.types import IdentityKind
 
-class IdentityKind(StrEnum):
-    UID = "uid"
-    PHONE = "phone"
-    EMAIL = "email"
+__all__ = ["IdentityKind", "identity_key", "normalized"]
 
 
 def normalized(kind: IdentityKind, value: str) -> str:

@@ -1,4 +1,5 @@
-"""A claim as the API performs it: the engine's atomic assignment, then its event."""
+"""A claim as the API performs it: the campaign's rules (policy), the waiting room, the engine's
+atomic assignment, then its event."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from shared.claims import policy
 from shared.claims.engine import ClaimEngine, ClaimOutcome
 from shared.claims.models import coupon_claimed
+from shared.claims.policy import AppCheck, Shopper
 from shared.events.bus import EventBus
 from shared.usage.service import UsageService
 from shared.waiting_room.service import RoomPass, WaitingRoomService
@@ -28,10 +31,12 @@ class ClaimService:
         bus: EventBus,
         room: WaitingRoomService,
         usage: UsageService,
+        app_check: AppCheck,
         clock: Callable[[], datetime],
         deadline_seconds: float,
     ) -> None:
         self.engine = engine
+        self._app_check = app_check
         self._deadline_seconds = deadline_seconds
         self._bus = bus
         self._room = room
@@ -42,12 +47,18 @@ class ClaimService:
         self,
         *,
         campaign_id: str,
-        user_id: str,
+        shopper: Shopper,
         idempotency_key: str | None = None,
         ticket: str | None = None,
+        app_check_token: str | None = None,
     ) -> ClaimResult:
         started = time.monotonic()
         campaign = self.engine.campaign(campaign_id)
+        # Refused before the waiting room: a caller the sale does not accept never holds a place.
+        holder = policy.admit(
+            campaign, shopper, app_check=self._app_check, app_check_token=app_check_token
+        )
+        user_id = shopper.user_id
         room_pass = RoomPass(ticket=None)
         if campaign.waiting_room_enabled:
             remaining = self._usage.remaining(campaign)
@@ -58,7 +69,10 @@ class ClaimService:
                     campaign=campaign, user_id=user_id, ticket_token=ticket, remaining=remaining
                 )
         outcome = self.engine.claim(
-            campaign_id=campaign_id, user_id=user_id, idempotency_key=idempotency_key
+            campaign_id=campaign_id,
+            user_id=user_id,
+            idempotency_key=idempotency_key,
+            holder=holder,
         )
         if outcome.created:
             # Awaited, but never past the claim's own deadline: on failure or timeout the event

@@ -1,4 +1,20 @@
-"""Coupon documents: their ids and fields, and the query for unassigned candidates."""
+"""Coupon documents: their ids and fields, the query for unassigned candidates, and the two
+collection-group queries of the checkout half: expired holds, and the campaigns holding a code.
+
+A coupon's life: available -> held (a claim with an expiry) or claimed (a final claim) ->
+redeemed; a hold not redeemed in time goes back to available. `assigned` stays the field the
+claim query filters on; `state` says which of the four a coupon is in.
+
+Neither collection-group query indexes a value that grows in write order (see DESIGN
+"Production truth"), and both need a collection-group single-field index, declared as field
+overrides in firestore.indexes.json:
+- `expires_bucket` = "<shard>:<start of the expiry bucket>", the shard being the first hex digit
+  of the coupon id. Holds written during a sale spread over 16 key ranges, and within one
+  bucket over random document ids, instead of all landing at the tail of one index.
+- `code_key` = the coupon id (a hash of the code): finding a code's campaigns is one equality
+  query on a uniformly random value. It costs no extra document write at import, where a lookup
+  document per code (`code_index/{hash}`) would double the import's writes.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +24,8 @@ import secrets
 import time
 from collections.abc import Generator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 from google.api_core import exceptions as gexc
@@ -16,7 +33,21 @@ from google.api_core.datetime_helpers import DatetimeWithNanoseconds
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
-from shared.gcp.firestore import coupons_collection
+from shared.gcp.firestore import COUPONS, coupons_collection
+
+EXPIRES_BUCKET = "expires_bucket"
+CODE_KEY = "code_key"
+_BUCKET_FORMAT = "%Y%m%d%H%M%S"
+# Coupon ids are hex digests: their first digit spreads holds over 16 shards.
+HOLD_SHARDS = "0123456789abcdef"
+
+
+class CouponState(StrEnum):
+    AVAILABLE = "available"
+    HELD = "held"
+    CLAIMED = "claimed"
+    REDEEMED = "redeemed"
+
 
 log = logging.getLogger(__name__)
 
@@ -53,14 +84,21 @@ class Candidate:
 
 
 def coupon_fields(
-    *, code: str, now: datetime, job_id: str | None, line: int | None = None
+    *,
+    code: str,
+    now: datetime,
+    job_id: str | None,
+    line: int | None = None,
+    coupon_id: str | None = None,
 ) -> dict[str, object]:
     """A new, unassigned coupon. `job_id` and `line` say where it came from, so a re-run of the
-    same import recognises its own rows."""
+    same import recognises its own rows; `coupon_id` saves hashing the code again."""
     return {
         "code": code,
+        CODE_KEY: coupon_id or coupon_id_for(code),
         "random_float": random_float(),
         "assigned": False,
+        "state": CouponState.AVAILABLE.value,
         "assigned_to": None,
         "claim_id": None,
         "assigned_at": None,
@@ -90,6 +128,120 @@ def unassigned_query(
         query.order_by("random_float").select(["code", "random_float"]).limit(limit)
     )
     return selected
+
+
+def coupon_state(data: dict[str, Any]) -> CouponState:
+    """The stored state; coupons written before holds existed have only `assigned`."""
+    state = data.get("state")
+    if state is not None:
+        return CouponState(state)
+    return CouponState.CLAIMED if data.get("assigned") else CouponState.AVAILABLE
+
+
+# --- holds ------------------------------------------------------------------------------------
+def expires_bucket(coupon_id: str, expires_at: datetime, *, width_seconds: int) -> str:
+    """The hold's bucket: its shard, then the start of the `width_seconds` bucket it expires in.
+    Bucket starts are times, so buckets of any width sort in time order within a shard."""
+    epoch = int(expires_at.timestamp())
+    start = datetime.fromtimestamp(epoch - epoch % width_seconds, UTC)
+    return f"{coupon_id[0]}:{_bucket_time(start)}"
+
+
+def _bucket_time(at: datetime) -> str:
+    return at.astimezone(UTC).strftime(_BUCKET_FORMAT)
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiredHold:
+    """A held coupon as the sweep read it; its release is guarded by `read_at`."""
+
+    campaign_id: str
+    coupon_id: str
+    claim_id: str
+    user_id: str
+    assigned_at: datetime
+    expires_at: datetime
+    read_at: datetime
+
+
+HOLD_FIELDS = ["state", "assigned", "claim_id", "assigned_to", "assigned_at", "expires_at"]
+
+
+def expired_hold(snapshot: Any, *, now: datetime) -> ExpiredHold | None:
+    """The hold in `snapshot` if it is one and has expired by `now`, else None."""
+    data = snapshot.to_dict() or {}
+    expires_at = data.get("expires_at")
+    if (
+        not snapshot.exists
+        or coupon_state(data) is not CouponState.HELD
+        or not data.get("assigned")
+        or not data.get("claim_id")
+        or expires_at is None
+        or expires_at > now
+    ):
+        return None
+    return ExpiredHold(
+        campaign_id=snapshot.reference.parent.parent.id,
+        coupon_id=snapshot.id,
+        claim_id=data["claim_id"],
+        user_id=data.get("assigned_to") or "",
+        assigned_at=data["assigned_at"],
+        expires_at=expires_at,
+        read_at=snapshot.update_time,
+    )
+
+
+def find_expired_holds(
+    db: firestore.Client, *, shard: str, now: datetime, limit: int, after: Any | None = None
+) -> tuple[list[ExpiredHold], Any | None]:
+    """One page of the holds of every campaign in `shard` whose bucket started by `now`, and
+    the cursor for the next page (None at the end). Holds of the current bucket that have not
+    expired yet are read and skipped: at most one bucket's worth per sweep."""
+    query = (
+        db.collection_group(COUPONS)
+        .where(filter=FieldFilter(EXPIRES_BUCKET, ">=", f"{shard}:"))
+        .where(filter=FieldFilter(EXPIRES_BUCKET, "<=", f"{shard}:{_bucket_time(now)}"))
+        .order_by(EXPIRES_BUCKET)
+        # The bucket too: the next page starts after this one's last (bucket, name).
+        .select([*HOLD_FIELDS, EXPIRES_BUCKET])
+        .limit(limit)
+    )
+    if after is not None:
+        query = query.start_after(after)
+    page = list(query.stream())
+    holds = [hold for s in page if (hold := expired_hold(s, now=now)) is not None]
+    return holds, (page[-1] if len(page) == limit else None)
+
+
+def release_fields() -> dict[str, Any]:
+    """What a released hold's coupon becomes: available again, its bucket out of the index.
+    `random_float` is kept: it was random when written and says nothing about who held it."""
+    return {
+        "assigned": False,
+        "state": CouponState.AVAILABLE.value,
+        "assigned_to": None,
+        "claim_id": None,
+        "assigned_at": None,
+        "expires_at": None,
+        EXPIRES_BUCKET: firestore.DELETE_FIELD,
+        "releases": firestore.Increment(1),
+    }
+
+
+# --- redemption -------------------------------------------------------------------------------
+def campaigns_with_code(db: firestore.Client, *, code: str, limit: int = 20) -> list[str]:
+    """The campaigns that hold `code`, by one equality query on its hash (see the module doc)."""
+    query = (
+        db.collection_group(COUPONS)
+        .where(filter=FieldFilter(CODE_KEY, "==", coupon_id_for(code)))
+        .select(["code"])
+        .limit(limit)
+    )
+    found = []
+    for snapshot in query.stream():
+        if (snapshot.to_dict() or {}).get("code") == code:
+            found.append(snapshot.reference.parent.parent.id)
+    return sorted(found)
 
 
 def find_unassigned(

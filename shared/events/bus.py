@@ -8,11 +8,15 @@ crash after the marker still leaves the outbox entry for the sweeper, and a seco
 finds the marker and stays silent. Claims do not pay for a marker (two writes per claim is the
 budget): for them the claim document itself is the durable record, and the sweep re-publishes
 any recent claim whose event the counters never saw (shared/claims/recovery.py).
+`stage` + `deliver_staged` are for state changes that leave no other durable trace of their
+event (a redemption, a release): the outbox entry is written in the very batch that makes the
+change, and deleted once the event is published.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -51,12 +55,14 @@ class EventBus:
         self._publisher = publisher
         self._topic = topic_path(project_id, topic)
 
-    def send(self, event: events.Event, *, timeout: float = PUBLISH_TIMEOUT_SECONDS) -> None:
-        """Publish and wait for the acknowledgement; raises one of PUBLISH_ERRORS."""
-        future = self._publisher.publish(
+    def _publish(self, event: events.Event) -> Any:
+        return self._publisher.publish(
             self._topic, events.encode_event(event), event_id=event.event_id, type=event.type.value
         )
-        future.result(timeout=timeout)
+
+    def send(self, event: events.Event, *, timeout: float = PUBLISH_TIMEOUT_SECONDS) -> None:
+        """Publish and wait for the acknowledgement; raises one of PUBLISH_ERRORS."""
+        self._publish(event).result(timeout=timeout)
 
     def _outbox_fields(self, event: events.Event, now: datetime) -> dict[str, Any]:
         return {"event": event.model_dump(mode="json"), "recorded_at": now}
@@ -81,27 +87,42 @@ class EventBus:
             return False
         return True
 
-    def record(self, batch: firestore.WriteBatch, event: events.Event, *, now: datetime) -> None:
-        """Put the event in the outbox as part of the caller's atomic batch: it is committed
-        with the writes it tells of, or not at all. Then `publish_recorded` it."""
-        entry = outbox_collection(self._db).document(event.event_id)
-        batch.set(entry, self._outbox_fields(event, now))
+    def stage(self, batch: firestore.WriteBatch, event: events.Event, *, now: datetime) -> None:
+        """Add the event's outbox entry to `batch`: committed with the change it reports."""
+        batch.set(
+            outbox_collection(self._db).document(event.event_id), self._outbox_fields(event, now)
+        )
 
-    def publish_recorded(
-        self, event: events.Event, *, timeout: float = PUBLISH_TIMEOUT_SECONDS
-    ) -> bool:
-        """Publish an event committed with `record` and drop its outbox entry; False when it
-        stays in the outbox for flush_outbox (a crash before this call leaves it there too)."""
-        try:
-            self.send(event, timeout=timeout)
-        except PUBLISH_ERRORS as exc:
-            log.warning(
-                "publish failed; event kept in the outbox",
-                extra={"event_id": event.event_id, "error": repr(exc)},
-            )
-            return False
-        outbox_collection(self._db).document(event.event_id).delete()
-        return True
+    def deliver_staged(self, staged: Sequence[events.Event]) -> int:
+        """Publish events staged by a committed batch and drop their outbox entries; what fails
+        stays in the outbox for the sweep. Returns how many were published."""
+        published = []
+        # Published together, then awaited: one round trip's wait, not one per event.
+        futures = []
+        for event in staged:
+            try:
+                futures.append((event, self._publish(event)))
+            except PUBLISH_ERRORS as exc:
+                log.warning(
+                    "staged event kept in the outbox",
+                    extra={"event_id": event.event_id, "error": repr(exc)},
+                )
+        for event, future in futures:
+            try:
+                future.result(timeout=PUBLISH_TIMEOUT_SECONDS)
+            except PUBLISH_ERRORS as exc:
+                log.warning(
+                    "staged event kept in the outbox",
+                    extra={"event_id": event.event_id, "error": repr(exc)},
+                )
+                continue
+            published.append(event.event_id)
+        for start in range(0, len(published), 500):
+            batch = self._db.batch()
+            for event_id in published[start : start + 500]:
+                batch.delete(outbox_collection(self._db).document(event_id))
+            batch.commit()
+        return len(published)
 
     def announce_once(self, event: events.Event, *, now: datetime) -> bool:
         """Publish a fact exactly once across all instances; False if already announced."""

@@ -8,19 +8,37 @@ deduplicate on it.
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+)
 
-from shared.types import CampaignId, UtcTime
+from shared.types import CampaignId, InputTime, rfc3339
 
 EventId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")]
+# Ids that name Firestore documents (claims, coupons, jobs): no "/", never "__…__".
+DocumentId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")]
+# Firebase uids are at most 128 characters.
+UserId = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+# A time in an event: RFC 3339 in UTC, within the calendar bounds of InputTime.
+EventTime = Annotated[InputTime, PlainSerializer(rfc3339, return_type=str)]
+# More than any import or generation job can hold, and inside Firestore's int64.
+MAX_EVENT_COUNT = 1_000_000_000
 
 
 class EventType(StrEnum):
     COUPON_CLAIMED = "coupon.claimed"
+    COUPON_REDEEMED = "coupon.redeemed"
+    COUPON_RELEASED = "coupon.released"
     CODES_IMPORTED = "codes.imported"
     CODES_ASSIGNED = "codes.assigned"
     LOW_STOCK = "campaign.low_stock"
@@ -32,35 +50,63 @@ class _Event(BaseModel):
 
     event_id: EventId
     campaign_id: CampaignId
-    occurred_at: UtcTime
+    occurred_at: EventTime
 
 
 class CouponClaimed(_Event):
     type: Literal[EventType.COUPON_CLAIMED] = EventType.COUPON_CLAIMED
-    coupon_id: str
-    user_id: str
-    claim_id: str
+    coupon_id: DocumentId
+    user_id: UserId
+    claim_id: DocumentId
+    # Set when the claim is a hold: it is released at this time unless redeemed.
+    expires_at: EventTime | None = None
+
+
+class CouponRedeemed(_Event):
+    type: Literal[EventType.COUPON_REDEEMED] = EventType.COUPON_REDEEMED
+    coupon_id: DocumentId
+    user_id: UserId
+    claim_id: DocumentId
+    order_id: Annotated[str, StringConstraints(pattern=r"^[\x21-\x7e]{1,128}$")]
+    was_held: bool  # the code was a hold (not a final claim) until this redemption
+
+
+class CouponReleased(_Event):
+    """A hold that was not redeemed in time: its code is available again."""
+
+    type: Literal[EventType.COUPON_RELEASED] = EventType.COUPON_RELEASED
+    coupon_id: DocumentId
+    user_id: UserId
+    claim_id: DocumentId
+    claimed_at: EventTime  # when the hold was claimed
+    expired_at: EventTime
 
 
 class CodesImported(_Event):
     type: Literal[EventType.CODES_IMPORTED] = EventType.CODES_IMPORTED
-    count: int = Field(ge=0)
-    job_id: str
+    count: int = Field(ge=0, le=MAX_EVENT_COUNT)
+    job_id: DocumentId
+
+
+# The field of a commit's first claim document that records how many claims the commit made.
+COMMIT_COUNT = "commit_count"
 
 
 class CodesAssigned(_Event):
     """Codes handed to a recipient list by one commit of an assignment job: one event per
-    commit instead of one per code. The id derives from the job and the commit's first line."""
+    commit instead of one per code. `claim_id` is the commit's first claim, which records the
+    commit's size; the id derives from the job and that claim's line (assigned_event_id)."""
 
     type: Literal[EventType.CODES_ASSIGNED] = EventType.CODES_ASSIGNED
-    count: int = Field(ge=1)
-    job_id: str
+    count: int = Field(ge=1, le=MAX_EVENT_COUNT)
+    job_id: DocumentId
+    claim_id: DocumentId
 
 
 class CampaignLowStock(_Event):
     type: Literal[EventType.LOW_STOCK] = EventType.LOW_STOCK
-    remaining: int
-    threshold: int
+    remaining: int = Field(ge=0, le=MAX_EVENT_COUNT)
+    threshold: int = Field(ge=0, le=MAX_EVENT_COUNT)
 
 
 class CampaignSoldOut(_Event):
@@ -68,7 +114,13 @@ class CampaignSoldOut(_Event):
 
 
 Event = Annotated[
-    CouponClaimed | CodesImported | CodesAssigned | CampaignLowStock | CampaignSoldOut,
+    CouponClaimed
+    | CouponRedeemed
+    | CouponReleased
+    | CodesImported
+    | CodesAssigned
+    | CampaignLowStock
+    | CampaignSoldOut,
     Field(discriminator="type"),
 ]
 _EVENT: TypeAdapter[Event] = TypeAdapter(Event)
@@ -79,11 +131,17 @@ class MalformedEvent(ValueError):
 
 
 def parse_event(payload: bytes) -> Event:
+    """An event from the topic, strictly typed: a count of 1e20 or "5", an epoch number for a
+    time, or a time at the ends of the calendar is malformed, never coerced."""
     try:
-        return _EVENT.validate_json(payload)
+        return _EVENT.validate_json(payload, strict=True)
     except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in item['loc'])[:64]}: {item['msg'][:120]}"
+            for item in exc.errors(include_url=False, include_input=False)[:3]
+        )
         raise MalformedEvent(
-            f"not a codedrop event: {exc.error_count()} problem(s): {exc}"
+            f"not a codedrop event: {exc.error_count()} problem(s): {problems}"
         ) from exc
 
 
@@ -93,6 +151,42 @@ def encode_event(event: Event) -> bytes:
 
 def event_from_dict(data: dict[str, Any]) -> Event:
     return _EVENT.validate_python(data)
+
+
+# --- the ids of the checkout half's events: derived from the facts, here so that producers
+# (shared/claims) and count_usage's check of each event against its record agree ------------
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def micros(at: datetime) -> int:
+    """Microseconds since the epoch, exactly (Firestore keeps times to the microsecond)."""
+    return (at - _EPOCH) // timedelta(microseconds=1)
+
+
+def claimed_event_id(campaign_id: str, claim_id: str, claimed_at: datetime, *, hold: bool) -> str:
+    """A final claim's slot holds it for good; a hold's slot is freed when the hold is released
+    and may hold another claim later, so a hold's id also carries its claim time."""
+    base = f"claimed.{campaign_id}.{claim_id}"
+    return f"{base}.{micros(claimed_at)}" if hold else base
+
+
+def released_event_id(campaign_id: str, coupon_id: str, claimed_at: datetime) -> str:
+    # One per hold: the same coupon may be held and released again later.
+    return f"released.{campaign_id}.{coupon_id}.{micros(claimed_at)}"
+
+
+def redeemed_event_id(campaign_id: str, coupon_id: str) -> str:
+    return f"redeemed.{campaign_id}.{coupon_id}"  # a code is redeemed once, ever
+
+
+def assigned_event_id(job_id: str, first_line: int) -> str:
+    # An assignment commit is known by its first line: that row's slot is created once.
+    return f"assigned.{job_id}.{first_line}"
+
+
+def released_record_id(claim_id: str, claimed_at: datetime) -> str:
+    """The id of a released hold's record (campaigns/{id}/released_holds/…)."""
+    return f"{claim_id}-{micros(claimed_at)}"
 
 
 def low_stock(

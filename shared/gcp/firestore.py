@@ -3,6 +3,7 @@
 campaigns/{campaign_id}                                  settings, sold_out, pool_generation
 campaigns/{campaign_id}/coupons/{coupon_id}              coupon_id derived from the code
 campaigns/{campaign_id}/claims/{claim_id}                user key + slot, one per code held
+campaigns/{campaign_id}/released_holds/{claim_id}-{µs}   what a released hold was (its claim)
 campaigns/{campaign_id}/counter_shards/{n}               usage counters
 campaigns/{campaign_id}/counters/config                  how many shards
 campaigns/{campaign_id}/processed_events/{event_id}      count_usage's idempotency markers
@@ -10,6 +11,8 @@ campaigns/{campaign_id}/announcements/{event_id}         facts announced exactly
 campaigns/{campaign_id}/room_instances/{instance_id}     waiting-room heartbeats
 jobs/{job_id}                                            import and generation jobs
 outbox/{event_id}                                        events waiting to be published
+webhooks/{webhook_id}                                    a campaign's webhook and its drain lease
+webhooks/{webhook_id}/deliveries/{event_id}              one event's delivery to that webhook
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ Client = firestore.Client
 CAMPAIGNS = "campaigns"
 COUPONS = "coupons"
 CLAIMS = "claims"
+RELEASED_HOLDS = "released_holds"
 COUNTER_SHARDS = "counter_shards"
 COUNTERS = "counters"
 PROCESSED_EVENTS = "processed_events"
@@ -32,6 +36,8 @@ ANNOUNCEMENTS = "announcements"
 ROOM_INSTANCES = "room_instances"
 JOBS = "jobs"
 OUTBOX = "outbox"
+WEBHOOKS = "webhooks"
+DELIVERIES = "deliveries"
 
 
 def make_client(project_id: str) -> firestore.Client:
@@ -58,6 +64,12 @@ def coupons_collection(db: firestore.Client, campaign_id: str) -> firestore.Coll
 
 def claims_collection(db: firestore.Client, campaign_id: str) -> firestore.CollectionReference:
     return _sub(db, campaign_id, CLAIMS)
+
+
+def released_holds_collection(
+    db: firestore.Client, campaign_id: str
+) -> firestore.CollectionReference:
+    return _sub(db, campaign_id, RELEASED_HOLDS)
 
 
 def counter_shards_collection(
@@ -95,3 +107,16 @@ def jobs_collection(db: firestore.Client) -> firestore.CollectionReference:
 
 def outbox_collection(db: firestore.Client) -> firestore.CollectionReference:
     return db.collection(OUTBOX)
+
+
+def webhooks_collection(db: firestore.Client) -> firestore.CollectionReference:
+    return db.collection(WEBHOOKS)
+
+
+def webhook_ref(db: firestore.Client, webhook_id: str) -> firestore.DocumentReference:
+    return db.collection(WEBHOOKS).document(webhook_id)
+
+
+def deliveries_collection(db: firestore.Client, webhook_id: str) -> firestore.CollectionReference:
+    collection: firestore.CollectionReference = webhook_ref(db, webhook_id).collection(DELIVERIES)
+    return collection

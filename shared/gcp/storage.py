@@ -22,23 +22,15 @@ def make_client(project_id: str) -> StorageClient:
     return StorageClient(project=project_id)
 
 
-def object_lines(
+def object_chunks(
     client: StorageClient, *, bucket: str, name: str, generation: str | None
 ) -> Iterator[bytes]:
-    """The object's lines, streamed 1 MiB at a time; the exact generation that was uploaded.
-
-    Lines are cut here: iterating the library's reader asks it for one byte at a time
-    (about 90 µs of Python per line of a CSV)."""
+    """The object's bytes, 1 MiB per read (never a line or a byte at a time); the exact
+    generation that was uploaded."""
     blob = client.bucket(bucket).blob(name, generation=int(generation) if generation else None)
     with blob.open("rb", chunk_size=READ_CHUNK_BYTES) as reader:
-        rest = b""
         while chunk := reader.read(READ_CHUNK_BYTES):
-            lines = (rest + chunk).split(b"\n")
-            rest = lines.pop()
-            for line in lines:
-                yield line + b"\n"
-        if rest:
-            yield rest
+            yield chunk
 
 
 def write_lines_if_absent(

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
+from typing import Any
 
-import firebase_admin
 from firebase_admin import auth as firebase_auth
 
+from shared.claims.policy import Shopper
 from shared.errors import Unauthenticated
+from shared.gcp.firebase import firebase_app
 from shared.settings import Settings
+
+log = logging.getLogger(__name__)
 
 _app_lock = threading.Lock()
 _APP_NAME = "codedrop"
@@ -19,16 +24,26 @@ _APP_NAME = "codedrop"
 class Principal:
     user_id: str
     is_admin: bool
+    # A shop's checkout: may look codes up and redeem them (admins may too).
+    is_redeemer: bool = False
+    # What campaigns may count or require (shared/claims/policy.py).
+    sign_in_provider: str | None = None
+    phone_number: str | None = None
+    email: str | None = None
+    email_verified: bool = False
+
+    def shopper(self) -> Shopper:
+        return Shopper(
+            user_id=self.user_id,
+            sign_in_provider=self.sign_in_provider,
+            phone_number=self.phone_number,
+            email=self.email,
+            email_verified=self.email_verified,
+        )
 
 
-def _firebase_app(settings: Settings) -> firebase_admin.App:
-    with _app_lock:
-        try:
-            return firebase_admin.get_app(_APP_NAME)
-        except ValueError:
-            return firebase_admin.initialize_app(
-                options={"projectId": settings.project_id}, name=_APP_NAME
-            )
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def bearer_token(authorization: str | None) -> str:
@@ -45,13 +60,28 @@ def authenticate(authorization: str | None, *, settings: Settings) -> Principal:
     projects, see Settings) firebase-admin accepts the Auth emulator's unsigned tokens."""
     token = bearer_token(authorization)
     try:
-        claims = firebase_auth.verify_id_token(token, app=_firebase_app(settings))
+        claims = firebase_auth.verify_id_token(token, app=firebase_app(settings.project_id))
     except (ValueError, firebase_auth.InvalidIdTokenError) as exc:
-        raise Unauthenticated(f"Invalid ID token: {exc}") from exc
+        # The library's reason may quote the token and its claims: logged (cut short), never
+        # answered.
+        log.info("ID token refused", extra={"reason": str(exc)[:200]})
+        raise Unauthenticated("The ID token is invalid or expired.") from exc
     except firebase_auth.CertificateFetchError as exc:
         # Google's public keys could not be fetched: not the shopper's fault, but no identity.
         raise Unauthenticated("ID token could not be verified right now.") from exc
     user_id = claims.get("uid") or claims.get("sub")
     if not isinstance(user_id, str) or not user_id:
         raise Unauthenticated("ID token has no subject.")
-    return Principal(user_id=user_id, is_admin=claims.get("admin") is True)
+    firebase = claims.get("firebase")
+    is_admin = claims.get("admin") is True
+    return Principal(
+        user_id=user_id,
+        is_admin=is_admin,
+        is_redeemer=is_admin or claims.get("redeemer") is True,
+        sign_in_provider=_text(firebase.get("sign_in_provider"))
+        if isinstance(firebase, dict)
+        else None,
+        phone_number=_text(claims.get("phone_number")),
+        email=_text(claims.get("email")),
+        email_verified=claims.get("email_verified") is True,
+    )

@@ -7,33 +7,55 @@ import re
 import flask
 
 from shared.campaigns import service as campaign_service
+from shared.campaigns.models import CampaignPublic
+from shared.claims import policy
 from shared.claims import store as claim_store
 from shared.claims.models import ClaimPublic, HeldClaim, HeldClaims
 from shared.clock import utcnow
-from shared.errors import ClaimNotFound, RequestValidationFailed, WaitingRoom
+from shared.errors import (
+    CampaignNotActive,
+    CampaignNotFound,
+    ClaimNotFound,
+    Contended,
+    RequestValidationFailed,
+    SoldOut,
+    WaitingRoom,
+)
+from shared.http import openapi
 from shared.http.routing import (
     Access,
     Call,
+    ErrorBody,
     Router,
     campaign_id_param,
     error_response,
     json_response,
-    parse_body,
 )
 from shared.types import RequestBody
 from shared.waiting_room.admission import InvalidTicket
 
 # Visible ASCII, as the IETF Idempotency-Key draft and Stripe-style clients send it.
-_IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
+IDEMPOTENCY_KEY_PATTERN = r"^[\x21-\x7e]{1,255}$"
+_IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
 
 TICKET_HEADER = "X-Waiting-Room-Ticket"
+APP_CHECK_HEADER = "X-Firebase-AppCheck"
 TICKET_COOKIE_PREFIX = "codedrop_ticket_"
+MAX_TICKET_CHARS = 1024
 
-router = Router(cors=True)
+router = Router(title="codedrop claim_api", cors=True)
 
 
 class ClaimCreate(RequestBody):
     """A claim takes no fields today; unknown ones are refused rather than silently ignored."""
+
+
+class WaitingRoomAnswer(ErrorBody):
+    """429 WAITING_ROOM: the shopper's place in line, to send back on the next try."""
+
+    ticket: str
+    retry_after_ms: int
+    estimated_wait_seconds: float | None
 
 
 def _idempotency_key(request: flask.Request) -> str | None:
@@ -45,7 +67,24 @@ def _idempotency_key(request: flask.Request) -> str | None:
     return key
 
 
-@router.route("/v1/campaigns/<campaign_id>", methods=["GET"], access=Access.PUBLIC)
+@router.route(
+    "/openapi.json",
+    methods=["GET"],
+    access=Access.PUBLIC,
+    summary="This API's OpenAPI 3.1 document.",
+)
+def openapi_document(call: Call) -> flask.Response:
+    return json_response(openapi.cached_document(router))
+
+
+@router.route(
+    "/v1/campaigns/<campaign_id>",
+    methods=["GET"],
+    access=Access.PUBLIC,
+    summary="A campaign as a landing page shows it.",
+    responses={200: CampaignPublic},
+    raises=[CampaignNotFound],
+)
 def get_campaign(call: Call, campaign_id: str) -> flask.Response:
     # The engine's copy (at most campaign_cache_seconds old): landing pages poll this.
     services = call.services
@@ -56,21 +95,36 @@ def get_campaign(call: Call, campaign_id: str) -> flask.Response:
     return json_response(view)
 
 
-@router.route("/v1/campaigns/<campaign_id>/claims", methods=["POST"], access=Access.SHOPPER)
+@router.route(
+    "/v1/campaigns/<campaign_id>/claims",
+    methods=["POST"],
+    access=Access.SHOPPER,
+    summary="Claim a code: 201 a new one, 200 the one already held.",
+    body=ClaimCreate,
+    responses={201: ClaimPublic, 200: ClaimPublic},
+    raises=[InvalidTicket, CampaignNotFound, CampaignNotActive, SoldOut, WaitingRoom, Contended],
+    error_bodies={WaitingRoom: WaitingRoomAnswer},
+    headers={
+        "Idempotency-Key": {"type": "string", "pattern": IDEMPOTENCY_KEY_PATTERN},
+        TICKET_HEADER: {"type": "string", "maxLength": MAX_TICKET_CHARS},
+    },
+)
 def create_claim(call: Call, campaign_id: str) -> flask.Response:
     request = call.request
-    parse_body(request, ClaimCreate)
     key = _idempotency_key(request)
     campaign_id = campaign_id_param(campaign_id)
     cookie = _ticket_cookie(campaign_id)
     ticket = request.headers.get(TICKET_HEADER) or request.cookies.get(cookie)
+    if ticket is not None and len(ticket) > MAX_TICKET_CHARS:
+        raise InvalidTicket("The waiting-room ticket is forged or damaged.")
     max_age = call.services.settings.ticket_max_age_seconds
     try:
         result = call.services.claims.claim(
             campaign_id=campaign_id,
-            user_id=call.user.user_id,
+            shopper=call.user.shopper(),
             idempotency_key=key,
             ticket=ticket,
+            app_check_token=request.headers.get(APP_CHECK_HEADER),
         )
     except WaitingRoom as exc:
         response = error_response(exc)
@@ -102,14 +156,22 @@ def _keep_ticket(response: flask.Response, cookie: str, ticket: object, max_age:
         )
 
 
-@router.route("/v1/campaigns/<campaign_id>/claims/me", methods=["GET"], access=Access.SHOPPER)
+@router.route(
+    "/v1/campaigns/<campaign_id>/claims/me",
+    methods=["GET"],
+    access=Access.SHOPPER,
+    summary="The codes the caller holds in a campaign.",
+    responses={200: HeldClaims},
+    raises=[CampaignNotFound, ClaimNotFound],
+)
 def my_claims(call: Call, campaign_id: str) -> flask.Response:
     services = call.services
     campaign = services.engine.campaign(campaign_id_param(campaign_id))
+    # The codes of the person as the campaign counts them: any of their accounts finds them.
     held = claim_store.held_claims(
         services.db,
         campaign_id=campaign.campaign_id,
-        user_id=call.user.user_id,
+        holder=policy.holder_key(campaign, call.user.shopper()),
         slots=max(campaign.max_per_user, campaign.slots_ceiling),
     )
     if not held:

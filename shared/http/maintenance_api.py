@@ -6,13 +6,20 @@ from __future__ import annotations
 
 import flask
 
-from shared.http.routing import Access, Call, Router, json_response, parse_body
-from shared.maintenance.models import SweepRequest
+from shared.http.routing import Access, Call, Router, json_response
+from shared.maintenance.models import SweepRequest, SweepResult
 
-router = Router()
+router = Router(title="codedrop sweep")
 
 
-@router.route("/", methods=["POST"], access=Access.IAM)
+@router.route(
+    "/",
+    methods=["POST"],
+    access=Access.IAM,
+    summary="Publish the outbox and events the counters never saw.",
+    body=SweepRequest,
+    responses={200: SweepResult},
+)
 def sweep(call: Call) -> flask.Response:
-    body = parse_body(call.request, SweepRequest)
+    body = call.body_as(SweepRequest)
     return json_response(call.services.sweeper.sweep(body))

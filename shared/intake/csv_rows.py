@@ -1,8 +1,13 @@
-"""Parsing marketers' CSV files of codes, one row at a time (never the whole file in memory).
+"""Parsing marketers' CSV files of codes, one row at a time, in bounded memory.
 
 Accepted: UTF-8 with or without BOM, CRLF or LF, an optional header row naming a `code` column
 (other columns ignored), quoted fields, blank lines, spaces around codes. Line numbers are those
 a text editor shows, so the report can point at the row to fix.
+
+Every line is one row, and every row ends as a code or an invalid row: a field never spans lines
+(a code cannot hold a line break anyway), so a stray quote costs its own line and nothing after
+it; a line longer than MAX_LINE_BYTES is consumed without being kept and reported; a line that is
+not UTF-8 is reported and the next one is read.
 """
 
 from __future__ import annotations
@@ -13,14 +18,17 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 MAX_CODE_LENGTH = 64
+# A row holds a code of at most 64 characters and perhaps a note or two; nothing longer is kept.
+MAX_LINE_BYTES = 8 * 1024
 # A spreadsheet executes a cell starting with one of these as a formula (CSV injection).
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 
 
-class NotUtf8Error(ValueError):
-    def __init__(self, line: int) -> None:
-        super().__init__(f"line {line} is not valid UTF-8; save the file as UTF-8 and upload again")
-        self.line = line
+@dataclass(frozen=True, slots=True)
+class OverlongLine:
+    """A line longer than the limit: consumed, counted, never kept."""
+
+    size: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,36 +74,80 @@ def report_value(value: str, limit: int = 80) -> str:
     return spreadsheet_safe(visible)
 
 
-def decoded_lines(raw_lines: Iterable[bytes]) -> Iterator[str]:
-    """Decode line by line so a broken byte is reported with its line number, and everything
-    before it has already been handed on."""
-    for number, raw in enumerate(raw_lines, start=1):
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise NotUtf8Error(number) from None
-        if number == 1:
-            text = text.removeprefix("\ufeff")
-        yield text
+def lines_of(
+    chunks: Iterable[bytes], *, max_line_bytes: int = MAX_LINE_BYTES
+) -> Iterator[bytes | OverlongLine]:
+    """The lines of a byte stream read in chunks of any size (LF ends a line; a CR before it is
+    dropped). At most `max_line_bytes` of a line are ever held, whatever its length."""
+    pending = bytearray()
+    skipped: int | None = None  # bytes of an overlong line consumed so far
+    for chunk in chunks:
+        start = 0
+        while start <= len(chunk):
+            end = chunk.find(b"\n", start)
+            piece = memoryview(chunk)[start : len(chunk) if end == -1 else end]
+            if skipped is not None:
+                skipped += len(piece)
+            elif len(pending) + len(piece) > max_line_bytes:
+                skipped = len(pending) + len(piece)
+                pending.clear()
+            else:
+                pending += piece
+            if end == -1:
+                break
+            if skipped is not None:
+                yield OverlongLine(skipped)
+                skipped = None
+            else:
+                yield bytes(pending.removesuffix(b"\r"))
+                pending.clear()
+            start = end + 1
+    if skipped is not None:
+        yield OverlongLine(skipped)
+    elif pending:
+        yield bytes(pending.removesuffix(b"\r"))
 
 
-def parse_rows(raw_lines: Iterable[bytes]) -> Iterator[CodeRow | InvalidRow]:
+def _cells(number: int, raw: bytes | OverlongLine) -> list[str] | InvalidRow:
+    """One line's cells, or why the line is an invalid row."""
+    if isinstance(raw, OverlongLine):
+        return InvalidRow(line=number, reason=f"line longer than {MAX_LINE_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return InvalidRow(line=number, reason="not valid UTF-8; save the file as UTF-8")
+    if number == 1:
+        text = text.removeprefix("\ufeff")
+    # Within one line, balanced quotes close every quoted field they open.
+    if text.count('"') % 2:
+        return InvalidRow(
+            line=number,
+            reason="unterminated quote (a quoted field must end on its line)",
+            value=report_value(text),
+        )
+    try:
+        # Not strict: a space after a closing quote ("ABC" ,) is what spreadsheets let through.
+        return next(csv.reader([text]), [])
+    except csv.Error as exc:
+        return InvalidRow(line=number, reason=f"malformed CSV: {exc}", value=report_value(text))
+
+
+def line_cells(chunks: Iterable[bytes]) -> Iterator[tuple[int, list[str] | InvalidRow]]:
+    """Each non-blank line's number and cells, or the invalid row it is. Every CSV file of the
+    project (codes, recipient lists) is read through this."""
+    for number, raw in enumerate(lines_of(chunks), start=1):
+        cells = _cells(number, raw)
+        if isinstance(cells, InvalidRow) or any(cell.strip() for cell in cells):
+            yield number, cells
+
+
+def parse_rows(chunks: Iterable[bytes]) -> Iterator[CodeRow | InvalidRow]:
     """Rows of the file as codes or invalid rows; blank lines and the header are skipped."""
-    lines = decoded_lines(raw_lines)
-    # Not strict: a space after a closing quote ("ABC" ,) is what spreadsheets let through.
-    reader = csv.reader(lines)
     column: int | None = None
-    while True:
-        line = reader.line_num + 1  # where the row starts; a quoted field may span lines
-        try:
-            cells = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as exc:
-            yield InvalidRow(line=line, reason=f"malformed CSV: {exc}")
+    for number, cells in line_cells(chunks):
+        if isinstance(cells, InvalidRow):
+            yield cells
             continue
-        if not any(cell.strip() for cell in cells):
-            continue  # blank line
         if column is None:
             names = [cell.strip().lower() for cell in cells]
             if "code" in names:
@@ -103,11 +155,11 @@ def parse_rows(raw_lines: Iterable[bytes]) -> Iterator[CodeRow | InvalidRow]:
                 continue  # the header row
             column = 0
         if column >= len(cells):
-            yield InvalidRow(line=line, reason="no value in the code column")
+            yield InvalidRow(line=number, reason="no value in the code column")
             continue
         code = cells[column].strip()
         reason = invalid_reason(code)
         if reason:
-            yield InvalidRow(line=line, reason=reason, value=report_value(code))
+            yield InvalidRow(line=number, reason=reason, value=report_value(code))
         else:
-            yield CodeRow(line=line, code=code)
+            yield CodeRow(line=number, code=code)

@@ -3,7 +3,9 @@
 Object-finalized events for the imports bucket arrive here:
 - `imports/{campaign_id}/{name}.csv` is imported into the campaign as one job per object
   generation (a redelivered event finds its job finished and does nothing; a new upload under the
-  same name is a new generation and a new job);
+  same name is a new generation and a new job); any other object under `imports/{folder}/`
+  (a sub-folder, another extension, an upper-case folder) leaves a failed job saying why, listed
+  for the campaign the folder names (lower-cased), so the marketer finds it through the API;
 - `generate/{campaign_id}/{job_id}.json` is a generation request written by the admin API; it is
   answered by writing a CSV of fresh codes into `imports/…`, which is then imported like any
   upload, so the marketer can download exactly what was issued. Codes that collide are
@@ -27,10 +29,10 @@ from google.cloud import firestore
 from google.cloud.storage import Client as StorageClient
 
 from shared.campaigns import store as campaign_store
-from shared.errors import CampaignNotFound
+from shared.errors import CampaignNotFound, shown
 from shared.gcp import storage as storage_objects
 from shared.intake import jobs as job_store
-from shared.intake.csv_rows import InvalidRow, NotUtf8Error, parse_rows
+from shared.intake.csv_rows import InvalidRow, parse_rows
 from shared.intake.generator import generate_codes
 from shared.intake.importer import CodeImporter
 from shared.intake.models import (
@@ -46,11 +48,15 @@ from shared.settings import Settings
 
 log = logging.getLogger(__name__)
 
-IMPORT_PATH = re.compile(r"^imports/(?P<campaign>[a-z0-9][a-z0-9_-]{0,62})/[^/]+\.csv$", re.I)
+IMPORTS_FOLDER = "imports/"
+# What is imported: a .csv file directly in the folder of a (lower-case) campaign id.
+IMPORT_PATH = re.compile(r"^imports/(?P<campaign>[a-z0-9][a-z0-9_-]{0,62})/[^/]+\.(?i:csv)$")
+CAMPAIGN_FOLDER = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 GENERATE_PATH = re.compile(
     r"^generate/(?P<campaign>[a-z0-9][a-z0-9_-]{0,62})/(?P<job>[\w-]+)\.json$"
 )
 PARENT_METADATA = "codedrop-generate-job"
+MAX_OBJECT_NAME = 1024  # Cloud Storage's limit, in bytes of UTF-8
 PROGRESS_EVERY_SECONDS = 2.0
 
 
@@ -67,6 +73,27 @@ class StoredObject:
     def uri(self) -> str:
         suffix = f"#{self.generation}" if self.generation else ""
         return f"gs://{self.bucket}/{self.name}{suffix}"
+
+
+def import_target(name: str) -> tuple[str | None, str | None]:
+    """For an object under imports/: the campaign its folder names (lower-cased; None when it
+    names none) and why it cannot be imported (None when it can)."""
+    if match := IMPORT_PATH.match(name):
+        return match["campaign"], None
+    folder, _, rest = name.removeprefix(IMPORTS_FOLDER).partition("/")
+    file_name = rest.rsplit("/", 1)[-1]
+    if not rest or not file_name or not CAMPAIGN_FOLDER.match(folder.lower()):
+        return None, None  # imports/x.csv, a folder placeholder, a folder no campaign can have
+    campaign_id = folder.lower()
+    if folder != campaign_id:
+        return campaign_id, (
+            f"campaign ids are lower-case: upload the file to imports/{campaign_id}/ instead"
+        )
+    if "/" in rest:
+        return campaign_id, (
+            f"files in sub-folders are not imported: upload it to imports/{campaign_id}/ itself"
+        )
+    return campaign_id, f"only .csv files are imported, not {shown(file_name)}"
 
 
 def import_job_id(obj: StoredObject) -> str:
@@ -96,17 +123,25 @@ class IntakeService:
         if obj.bucket != self._settings.imports_bucket:
             log.warning("object in an unexpected bucket ignored", extra={"object": obj.uri})
             return None
-        if match := IMPORT_PATH.match(obj.name):
-            return self.import_object(obj, campaign_id=match["campaign"])
+        if obj.name.startswith(IMPORTS_FOLDER):
+            campaign_id, refusal = import_target(obj.name)
+            if campaign_id is None:
+                log.warning(
+                    "object under imports/ names no campaign; ignored", extra={"object": obj.uri}
+                )
+                return None
+            if refusal is not None:
+                return self.refuse_import(obj, campaign_id=campaign_id, reason=refusal)
+            return self.import_object(obj, campaign_id=campaign_id)
         if match := GENERATE_PATH.match(obj.name):
             return self.run_generation_request(campaign_id=match["campaign"], job_id=match["job"])
         log.info("object is not an import; ignored", extra={"object": obj.uri})
         return None
 
     # --- imports --------------------------------------------------------------------------
-    def import_object(self, obj: StoredObject, *, campaign_id: str) -> JobRecord | None:
+    def _new_import_job(self, obj: StoredObject, *, campaign_id: str) -> JobRecord:
         now = self._clock()
-        fresh = JobRecord(
+        return JobRecord(
             job_id=import_job_id(obj),
             kind=JobKind.IMPORT,
             campaign_id=campaign_id,
@@ -115,6 +150,21 @@ class IntakeService:
             created_at=now,
             updated_at=now,
         )
+
+    def refuse_import(
+        self, obj: StoredObject, *, campaign_id: str, reason: str
+    ) -> JobRecord | None:
+        """A file that cannot be imported still leaves a job, failed with the reason."""
+        fresh = self._new_import_job(obj, campaign_id=campaign_id)
+        job = job_store.start_or_resume(self._db, job=fresh, now=fresh.created_at)
+        if job is None:
+            return None  # a redelivery: the failed job is already there
+        log.warning("object refused", extra={"object": obj.uri, "reason": reason})
+        return self._finish(job, failure=reason)
+
+    def import_object(self, obj: StoredObject, *, campaign_id: str) -> JobRecord | None:
+        fresh = self._new_import_job(obj, campaign_id=campaign_id)
+        now = fresh.created_at
         job = job_store.start_or_resume(self._db, job=fresh, now=now)
         if job is None:
             log.info("import already finished; redelivery ignored", extra={"job_id": fresh.job_id})
@@ -154,10 +204,10 @@ class IntakeService:
         failure: str | None = None
         last_progress = time.monotonic()
         try:
-            lines = storage_objects.object_lines(
+            chunks = storage_objects.object_chunks(
                 self._storage, bucket=obj.bucket, name=obj.name, generation=obj.generation
             )
-            for row in parse_rows(lines):
+            for row in parse_rows(chunks):
                 job.rows_read += 1
                 if isinstance(row, InvalidRow):
                     job.invalid += 1
@@ -170,14 +220,12 @@ class IntakeService:
                 if time.monotonic() - last_progress > PROGRESS_EVERY_SECONDS:
                     last_progress = time.monotonic()
                     self._save_progress(job, importer)
-        except NotUtf8Error as exc:
-            failure = f"{exc}; the rows before it were imported"
         except gexc.NotFound:
             failure = f"{obj.uri} no longer exists"
         finally:
             counts = importer.finish()
         job = job.model_copy(update=counts.__dict__)
-        return self._finish(job, failure=failure)
+        return self._finish(job, failure=failure or _unaccounted(job))
 
     def _limiter(self, job: JobRecord, now: datetime) -> RampLimiter | Unlimited:
         if not self._settings.import_ramp_enabled:
@@ -289,6 +337,19 @@ class IntakeService:
         )
 
 
+def _unaccounted(job: JobRecord) -> str | None:
+    """Every row read ends as imported, duplicate or invalid; if not, the job must not look
+    done (it would mean rows were lost)."""
+    accounted = job.imported + job.duplicates_in_file + job.duplicates_in_campaign + job.invalid
+    if accounted == job.rows_read:
+        return None
+    log.error(
+        "import rows unaccounted for",
+        extra={"job_id": job.job_id, "rows_read": job.rows_read, "accounted": accounted},
+    )
+    return f"{job.rows_read - accounted} of {job.rows_read} rows are unaccounted for; upload again"
+
+
 def object_from_event(data: object) -> StoredObject:
     """The object named by an object-finalized CloudEvent's data; ValueError if it names none."""
     if not isinstance(data, dict):
@@ -297,6 +358,10 @@ def object_from_event(data: object) -> StoredObject:
     if not isinstance(bucket, str) or not bucket or not isinstance(name, str) or not name:
         raise ValueError("event data has no bucket and name")
     generation = data.get("generation")
+    if generation is not None and not re.fullmatch(r"[0-9]{1,20}", str(generation)):
+        raise ValueError("event generation is not a number")
+    if len(name) > MAX_OBJECT_NAME:
+        raise ValueError("event names an object longer than Cloud Storage allows")
     metadata = data.get("metadata") or {}
     if not isinstance(metadata, dict):
         raise ValueError("event metadata is not an object")

@@ -1,7 +1,9 @@
 """The sweep: what must happen even when an instance died at the wrong moment.
 
-It publishes the outbox, re-publishes recent claims whose event the counters never saw, and
-re-checks every recent campaign's stock so low-stock and sold-out announcements are never lost.
+It releases the holds that expired unredeemed (shared/claims/holds.py), publishes the outbox,
+re-publishes recent claims whose event the counters never saw, re-checks every recent
+campaign's stock so low-stock and sold-out announcements are never lost, and drains every
+webhook endpoint with a delivery due (retries, and what a crashed drainer left).
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ from datetime import datetime, timedelta
 from google.cloud import firestore
 
 from shared.campaigns import store as campaign_store
+from shared.claims.holds import HoldReleaser
 from shared.claims.recovery import republish_unseen_claims
 from shared.events.bus import EventBus
 from shared.maintenance.models import SweepRequest, SweepResult
 from shared.usage.service import UsageService
+from shared.webhooks.service import WebhookService
 
 
 class Sweeper:
@@ -25,19 +29,25 @@ class Sweeper:
         db: firestore.Client,
         bus: EventBus,
         usage: UsageService,
+        holds: HoldReleaser,
+        webhooks: WebhookService,
         clock: Callable[[], datetime],
     ) -> None:
         self._db = db
         self._bus = bus
+        self._holds = holds
         self._usage = usage
+        self._webhooks = webhooks
         self._clock = clock
 
     def sweep(self, request: SweepRequest) -> SweepResult:
         now = self._clock()
         window = timedelta(minutes=request.window_minutes)
         grace = timedelta(seconds=request.grace_seconds)
+        released = self._holds.release_expired(limit=request.max_releases)
+        # After the releases: an event whose publish failed just now goes out on this sweep.
         outbox = self._bus.flush_outbox()
-        failures = list(outbox.failures)
+        failures = released.failures + outbox.failures
         republished = 0
         # Every campaign, page by page: a sweep that stopped at the first thousand would leave
         # the others' lost events unpublished for good.
@@ -54,8 +64,13 @@ class Sweeper:
             republished += report.republished
             failures += report.failures
             self._usage.check_stock(campaign.campaign_id, force=True)
+        # Last: it takes up to the drain budget when endpoints are slow.
+        webhooks = self._webhooks.drain_due()
         return SweepResult(
+            holds_released=released.released,
             outbox_published=outbox.published,
             claims_republished=republished,
+            webhook_attempts=webhooks.attempted,
+            webhook_deliveries=webhooks.delivered,
             failures=failures,
         )

@@ -7,9 +7,15 @@ with a contention error, or takes longer than the contention threshold, doubles 
 (up to `counter_max_shards`) and the failed increment is retried on a shard of the new set.
 Readers sum all shards.
 
-campaigns/{id}/counter_shards/{n}   claimed, imported, claimed_by_hour{YYYYMMDDHH},
-                                    claimed_by_minute{YYYYMMDDHHMM}, imported_by_hour{…}
+campaigns/{id}/counter_shards/{n}   claimed, imported, redeemed, released, held,
+                                    claimed_by_hour{YYYYMMDDHH}, claimed_by_minute{YYYYMMDDHHMM},
+                                    imported_by_hour{…}, redeemed_by_hour{…}, released_by_hour{…}
 campaigns/{id}/counters/config      shards
+
+`claimed` counts every claim ever made, holds included, and a released hold stays counted in it;
+`released` counts releases, so codes_total - claimed + released is what is free. `held` is the
+holds outstanding: +1 per hold claimed, -1 per hold released or redeemed. Each is a sum of
+per-event increments, so it is exact whatever order the events arrive in once all have.
 """
 
 from __future__ import annotations
@@ -54,10 +60,25 @@ class CounterContended(Exception):
 class CounterTotals:
     claimed: int = 0
     imported: int = 0
+    redeemed: int = 0
+    released: int = 0
+    held: int = 0
     shards: int = 0
     claimed_by_hour: Counter[str] = field(default_factory=Counter)
     claimed_by_minute: Counter[str] = field(default_factory=Counter)
     imported_by_hour: Counter[str] = field(default_factory=Counter)
+    redeemed_by_hour: Counter[str] = field(default_factory=Counter)
+    released_by_hour: Counter[str] = field(default_factory=Counter)
+
+
+_TOTALS = ("claimed", "imported", "redeemed", "released", "held")
+_SERIES = (
+    "claimed_by_hour",
+    "claimed_by_minute",
+    "imported_by_hour",
+    "redeemed_by_hour",
+    "released_by_hour",
+)
 
 
 def _claimed(at: datetime, count: int) -> dict[str, Any]:
@@ -69,11 +90,29 @@ def _claimed(at: datetime, count: int) -> dict[str, Any]:
 
 
 def _increments(event: events.Event) -> dict[str, Any] | None:
+    at = event.occurred_at
     if isinstance(event, events.CouponClaimed):
-        return _claimed(event.occurred_at, 1)
+        claimed = _claimed(at, 1)
+        if event.expires_at is not None:
+            claimed["held"] = firestore.Increment(1)
+        return claimed
     if isinstance(event, events.CodesAssigned):
-        # A commit of a bulk assignment: `count` codes handed out at the commit's time.
-        return _claimed(event.occurred_at, event.count)
+        # A commit of a bulk assignment: `count` final claims at the commit's time.
+        return _claimed(at, event.count)
+    if isinstance(event, events.CouponRedeemed):
+        redeemed = {
+            "redeemed": firestore.Increment(1),
+            "redeemed_by_hour": {hour_key(at): firestore.Increment(1)},
+        }
+        if event.was_held:
+            redeemed["held"] = firestore.Increment(-1)
+        return redeemed
+    if isinstance(event, events.CouponReleased):
+        return {
+            "released": firestore.Increment(1),
+            "released_by_hour": {hour_key(at): firestore.Increment(1)},
+            "held": firestore.Increment(-1),
+        }
     if isinstance(event, events.CodesImported):
         return {
             "imported": firestore.Increment(event.count),
@@ -190,9 +229,8 @@ class ShardedCounters:
         for snapshot in counter_shards_collection(self._db, campaign_id).stream():
             data = snapshot.to_dict() or {}
             totals.shards += 1
-            totals.claimed += int(data.get("claimed", 0))
-            totals.imported += int(data.get("imported", 0))
-            totals.claimed_by_hour.update(data.get("claimed_by_hour", {}))
-            totals.claimed_by_minute.update(data.get("claimed_by_minute", {}))
-            totals.imported_by_hour.update(data.get("imported_by_hour", {}))
+            for name in _TOTALS:
+                setattr(totals, name, getattr(totals, name) + int(data.get(name, 0)))
+            for name in _SERIES:
+                getattr(totals, name).update(data.get(name, {}))
         return totals

@@ -12,12 +12,15 @@ from shared.types import RequestBody, UtcTime
 class ReportGranularity(StrEnum):
     HOUR = "hour"
     DAY = "day"
+    WEEK = "week"  # ISO weeks: each period starts on a Monday, 00:00 UTC
 
 
 class ReportPoint(BaseModel):
     period_start: UtcTime
     claimed: int
     imported: int
+    redeemed: int
+    released: int
 
 
 class UsageReport(BaseModel):
@@ -25,6 +28,8 @@ class UsageReport(BaseModel):
     granularity: ReportGranularity
     claimed: int
     imported: int
+    redeemed: int
+    released: int
     series: list[ReportPoint]
 
 
@@ -42,8 +47,11 @@ class ReconciliationReport(BaseModel):
     campaign_id: str
     checked_at: UtcTime
     repaired: bool
+    # Codes held by shoppers now (coupons assigned) against the counters' claimed - released.
     claimed: CounterCheck
     imported: CounterCheck
+    redeemed: CounterCheck
+    held: CounterCheck
     hours_differing: int
 
 

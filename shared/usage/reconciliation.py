@@ -1,9 +1,14 @@
 """Recount a campaign from its coupon documents and repair the usage counters.
 
-Claimed and imported totals are recounted with aggregation queries; the per-hour series of
-claims is rebuilt from the claim documents. Differences are written into the counters as
-corrections, and reported. Run it when the campaign is quiet: events still in flight during a
-sale show up as differences and would be corrected twice once they land.
+Assigned, imported, redeemed and held coupons are recounted with aggregation queries; the
+per-hour series of claims is rebuilt from the claim documents. Differences are written into the
+counters as corrections, and reported. Run it when the campaign is quiet: events still in flight
+during a sale show up as differences and would be corrected twice once they land.
+
+Assigned coupons are what the counters call claimed - released, and a correction goes into
+`claimed`, so `remaining` (codes_total - claimed + released) comes out right. The hourly series
+of claims counts every claim ever made: the claim documents, and the records of released holds
+(whose claim documents are gone).
 """
 
 from __future__ import annotations
@@ -15,7 +20,12 @@ from typing import Any
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
-from shared.gcp.firestore import claims_collection, coupons_collection
+from shared.coupons.store import CouponState
+from shared.gcp.firestore import (
+    claims_collection,
+    coupons_collection,
+    released_holds_collection,
+)
 from shared.usage.counters import ShardedCounters, hour_key
 from shared.usage.models import CounterCheck, ReconciliationReport
 
@@ -35,18 +45,28 @@ def reconcile(
 ) -> ReconciliationReport:
     coupons: Any = coupons_collection(db, campaign_id)
     imported = _count(coupons)
-    claimed = _count(coupons.where(filter=FieldFilter("assigned", "==", True)))
+    assigned = _count(coupons.where(filter=FieldFilter("assigned", "==", True)))
+    by_state = {
+        state: _count(coupons.where(filter=FieldFilter("state", "==", state.value)))
+        for state in (CouponState.REDEEMED, CouponState.HELD)
+    }
+    totals = counters.totals(campaign_id)
+    checks = {
+        "claimed": CounterCheck(counted=assigned, counters=totals.claimed - totals.released),
+        "imported": CounterCheck(counted=imported, counters=totals.imported),
+        "redeemed": CounterCheck(counted=by_state[CouponState.REDEEMED], counters=totals.redeemed),
+        "held": CounterCheck(counted=by_state[CouponState.HELD], counters=totals.held),
+    }
+    corrections: dict[str, Any] = {
+        name: firestore.Increment(check.difference)
+        for name, check in checks.items()
+        if check.difference
+    }
     hours: Counter[str] = Counter(
         hour_key((s.to_dict() or {})["claimed_at"])
-        for s in claims_collection(db, campaign_id).select(["claimed_at"]).stream()
+        for collection in (claims_collection, released_holds_collection)
+        for s in collection(db, campaign_id).select(["claimed_at"]).stream()
     )
-    totals = counters.totals(campaign_id)
-
-    corrections: dict[str, Any] = {}
-    if claimed != totals.claimed:
-        corrections["claimed"] = firestore.Increment(claimed - totals.claimed)
-    if imported != totals.imported:
-        corrections["imported"] = firestore.Increment(imported - totals.imported)
     hour_fixes = {
         key: hours.get(key, 0) - totals.claimed_by_hour.get(key, 0)
         for key in set(hours) | set(totals.claimed_by_hour)
@@ -60,7 +80,6 @@ def reconcile(
         campaign_id=campaign_id,
         checked_at=now,
         repaired=repair and bool(corrections),
-        claimed=CounterCheck(counted=claimed, counters=totals.claimed),
-        imported=CounterCheck(counted=imported, counters=totals.imported),
         hours_differing=len(hour_fixes),
+        **checks,
     )

@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any, TypeGuard
 
 from google.cloud import firestore
 
@@ -15,7 +16,14 @@ from shared.campaigns.models import CampaignRecord, CampaignStats
 from shared.errors import CampaignNotFound
 from shared.events import models as events
 from shared.events.bus import EventBus
-from shared.usage.counters import ShardedCounters, minute_key
+from shared.gcp.batched_reads import ReadCoalescer
+from shared.gcp.firestore import (
+    claims_collection,
+    coupons_collection,
+    jobs_collection,
+    released_holds_collection,
+)
+from shared.usage.counters import CounterTotals, ShardedCounters, minute_key
 from shared.usage.models import ReportGranularity, ReportPoint, UsageReport
 
 log = logging.getLogger(__name__)
@@ -41,11 +49,24 @@ class UsageService:
         self._bus = bus
         self._clock = clock
         self._last_check: dict[str, tuple[float, int]] = {}
-        self._claimed_cache: dict[str, tuple[int, float]] = {}
+        self._taken_cache: dict[str, tuple[int, float]] = {}  # claimed - released
         self._lock = threading.Lock()
+        self._reader = ReadCoalescer(db=db)
 
     def handle(self, event: events.Event) -> None:
-        applied = self._counters.apply(event)
+        """Count an event, once, if it is true: a claim, a redemption, a release or a finished
+        import that exists as the event says. Anything else is acknowledged and logged, never
+        counted."""
+        checked = self.verified(event)
+        if checked is None:
+            return
+        if isinstance(checked, events.CouponReleased):
+            # A released hold's claim is counted with its release, in case the claim's own event
+            # was lost (its claim document, the recovery's source, is gone): the same id as the
+            # claim's event, so it is never counted twice. Claim first, so remaining never
+            # overshoots in between.
+            self._counters.apply(implied_claim(checked))
+        applied = self._counters.apply(checked)
         log.info(
             "event applied" if applied else "event already applied",
             extra={"event_id": event.event_id, "type": event.type.value},
@@ -57,6 +78,137 @@ class UsageService:
             except CampaignNotFound:
                 # Nothing to announce for a campaign that is gone; retrying would not help.
                 log.warning("event for an unknown campaign", extra={"event_id": event.event_id})
+
+    def verified(self, event: events.Event) -> events.Event | None:
+        """The event as its own record states it, or None (logged) when no record backs it.
+
+        A coupon.claimed must name an existing claim document with the same campaign, user and
+        coupon (or, for a hold since released, its released record), and carry the id derived
+        from it (a second id for one claim would count it twice); coupon.redeemed and
+        coupon.released must match the redeemed coupon and the released record; a
+        codes.imported must name a finished job of the campaign that imported exactly `count`
+        codes; a codes.assigned must name the first claim of its commit, made by that job at
+        the line its id names, which records the commit's `count`. One or two reads by
+        reference per event, shared with concurrent deliveries."""
+        checked: events.Event | None
+        if isinstance(event, events.CouponClaimed):
+            checked = self._verified_claim(event)
+        elif isinstance(event, events.CouponRedeemed):
+            checked = self._verified_redemption(event)
+        elif isinstance(event, events.CouponReleased):
+            checked = self._verified_release(event)
+        elif isinstance(event, events.CodesImported):
+            checked = self._verified_import(event)
+        elif isinstance(event, events.CodesAssigned):
+            checked = self._verified_assignment(event)
+        else:
+            return event  # announcements move no counter
+        if checked is None:
+            log.warning(
+                "event not backed by its record; acknowledged, not counted",
+                extra={"event_id": event.event_id, "type": event.type.value},
+            )
+        return checked
+
+    def _verified_claim(self, event: events.CouponClaimed) -> events.CouponClaimed | None:
+        c, claim_id = event.campaign_id, event.claim_id
+        claim = self._record(claims_collection(self._db, c).document(claim_id))
+        if _matches(claim, event) and isinstance(claimed_at := claim.get("claimed_at"), datetime):
+            hold = claim.get("expires_at") is not None
+            if event.event_id == events.claimed_event_id(c, claim_id, claimed_at, hold=hold):
+                # The counters' hours follow the claim itself, not what the message says.
+                return event.model_copy(
+                    update={"occurred_at": claimed_at, "expires_at": claim.get("expires_at")}
+                )
+        # A hold released since: its slot is gone, or holds a later claim.
+        micros = _suffix(event.event_id, f"claimed.{c}.{claim_id}.")
+        if micros is None:
+            return None
+        released = self._record(
+            released_holds_collection(self._db, c).document(f"{claim_id}-{micros}")
+        )
+        if (
+            _matches(released, event)
+            and isinstance(claimed_at := released.get("claimed_at"), datetime)
+            and event.event_id == events.claimed_event_id(c, claim_id, claimed_at, hold=True)
+        ):
+            return event.model_copy(
+                update={"occurred_at": claimed_at, "expires_at": released.get("expires_at")}
+            )
+        return None
+
+    def _verified_release(self, event: events.CouponReleased) -> events.CouponReleased | None:
+        c = event.campaign_id
+        micros = _suffix(event.event_id, f"released.{c}.{event.coupon_id}.")
+        if micros is None:
+            return None
+        record = self._record(
+            released_holds_collection(self._db, c).document(f"{event.claim_id}-{micros}")
+        )
+        if not _matches(record, event) or record.get("claim_id") != event.claim_id:
+            return None
+        claimed_at, expires_at, released_at = (
+            record.get(k) for k in ("claimed_at", "expires_at", "released_at")
+        )
+        if (
+            not isinstance(claimed_at, datetime)
+            or not isinstance(expires_at, datetime)
+            or not isinstance(released_at, datetime)
+            or event.event_id != events.released_event_id(c, event.coupon_id, claimed_at)
+        ):
+            return None
+        return event.model_copy(
+            update={"occurred_at": released_at, "claimed_at": claimed_at, "expired_at": expires_at}
+        )
+
+    def _verified_redemption(self, event: events.CouponRedeemed) -> events.CouponRedeemed | None:
+        c = event.campaign_id
+        coupon = self._record(coupons_collection(self._db, c).document(event.coupon_id))
+        if (
+            event.event_id != events.redeemed_event_id(c, event.coupon_id)
+            or coupon is None
+            or coupon.get("state") != "redeemed"
+            or coupon.get("order_id") != event.order_id
+            or coupon.get("claim_id") != event.claim_id
+            or coupon.get("assigned_to") != event.user_id
+            or not isinstance(redeemed_at := coupon.get("redeemed_at"), datetime)
+        ):
+            return None
+        return event.model_copy(
+            update={"occurred_at": redeemed_at, "was_held": coupon.get("expires_at") is not None}
+        )
+
+    def _verified_import(self, event: events.CodesImported) -> events.CodesImported | None:
+        record = self._record(jobs_collection(self._db).document(event.job_id))
+        if (
+            event.event_id == f"imported.{event.job_id}"
+            and record is not None
+            and record.get("campaign_id") == event.campaign_id
+            and record.get("state") in ("done", "failed")
+            and record.get("imported") == event.count
+        ):
+            return event
+        return None
+
+    def _verified_assignment(self, event: events.CodesAssigned) -> events.CodesAssigned | None:
+        c = event.campaign_id
+        claim = self._record(claims_collection(self._db, c).document(event.claim_id))
+        if (
+            claim is None
+            or claim.get("campaign_id") != c
+            or claim.get("job_id") != event.job_id
+            or claim.get(events.COMMIT_COUNT) != event.count
+            or not isinstance(line := claim.get("line"), int)
+            or event.event_id != events.assigned_event_id(event.job_id, line)
+            or not isinstance(claimed_at := claim.get("claimed_at"), datetime)
+        ):
+            return None
+        # The counters' hours follow the commit itself, not what the message says.
+        return event.model_copy(update={"occurred_at": claimed_at})
+
+    def _record(self, ref: firestore.DocumentReference) -> dict[str, Any] | None:
+        snapshot = self._reader.get([ref])[ref.path]
+        return (snapshot.to_dict() or {}) if snapshot.exists else None
 
     def check_stock(self, campaign_id: str, *, force: bool = False) -> int | None:
         """Announce low stock and sold out (once each per pool size); returns remaining."""
@@ -71,7 +223,7 @@ class UsageService:
         ):
             return None
         campaign = campaign_store.get_campaign(self._db, campaign_id=campaign_id)
-        remaining = campaign.codes_total - self._counters.totals(campaign_id).claimed
+        remaining = _free(campaign, self._counters.totals(campaign_id))
         with self._lock:
             self._last_check[campaign_id] = (
                 now_mono,
@@ -100,7 +252,7 @@ class UsageService:
     # --- reading ------------------------------------------------------------------------------
     def stats(self, campaign: CampaignRecord, *, now: datetime) -> CampaignStats:
         totals = self._counters.totals(campaign.campaign_id)
-        remaining = 0 if campaign.sold_out else max(campaign.codes_total - totals.claimed, 0)
+        remaining = 0 if campaign.sold_out else max(_free(campaign, totals), 0)
         # The last 60 s: this minute so far plus the part of the previous minute still inside.
         this_minute = totals.claimed_by_minute.get(minute_key(now), 0)
         previous = totals.claimed_by_minute.get(minute_key(now - timedelta(minutes=1)), 0)
@@ -113,6 +265,10 @@ class UsageService:
             codes_total=campaign.codes_total,
             claimed=totals.claimed,
             remaining=remaining,
+            # Events may arrive out of order: a release counted before its hold reads -1 here.
+            held=max(totals.held, 0),
+            redeemed=totals.redeemed,
+            released=totals.released,
             claims_last_minute=last_minute,
             projected_sold_out_at=projected,
         )
@@ -124,35 +280,80 @@ class UsageService:
             return 0
         now = time.monotonic()
         with self._lock:
-            cached = self._claimed_cache.get(campaign.campaign_id)
+            cached = self._taken_cache.get(campaign.campaign_id)
         if cached is None or now - cached[1] > REMAINING_CACHE_SECONDS:
-            cached = (self._counters.totals(campaign.campaign_id).claimed, now)
+            totals = self._counters.totals(campaign.campaign_id)
+            cached = (totals.claimed - totals.released, now)
             with self._lock:
-                self._claimed_cache[campaign.campaign_id] = cached
+                self._taken_cache[campaign.campaign_id] = cached
         return max(campaign.codes_total - cached[0], 0)
 
     def report(self, campaign: CampaignRecord, *, granularity: ReportGranularity) -> UsageReport:
         totals = self._counters.totals(campaign.campaign_id)
-        width = 10 if granularity is ReportGranularity.HOUR else 8  # YYYYMMDDHH or YYYYMMDD
-        claimed: dict[str, int] = {}
-        imported: dict[str, int] = {}
-        for key, value in totals.claimed_by_hour.items():
-            claimed[key[:width]] = claimed.get(key[:width], 0) + value
-        for key, value in totals.imported_by_hour.items():
-            imported[key[:width]] = imported.get(key[:width], 0) + value
-        fmt = "%Y%m%d%H" if granularity is ReportGranularity.HOUR else "%Y%m%d"
-        points = [
-            ReportPoint(
-                period_start=datetime.strptime(key, fmt).replace(tzinfo=UTC),
-                claimed=claimed.get(key, 0),
-                imported=imported.get(key, 0),
-            )
-            for key in sorted(set(claimed) | set(imported))
-        ]
+        columns = {
+            "claimed": totals.claimed_by_hour,
+            "imported": totals.imported_by_hour,
+            "redeemed": totals.redeemed_by_hour,
+            "released": totals.released_by_hour,
+        }
+        periods: dict[datetime, dict[str, int]] = {}
+        for column, by_hour in columns.items():
+            for key, value in by_hour.items():
+                start = period_start(key, granularity)
+                point = periods.setdefault(start, dict.fromkeys(columns, 0))
+                point[column] += value
         return UsageReport(
             campaign_id=campaign.campaign_id,
             granularity=granularity,
             claimed=totals.claimed,
             imported=totals.imported,
-            series=points,
+            redeemed=totals.redeemed,
+            released=totals.released,
+            series=[ReportPoint(period_start=at, **periods[at]) for at in sorted(periods)],
         )
+
+
+def _matches(
+    record: dict[str, Any] | None,
+    event: events.CouponClaimed | events.CouponReleased,
+) -> TypeGuard[dict[str, Any]]:
+    return record is not None and all(
+        record.get(k) == getattr(event, k) for k in ("campaign_id", "user_id", "coupon_id")
+    )
+
+
+def _suffix(event_id: str, prefix: str) -> str | None:
+    """The microseconds an id ends with after `prefix`, or None."""
+    rest = event_id[len(prefix) :] if event_id.startswith(prefix) else ""
+    return rest if rest.isdigit() else None
+
+
+def implied_claim(release: events.CouponReleased) -> events.CouponClaimed:
+    """The claim a (verified) release proves: the hold's own coupon.claimed, id and all."""
+    return events.CouponClaimed(
+        event_id=events.claimed_event_id(
+            release.campaign_id, release.claim_id, release.claimed_at, hold=True
+        ),
+        campaign_id=release.campaign_id,
+        occurred_at=release.claimed_at,
+        coupon_id=release.coupon_id,
+        user_id=release.user_id,
+        claim_id=release.claim_id,
+        expires_at=release.expired_at,
+    )
+
+
+def _free(campaign: CampaignRecord, totals: CounterTotals) -> int:
+    """Codes nobody holds: every code, less every claim, plus every hold given back."""
+    return campaign.codes_total - totals.claimed + totals.released
+
+
+def period_start(hour: str, granularity: ReportGranularity) -> datetime:
+    """The start of the report period holding the hour `YYYYMMDDHH` (UTC)."""
+    at = datetime.strptime(hour, "%Y%m%d%H").replace(tzinfo=UTC)
+    if granularity is ReportGranularity.HOUR:
+        return at
+    day = at.replace(hour=0)
+    if granularity is ReportGranularity.DAY:
+        return day
+    return day - timedelta(days=day.weekday())  # the Monday of its ISO week

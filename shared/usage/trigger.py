@@ -7,25 +7,21 @@ so Pub/Sub redelivers it with the subscription's backoff, and dead-letters it in
 
 from __future__ import annotations
 
-import base64
-import binascii
 import logging
 
 from cloudevents.http import CloudEvent
 
-from shared.events.models import MalformedEvent, parse_event
+from shared.events import push
+from shared.events.models import MalformedEvent
 from shared.usage.service import UsageService
 
 log = logging.getLogger(__name__)
 
 
 def handle(event: CloudEvent, usage: UsageService) -> None:
-    data = event.get_data()
     try:
-        message = data["message"]  # type: ignore[index]
-        payload = base64.b64decode(message["data"], validate=True)
-        parsed = parse_event(payload)
-    except (KeyError, TypeError, binascii.Error, MalformedEvent) as exc:
+        parsed, _ = push.decode(event)
+    except MalformedEvent as exc:
         log.error(
             "malformed message acknowledged",
             extra={"cloudevent_id": event.get("id"), "reason": str(exc)[:500]},

@@ -15,10 +15,13 @@ drive it with a virtual clock.
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from itsdangerous import BadSignature, SignatureExpired, URLSafeTimedSerializer
+from itsdangerous import BadSignature, SignatureExpired, TimestampSigner, URLSafeTimedSerializer
 
 from shared.errors import RequestValidationFailed
 
@@ -40,13 +43,47 @@ class Ticket:
     first_attempt: float  # epoch seconds
 
 
+# A first attempt a little in the future is another instance's clock running ahead.
+CLOCK_SKEW_SECONDS = 60.0
+
+
+class _ClockedSigner(TimestampSigner):
+    """itsdangerous's timestamp signer on the waiting room's clock (virtual in tests)."""
+
+    def __init__(self, *args: Any, clock: Callable[[], float], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._clock = clock
+
+    def get_timestamp(self) -> int:
+        return int(self._clock())
+
+
 class TicketSigner:
     """Signed, expiring tickets bound to a campaign and a shopper (itsdangerous, HMAC-SHA1
-    over a JSON payload with a timestamp)."""
+    over a JSON payload with a timestamp).
 
-    def __init__(self, *, secret: str, max_age_seconds: int) -> None:
-        self._serializer = URLSafeTimedSerializer(secret, salt="codedrop-waiting-room-ticket")
+    Two clocks bound a ticket: its signature is valid for `max_age_seconds` after it was
+    signed, and the service re-signs it at every poll (sliding expiry: a shopper who keeps
+    polling never loses their place); its first attempt, signed inside, is never older than
+    `max_wait_seconds`, so no ticket lives forever."""
+
+    def __init__(
+        self,
+        *,
+        secret: str,
+        max_age_seconds: int,
+        max_wait_seconds: int = 86_400,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._serializer = URLSafeTimedSerializer(
+            secret,
+            salt="codedrop-waiting-room-ticket",
+            signer=_ClockedSigner,
+            signer_kwargs={"clock": clock},
+        )
         self._max_age = max_age_seconds
+        self._max_wait = max_wait_seconds
+        self._clock = clock
 
     def issue(self, ticket: Ticket) -> str:
         payload = {"c": ticket.campaign_id, "u": ticket.user_id, "t": ticket.first_attempt}
@@ -65,8 +102,11 @@ class TicketSigner:
         if payload.get("u") != user_id:
             raise InvalidTicket("The waiting-room ticket belongs to another shopper.")
         first_attempt = payload.get("t")
-        if not isinstance(first_attempt, int | float):
+        if not isinstance(first_attempt, int | float) or isinstance(first_attempt, bool):
             raise InvalidTicket("The waiting-room ticket is malformed.")
+        now = self._clock()
+        if not now - self._max_wait <= first_attempt <= now + CLOCK_SKEW_SECONDS:
+            raise InvalidTicket("The waiting-room ticket has expired; ask again.")
         return Ticket(campaign_id=campaign_id, user_id=user_id, first_attempt=float(first_attempt))
 
 

@@ -63,7 +63,10 @@ class WaitingRoomService:
         self._settings = settings
         self._clock = clock
         self._signer = TicketSigner(
-            secret=settings.ticket_signing_key, max_age_seconds=settings.ticket_max_age_seconds
+            secret=settings.ticket_signing_key,
+            max_age_seconds=settings.ticket_max_age_seconds,
+            max_wait_seconds=settings.ticket_max_wait_seconds,
+            clock=clock,
         )
         self._instance_id = uuid.uuid4().hex[:12]
         self._rooms: dict[str, _Room] = {}
@@ -161,7 +164,9 @@ class WaitingRoomService:
             admitted = decision.admitted and len(room.admitted) < stock_cap
             if admitted:
                 room.admitted.append(now)
-        token = ticket_token or self._signer.issue(ticket)
+        # Signed afresh at every poll, with the original first attempt: the ticket's life slides
+        # with the shopper's polls, their place stays where it was.
+        token = self._signer.issue(ticket)
         if admitted:
             return RoomPass(ticket=token)
         tick = self._settings.waiting_room_tick_seconds

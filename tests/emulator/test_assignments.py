@@ -231,11 +231,12 @@ def test_when_the_pool_runs_out_the_rest_are_unassigned_with_their_lines(
 
 
 def failing_after(lines: int) -> Callable[..., Iterator[bytes]]:
-    """object_lines, failing after N lines as a dying instance would."""
-    real = storage_objects.object_lines
+    """object_chunks, failing after N lines as a dying instance would."""
+    real = storage_objects.object_chunks
 
     def failing(*args: Any, **kwargs: Any) -> Iterator[bytes]:
-        for number, line in enumerate(real(*args, **kwargs), start=1):
+        data = b"".join(real(*args, **kwargs))
+        for number, line in enumerate(data.splitlines(keepends=True), start=1):
             if number > lines:
                 raise ConnectionResetError("instance lost its connection")
             yield line
@@ -256,7 +257,7 @@ def test_a_crashed_job_is_resumed_by_the_redelivered_event_with_exact_counts(
     campaign_id = make_campaign(codes=700)
     listing = "recipient,n\n" + "".join(f"c-{i},{i}\n" for i in range(600)) + "c-5,again\n"
     # One batch of 249 committed, the next being filled, then the instance dies.
-    monkeypatch.setattr(storage_objects, "object_lines", failing_after(400))
+    monkeypatch.setattr(storage_objects, "object_chunks", failing_after(400))
 
     event = upload(campaign_id, listing, status=500)  # failed: Eventarc will deliver it again
     crashed = job_for(admin_client, event)
@@ -295,20 +296,23 @@ def test_a_list_without_a_recipient_column_fails_with_the_reason(
     assert job["result"] is None
 
 
-def test_non_utf8_fails_the_job_and_the_rows_before_it_keep_their_codes_in_the_result(
+def test_a_line_that_is_not_utf8_is_one_invalid_row_and_the_rest_get_codes(
     upload: Upload,
     admin_client: FlaskClient,
     make_campaign: MakeCampaign,
     storage_client: StorageClient,
+    db: firestore.Client,
 ) -> None:
     campaign_id = make_campaign(codes=5)
 
     job = job_for(admin_client, upload(campaign_id, b"recipient\nu-1\nu-2\nu-\xff3\nu-4\n"))
 
-    assert job["state"] == "failed"
-    assert "line 4 is not valid UTF-8" in job["failure_reason"]
-    assert job["assigned"] == 2
-    assert sorted(codes_of(result_rows(storage_client, job))) == ["u-1", "u-2"]
+    assert job["state"] == "done"
+    assert (job["assigned"], job["invalid"]) == (3, 1)
+    assert job["errors"][0]["line"] == 4
+    assert "UTF-8" in job["errors"][0]["reason"]
+    assert sorted(codes_of(result_rows(storage_client, job))) == ["u-1", "u-2", "u-4"]
+    audit_ok(db, campaign_id)
 
 
 def test_unknown_campaigns_and_result_files_are_acknowledged(

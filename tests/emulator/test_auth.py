@@ -1,10 +1,13 @@
-"""ID token checks on both APIs: missing, malformed, wrong audience or issuer, not admin."""
+"""ID token checks on both APIs: missing, malformed, wrong audience or issuer, not admin; and
+tokens of users signed in on the real Auth emulator."""
 
 from __future__ import annotations
 
 import pytest
 from flask.testing import FlaskClient
 
+from emulator import RunningEmulator, reset_auth
+from emulator.auth import AuthEmulatorClient
 from emulator.tokens import emulator_id_token
 from tests.support.api import auth
 from tests.support.stack import PROJECT, MakeCampaign
@@ -75,3 +78,41 @@ def test_public_campaign_needs_no_token(
 ) -> None:
     campaign_id = make_campaign(codes=1)
     assert claim_client.get(f"/v1/campaigns/{campaign_id}").status_code == 200
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_users_signed_in_on_the_auth_emulator_claim_and_administer(
+    claim_client: FlaskClient,
+    admin_client: FlaskClient,
+    make_campaign: MakeCampaign,
+    auth_users: AuthEmulatorClient,
+) -> None:
+    campaign_id = make_campaign(codes=2)
+    shopper = auth_users.sign_up_anonymous()  # as the landing page signs shoppers in
+    admin = auth_users.ensure_user("ops@example.com", "secret-123", claims={"admin": True})
+    colleague = auth_users.ensure_user("colleague@example.com", "secret-123")
+
+    claimed = claim_client.post(
+        f"/v1/campaigns/{campaign_id}/claims", headers=_bearer(shopper.id_token)
+    )
+    listed = admin_client.get("/v1/campaigns", headers=_bearer(admin.id_token))
+    refused = admin_client.get("/v1/campaigns", headers=_bearer(colleague.id_token))
+
+    assert claimed.status_code == 201
+    assert claimed.get_json()["user_id"] == shopper.uid
+    assert listed.status_code == 200
+    assert refused.status_code == 403
+
+
+def test_reset_auth_deletes_every_user(
+    auth_emulator: RunningEmulator, auth_users: AuthEmulatorClient
+) -> None:
+    auth_users.sign_up_anonymous()
+    assert auth_users.users()
+
+    reset_auth(host_port=auth_emulator.host_port, project=PROJECT)
+
+    assert auth_users.users() == []

@@ -63,7 +63,16 @@ def test_claim_gives_a_code_and_a_repeat_gets_the_same_one(
 
     assert first.status_code == 201
     body = first.get_json()
-    assert set(body) == {"claim_id", "campaign_id", "user_id", "code", "claimed_at"}
+    assert set(body) == {
+        "claim_id",
+        "campaign_id",
+        "user_id",
+        "code",
+        "claimed_at",
+        "state",
+        "expires_at",
+    }
+    assert (body["state"], body["expires_at"]) == ("claimed", None)  # final: no hold_seconds
     assert body["user_id"] == "alice"
     assert body["campaign_id"] == campaign_id
     assert body["claimed_at"].endswith("Z")
@@ -95,7 +104,13 @@ def test_my_claims_lists_what_i_hold(
 
     assert mine.status_code == 200
     assert [c["code"] for c in mine.get_json()["claims"]] == [code]
-    assert set(mine.get_json()["claims"][0]) == {"claim_id", "code", "claimed_at"}
+    assert set(mine.get_json()["claims"][0]) == {
+        "claim_id",
+        "code",
+        "claimed_at",
+        "state",
+        "expires_at",
+    }
     assert nothing.status_code == 404
     assert nothing.get_json()["error_code"] == "CLAIM_NOT_FOUND"
     assert anonymous.status_code == 401
@@ -298,7 +313,15 @@ def test_cors_for_configured_origins_only(
     assert preflight.status_code == 204
     assert preflight.headers["Access-Control-Allow-Origin"] == CORS_ORIGIN
     assert "POST" in preflight.headers["Access-Control-Allow-Methods"]
-    assert "Idempotency-Key" in preflight.headers["Access-Control-Allow-Headers"]
+    allowed = {h.strip() for h in preflight.headers["Access-Control-Allow-Headers"].split(",")}
+    # What web/codedrop.js sends.
+    assert {
+        "Authorization",
+        "Content-Type",
+        "Idempotency-Key",
+        "X-Waiting-Room-Ticket",
+        "X-Firebase-AppCheck",
+    } <= allowed
     assert "Access-Control-Allow-Origin" not in stranger.headers
     assert actual.status_code == 201
     assert actual.headers["Access-Control-Allow-Origin"] == CORS_ORIGIN

@@ -3,9 +3,11 @@ concurrency and contention; lost publishes recovered by the sweeper; reconciliat
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
@@ -15,15 +17,18 @@ import pytest
 from flask.testing import FlaskClient
 from google.cloud import firestore
 
+from scripts.support.claims import add_claims
 from shared.claims.engine import ClaimEngine
-from shared.claims.models import coupon_claimed
-from shared.claims.store import claim_id_for
+from shared.claims.models import ClaimRecord, coupon_claimed
+from shared.claims.store import claim_id_for, user_key
 from shared.clock import utcnow
 from shared.container import Services, instance_services
 from shared.events import models as events
 from shared.events.bus import EventBus
 from shared.gcp.firestore import counter_shards_collection, outbox_collection
 from shared.http import claim_api as claim_routes
+from shared.intake import jobs as job_store
+from shared.intake.models import JobKind, JobRecord, JobState, codes_imported
 from shared.settings import Settings, get_settings
 from shared.usage.counters import ShardedCounters
 from tests.support.api import ADMIN, auth, router_client
@@ -33,15 +38,25 @@ from tests.support.stack import PROJECT, MakeCampaign, Pump
 pytestmark = pytest.mark.emulator
 
 
-def claimed_event(campaign_id: str, n: int, *, hours_ago: int = 0) -> events.CouponClaimed:
-    return events.CouponClaimed(
-        event_id=f"claimed.{campaign_id}.test-{n}",
-        campaign_id=campaign_id,
-        occurred_at=utcnow() - timedelta(hours=hours_ago),
-        coupon_id=f"coupon-{n}",
-        user_id=f"user-{n}",
+def claim_record(campaign_id: str, n: int, *, hours_ago: int = 0) -> ClaimRecord:
+    return ClaimRecord(
         claim_id=f"claim-{n}",
+        campaign_id=campaign_id,
+        user_id=f"user-{n}",
+        coupon_id=f"coupon-{n}",
+        code=f"CODE-{n}",
+        slot=0,
+        claimed_at=utcnow() - timedelta(hours=hours_ago),
     )
+
+
+def claimed_events(
+    db: firestore.Client, campaign_id: str, count: int, *, spread_hours: int = 1
+) -> list[events.CouponClaimed]:
+    """Events of claims that exist (count_usage counts nothing else); claim n was made
+    n % spread_hours hours ago."""
+    records = [claim_record(campaign_id, n, hours_ago=n % spread_hours) for n in range(count)]
+    return add_claims(db, records)
 
 
 def send(client: FlaskClient, event: events.Event) -> int:
@@ -53,10 +68,10 @@ def counters() -> ShardedCounters:
 
 
 def test_a_redelivered_event_counts_once(
-    usage_client: FlaskClient, make_campaign: MakeCampaign
+    db: firestore.Client, usage_client: FlaskClient, make_campaign: MakeCampaign
 ) -> None:
     campaign_id = make_campaign()
-    event = claimed_event(campaign_id, 1)
+    [event] = claimed_events(db, campaign_id, 1)
 
     statuses = [send(usage_client, event) for _ in range(3)]
 
@@ -65,10 +80,13 @@ def test_a_redelivered_event_counts_once(
 
 
 def test_out_of_order_delivery_lands_in_the_right_hours(
-    usage_client: FlaskClient, admin_client: FlaskClient, make_campaign: MakeCampaign
+    db: firestore.Client,
+    usage_client: FlaskClient,
+    admin_client: FlaskClient,
+    make_campaign: MakeCampaign,
 ) -> None:
     campaign_id = make_campaign()
-    batch = [claimed_event(campaign_id, n, hours_ago=n % 3) for n in range(30)]
+    batch = claimed_events(db, campaign_id, 30, spread_hours=3)
     random.Random(3).shuffle(batch)
 
     for event in batch:
@@ -84,15 +102,20 @@ def test_out_of_order_delivery_lands_in_the_right_hours(
         f"/v1/campaigns/{campaign_id}/report?granularity=day", headers=ADMIN
     ).get_json()
     assert sum(p["claimed"] for p in daily["series"]) == 30
-    bad = admin_client.get(f"/v1/campaigns/{campaign_id}/report?granularity=week", headers=ADMIN)
+    weekly = admin_client.get(
+        f"/v1/campaigns/{campaign_id}/report?granularity=week", headers=ADMIN
+    ).get_json()
+    assert sum(p["claimed"] for p in weekly["series"]) == 30
+    assert all(p["period_start"].endswith("T00:00:00.000Z") for p in weekly["series"])
+    bad = admin_client.get(f"/v1/campaigns/{campaign_id}/report?granularity=month", headers=ADMIN)
     assert bad.status_code == 400
 
 
 def test_concurrent_deliveries_with_duplicates_are_exact(
-    usage_client: FlaskClient, make_campaign: MakeCampaign
+    db: firestore.Client, usage_client: FlaskClient, make_campaign: MakeCampaign
 ) -> None:
     campaign_id = make_campaign()
-    batch = [claimed_event(campaign_id, n) for n in range(200)]
+    batch = claimed_events(db, campaign_id, 200)
     deliveries = batch + batch[:50]  # 50 delivered twice, concurrently
     random.Random(4).shuffle(deliveries)
 
@@ -109,13 +132,14 @@ def test_shards_grow_under_contention_and_the_count_stays_exact(
     """A transaction holding shard 0 makes writes to it time out on the lock (real contention
     on the emulator); the counter grows its shards and retries elsewhere."""
     campaign_id = make_campaign()
+    batch = claimed_events(db, campaign_id, 3)
     shard_zero = counter_shards_collection(db, campaign_id).document("0")
     shard_zero.set({"claimed": 0})
     holder = db.transaction()
     holder._begin()  # the client has no public "begin"; the lock is taken by the read
     shard_zero.get(transaction=holder)
     try:
-        statuses = [send(usage_client, claimed_event(campaign_id, n)) for n in range(3)]
+        statuses = [send(usage_client, event) for event in batch]
     finally:
         holder._rollback()
 
@@ -136,18 +160,19 @@ def test_still_contended_counters_raise_so_pubsub_retries(
         db=db, settings=Settings(counter_max_attempts=1, counter_max_shards=1), clock=utcnow
     )
     monkeypatch.setattr(instance_services().usage, "_counters", stubborn)
+    [event] = claimed_events(db, campaign_id, 1)
     shard_zero = counter_shards_collection(db, campaign_id).document("0")
     shard_zero.set({"claimed": 0})
     holder = db.transaction()
     holder._begin()
     shard_zero.get(transaction=holder)
     try:
-        status = send(usage_client, claimed_event(campaign_id, 1))
+        status = send(usage_client, event)
     finally:
         holder._rollback()
 
     assert status == 500  # not acknowledged: Pub/Sub redelivers it
-    assert send(usage_client, claimed_event(campaign_id, 1)) == 200
+    assert send(usage_client, event) == 200
     assert counters().totals(campaign_id).claimed == 1
 
 
@@ -239,7 +264,7 @@ def test_a_claim_never_waits_on_a_publish_past_its_own_deadline(
     settings = get_settings().model_copy(update={"claim_deadline_seconds": 1.0})
     stalled = Services(settings, db=db, publisher=StalledPublisher())
     client = router_client(claim_routes.router, stalled)
-    claim_id = claim_id_for("patient", 0)
+    claim_id = claim_id_for(user_key("patient"), 0)
     outbox = outbox_collection(db).document(f"claimed.{campaign_id}.{claim_id}")
     cleanup.append(outbox.delete)
 
@@ -377,3 +402,119 @@ def test_the_reconcile_command_reports_then_repairs(
     assert again == 0
     assert unknown == 2
     assert counters().totals(campaign_id).claimed == 0
+
+
+def test_forged_claim_events_are_acknowledged_and_never_counted(
+    db: firestore.Client,
+    usage_client: FlaskClient,
+    claim_client: FlaskClient,
+    make_campaign: MakeCampaign,
+    pump_events: Pump,
+) -> None:
+    """Finding 4: twenty well-formed events for claims that do not exist once made `remaining`
+    0 with codes left, announced campaign.sold_out and let shoppers past the waiting room."""
+    campaign_id = make_campaign(codes=20, low_stock_threshold=5)
+    forged = [
+        events.CouponClaimed(
+            event_id=f"claimed.{campaign_id}.ghost-{n}",
+            campaign_id=campaign_id,
+            occurred_at=utcnow(),
+            coupon_id=f"coupon-{n}",
+            user_id=f"ghost-{n}",
+            claim_id=f"ghost-{n}",
+        )
+        for n in range(20)
+    ]
+    [real] = claimed_events(db, campaign_id, 1)
+    twisted = [
+        real.model_copy(update={"event_id": f"{real.event_id}-again"}),  # a second id, one claim
+        real.model_copy(update={"user_id": "someone-else"}),
+        real.model_copy(update={"coupon_id": "another-coupon"}),
+        real.model_copy(update={"campaign_id": make_campaign()}),  # another campaign's claim
+    ]
+
+    statuses = [send(usage_client, event) for event in [*forged, *twisted]]
+
+    assert set(statuses) == {200}  # acknowledged: redelivering them could never help
+    assert counters().totals(campaign_id).claimed == 0
+    assert send(usage_client, real) == 200
+    assert counters().totals(campaign_id).claimed == 1
+    public = claim_client.get(f"/v1/campaigns/{campaign_id}").get_json()
+    assert public["remaining"] == 19  # 20 codes, one true claim counted (the forged: 0 left)
+    announced = [e["type"] for e in pump_events() if e["campaign_id"] == campaign_id]
+    assert "campaign.sold_out" not in announced
+    assert "campaign.low_stock" not in announced
+
+
+def test_forged_import_events_are_acknowledged_and_never_counted(
+    db: firestore.Client,
+    usage_client: FlaskClient,
+    make_campaign: MakeCampaign,
+    cleanup: list[Callable[[], object]],
+) -> None:
+    campaign_id = make_campaign()
+    now = utcnow()
+    finished = JobRecord(
+        job_id=f"imp-forgery-{uuid.uuid4().hex[:8]}",
+        kind=JobKind.IMPORT,
+        campaign_id=campaign_id,
+        state=JobState.DONE,
+        imported=7,
+        rows_read=7,
+        created_at=now,
+        updated_at=now,
+        finished_at=now,
+    )
+    running = finished.model_copy(
+        update={"job_id": f"{finished.job_id}-running", "state": JobState.RUNNING}
+    )
+    for job in (finished, running):
+        job_store.create_job(db, job=job)
+        cleanup.append(job_store.job_ref(db, job.job_id).delete)
+    true_event = codes_imported(finished, now=now)
+    forged = [
+        true_event.model_copy(update={"count": 7_000}),
+        true_event.model_copy(update={"event_id": f"{true_event.event_id}-again"}),
+        codes_imported(running, now=now),
+        true_event.model_copy(update={"job_id": "imp-no-such-job", "event_id": "imported.x"}),
+    ]
+
+    statuses = [send(usage_client, event) for event in forged]
+
+    assert set(statuses) == {200}
+    assert counters().totals(campaign_id).imported == 0
+    assert send(usage_client, true_event) == 200
+    assert counters().totals(campaign_id).imported == 7
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("occurred_at", "0001-01-01T00:00:00+14:00"),
+        ("occurred_at", "9999-12-31T23:59:59-14:00"),
+        ("occurred_at", 1_700_000_000),
+        ("count", 1e20),
+        ("count", 10**20),
+        ("count", "5"),
+        ("count", True),
+    ],
+)
+def test_events_with_impossible_values_are_acknowledged_not_retried(
+    usage_client: FlaskClient, make_campaign: MakeCampaign, field: str, value: object
+) -> None:
+    """Finding 5: such events once failed with 500, so Pub/Sub retried them for ever."""
+    campaign_id = make_campaign()
+    event = {
+        "event_id": "imported.imp-x",
+        "type": "codes.imported",
+        "campaign_id": campaign_id,
+        "occurred_at": "2026-11-21T10:00:00Z",
+        "count": 5,
+        "job_id": "imp-x",
+        field: value,
+    }
+
+    status = deliver(usage_client, published_event(json.dumps(event).encode()))
+
+    assert status == 200
+    assert counters().totals(campaign_id).imported == 0

@@ -3,12 +3,19 @@ refused tickets, sold out at the next poll, and the public status."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from flask.testing import FlaskClient
+from google.cloud import firestore
 
+from shared.campaigns import store as campaign_store
 from shared.container import instance_services
+from shared.errors import WaitingRoom
+from shared.settings import get_settings
 from shared.usage import service as usage_service
-from shared.waiting_room.admission import Ticket
+from shared.waiting_room.admission import InvalidTicket, Ticket
+from shared.waiting_room.service import WaitingRoomService
 from tests.support.api import ADMIN, auth, function_client
 from tests.support.stack import MakeCampaign, Pump
 
@@ -66,7 +73,12 @@ def test_the_browser_cookie_keeps_the_place_without_any_header(
 
     again = claim(claim_client, campaign_id, "cookie-shopper")
 
-    assert again.get_json()["ticket"] == ticket
+    # Re-signed (its life slides with the polls) but for the same place in line.
+    signer = instance_services().room.signer
+    kept = signer.verify(
+        again.get_json()["ticket"], campaign_id=campaign_id, user_id="cookie-shopper"
+    )
+    assert kept == signer.verify(ticket, campaign_id=campaign_id, user_id="cookie-shopper")
 
 
 def test_refreshing_keeps_the_original_place(
@@ -79,7 +91,6 @@ def test_refreshing_keeps_the_original_place(
     again = claim(claim_client, campaign_id, "patient", ticket)
 
     assert again.status_code == 429
-    assert again.get_json()["ticket"] == ticket  # same first-attempt time, same place
     signer = instance_services().room.signer
     kept = signer.verify(again.get_json()["ticket"], campaign_id=campaign_id, user_id="patient")
     original = signer.verify(ticket, campaign_id=campaign_id, user_id="patient")
@@ -90,9 +101,10 @@ def test_a_ticket_older_than_the_threshold_is_admitted(
     claim_client: FlaskClient, make_campaign: MakeCampaign
 ) -> None:
     campaign_id = make_campaign(codes=50, waiting_room_enabled=True, admissions_per_second=50)
-    # A shopper who has been waiting since long before anyone else.
+    # A shopper who has been waiting since long before anyone else (an hour: tickets are
+    # re-signed at every poll, so that is a valid place in line).
     ticket = instance_services().room.signer.issue(
-        Ticket(campaign_id, "veteran", first_attempt=1.0)
+        Ticket(campaign_id, "veteran", first_attempt=time.time() - 3600)
     )
 
     response = claim(claim_client, campaign_id, "veteran", ticket)
@@ -164,3 +176,34 @@ def test_the_room_is_managed_through_the_admin_api(
         f"/v1/campaigns/{campaign_id}", json={"admissions_per_second": 0}, headers=ADMIN
     )
     assert bad.status_code == 400
+
+
+def test_a_shopper_waiting_longer_than_a_ticket_life_keeps_their_place(
+    db: firestore.Client, make_campaign: MakeCampaign
+) -> None:
+    """Finding 11: a shopper waiting more than the ticket's hour once lost their place. Every
+    poll re-signs the ticket with its first attempt (sliding), up to the longest wait."""
+    campaign_id = make_campaign(codes=50, waiting_room_enabled=True, admissions_per_second=1e-6)
+    campaign = campaign_store.get_campaign(db, campaign_id=campaign_id)
+    settings = get_settings()
+    clock = [time.time()]
+    room = WaitingRoomService(db=db, settings=settings, clock=lambda: clock[0])
+    room.admit(campaign=campaign, user_id="first", ticket_token=None, remaining=50)
+    with pytest.raises(WaitingRoom) as queued:
+        room.admit(campaign=campaign, user_id="patient", ticket_token=None, remaining=50)
+    first_ticket = queued.value.details["ticket"]
+    place = room.signer.verify(first_ticket, campaign_id=campaign_id, user_id="patient")
+
+    ticket = first_ticket
+    for _ in range(4):  # polls 50 minutes apart: over three hours in line
+        clock[0] += 3000
+        with pytest.raises(WaitingRoom) as still:
+            room.admit(campaign=campaign, user_id="patient", ticket_token=ticket, remaining=50)
+        ticket = still.value.details["ticket"]
+
+    assert room.signer.verify(ticket, campaign_id=campaign_id, user_id="patient") == place
+    with pytest.raises(InvalidTicket, match="expired"):  # a ticket never re-signed expires
+        room.signer.verify(first_ticket, campaign_id=campaign_id, user_id="patient")
+    clock[0] = place.first_attempt + settings.ticket_max_wait_seconds + 1
+    with pytest.raises(InvalidTicket, match="expired"):  # no place is kept for ever
+        room.admit(campaign=campaign, user_id="patient", ticket_token=ticket, remaining=50)

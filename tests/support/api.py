@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 from typing import Any
 
 import flask
@@ -11,12 +13,23 @@ from emulator.tokens import emulator_id_token
 from tests.support.stack import PROJECT
 
 
-def auth(user_id: str, *, admin: bool = False, **kwargs: Any) -> dict[str, str]:
+def auth(
+    user_id: str, *, admin: bool = False, claims: dict[str, Any] | None = None, **kwargs: Any
+) -> dict[str, str]:
+    """An Authorization header; `claims` adds custom claims (e.g. {"redeemer": True})."""
     token = emulator_id_token(user_id, project=PROJECT, admin=admin, **kwargs)
+    if claims:
+        header, payload, signature = token.split(".")
+        decoded = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        raw = json.dumps({**decoded, **claims}, separators=(",", ":")).encode()
+        payload = base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+        token = f"{header}.{payload}.{signature}"
     return {"Authorization": f"Bearer {token}"}
 
 
 ADMIN = auth("operator-1", admin=True)
+# A shop's checkout: may look codes up and redeem them, nothing else.
+REDEEMER = auth("checkout-1", claims={"redeemer": True})
 
 
 def router_client(router: Any, services: Any) -> FlaskClient:

@@ -124,6 +124,7 @@ def test_the_table_is_every_entry_point_of_main_with_its_signature() -> None:
         "sweep",
         "import_codes",
         "count_usage",
+        "deliver_webhooks",
     }
     for spec in functions.FUNCTIONS:
         assert DEFINED[spec.entry_point] == spec.trigger.signature, spec.name
@@ -446,6 +447,7 @@ def test_every_function_in_the_table_gets_its_trigger(spec: functions.FunctionSp
         ],
         # Retried by its push subscription's policy (resources.py), not by Eventarc.
         "count-usage": ["--trigger-http", "--no-allow-unauthenticated"],
+        "deliver-webhooks": ["--trigger-http", "--no-allow-unauthenticated"],
     }
     trigger_args = [a for a in command if a.startswith(("--trigger", "--allow", "--no-allow"))]
     trigger_args += [a for a in command if a == "--retry"]

@@ -117,12 +117,28 @@ def test_every_command_of_the_plan_fails_at_authentication_never_at_parsing(
     assert not wrong, "\n".join(wrong)
 
 
-def test_every_line_is_one_gcloud_call_but_the_rules_release(plan: list[str]) -> None:
+def test_every_line_is_one_gcloud_call_but_rest_calls_gcloud_cannot_make(
+    plan: list[str],
+) -> None:
+    """The rules release, and the collection-group single-field indexes (gcloud's `fields
+    update --index` only makes collection-scoped ones): REST calls with gcloud's token."""
     others = [line for line in plan if not line.startswith("gcloud ")]
-    assert len(others) == 1
-    assert others[0].startswith("TOKEN=$(gcloud auth print-access-token")
-    assert "firebaserules.googleapis.com" in others[0]
-    assert "firestore.rules" in others[0]
+    assert all(line.startswith("TOKEN=$(gcloud auth print-access-token") for line in others)
+    (rules,) = [line for line in others if "firebaserules.googleapis.com" in line]
+    assert "firestore.rules" in rules
+    config = json.loads((REPO / "firestore.indexes.json").read_text())
+    enabled = [o for o in config["fieldOverrides"] if o["indexes"]]
+    fields = [line for line in others if "firestore.googleapis.com" in line]
+    assert len(fields) == len(enabled) == len(others) - 1
+    for override in enabled:
+        (line,) = [
+            f
+            for f in fields
+            if f"/collectionGroups/{override['collectionGroup']}/fields/{override['fieldPath']}?"
+            in f
+        ]
+        assert '"queryScope":"COLLECTION_GROUP"' in line
+        assert '"order":"ASCENDING"' in line
 
 
 def test_the_plan_creates_every_index_and_exemption(plan: list[str]) -> None:
@@ -139,7 +155,7 @@ def test_the_plan_creates_every_index_and_exemption(plan: list[str]) -> None:
             and all(field in line for field in fields)
             for line in composites
         ), index
-    for override in config["fieldOverrides"]:
+    for override in (o for o in config["fieldOverrides"] if not o["indexes"]):
         expected = (
             f"gcloud firestore indexes fields update {override['fieldPath']}"
             f" --collection-group={override['collectionGroup']} --disable-indexes"
@@ -150,6 +166,17 @@ def test_the_plan_creates_every_index_and_exemption(plan: list[str]) -> None:
 def _line(plan: list[str], start: str) -> list[str]:
     (line,) = [line for line in plan if line.startswith(start)]
     return shlex.split(line)
+
+
+def test_webhook_deliveries_have_their_own_push_subscription(plan: list[str]) -> None:
+    create = _line(plan, "gcloud pubsub subscriptions create coupon-events-deliver-webhooks ")
+    url = f"https://europe-west1-{PROJECT}.cloudfunctions.net/deliver-webhooks"
+    for flag in (
+        f"--push-endpoint={url}",
+        "--dead-letter-topic=coupon-events-dead-letter",
+        "--max-delivery-attempts=5",
+    ):
+        assert flag in create
 
 
 def test_the_push_subscription_retries_with_backoff_and_dead_letters(plan: list[str]) -> None:
@@ -196,16 +223,48 @@ def test_each_caller_can_pass_the_iam_set_for_it(plan: list[str]) -> None:
     for name in ("claim_api", "admin_api"):
         assert "--allow-unauthenticated" in deploys[name]
     # The private ones admit only the invoker that Scheduler, Pub/Sub and Eventarc sign as.
-    for name in ("sweep", "count_usage"):
+    for name in ("sweep", "count_usage", "deliver_webhooks"):
         assert "--no-allow-unauthenticated" in deploys[name]
     invoked = {line.split()[3] for line in plan if " add-invoker-policy-binding " in line}
-    assert invoked == {"sweep", "count-usage", "import-codes"}
+    assert invoked == {"sweep", "count-usage", "import-codes", "deliver-webhooks"}
     for spec in functions.FUNCTIONS:
         command = deploys[spec.name]
         assert (
             f"--run-service-account=codedrop-{spec.account}@{PROJECT}.iam.gserviceaccount.com"
             in command
         )
-        assert "--set-secrets=CODEDROP_TICKET_SECRET=codedrop-ticket-secret:latest" in command
+        (secrets,) = [arg for arg in command if arg.startswith("--set-secrets=")]
+        expected = ["CODEDROP_TICKET_SECRET=codedrop-ticket-secret:latest"]
+        if spec.name == "admin_api":  # it verifies Shopify's order webhooks
+            expected.append(
+                "CODEDROP_SHOPIFY_WEBHOOK_SECRET=codedrop-shopify-webhook-secret:latest"
+            )
+        if spec.name in ("admin_api", "deliver_webhooks", "sweep"):  # businesses' webhooks
+            expected.append("CODEDROP_WEBHOOK_KEY=codedrop-webhook-key:latest")
+        assert secrets == "--set-secrets=" + ",".join(expected)
         for flag in ("--memory=", "--cpu=", "--timeout=", "--concurrency=", "--min-instances="):
             assert any(arg.startswith(flag) for arg in command), (spec.name, flag)
+
+
+def test_every_secret_a_function_reads_exists_with_a_value_before_the_functions(
+    plan: list[str],
+) -> None:
+    first_deploy = next(i for i, line in enumerate(plan) if " functions deploy " in line)
+    for name in (
+        "codedrop-ticket-secret",
+        "codedrop-shopify-webhook-secret",
+        "codedrop-webhook-key",
+    ):
+        create = plan.index(
+            next(line for line in plan if line.startswith(f"gcloud secrets create {name} "))
+        )
+        value = plan.index(
+            next(line for line in plan if line.startswith(f"gcloud secrets versions add {name} "))
+        )
+        assert create < value < first_deploy
+    admin = f"codedrop-admin-api@{PROJECT}.iam.gserviceaccount.com"
+    assert any(
+        line.startswith("gcloud secrets add-iam-policy-binding codedrop-shopify-webhook-secret ")
+        and admin in line
+        for line in plan
+    )

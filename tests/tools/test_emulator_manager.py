@@ -20,12 +20,14 @@ from emulator import (
     EmulatorStack,
     EmulatorUnavailable,
     RunningEmulator,
+    check_auth_prerequisites,
     check_prerequisites,
     free_port,
     manager,
     processes,
     reset_firestore,
     reset_pubsub,
+    start_auth,
     start_firestore,
     start_pubsub,
     start_storage,
@@ -270,6 +272,33 @@ def test_missing_java_names_the_install_command(
     ):
         with pytest.raises(EmulatorUnavailable, match="apt-get install openjdk-17-jre-headless"):
             start()
+
+
+def test_missing_node_names_the_install_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(EmulatorUnavailable, match=r"needs Node\.js.*nodejs\.org"):
+        start_auth(port=free_port(), project=PROJECT, log_dir=tmp_path)
+
+
+def test_old_node_is_refused_with_its_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = tmp_path / "node"
+    node.write_text("#!/bin/sh\necho v18.19.1\n")
+    node.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(EmulatorUnavailable, match=r"20 or newer.*v18\.19\.1"):
+        check_auth_prerequisites()
+
+
+def test_missing_firebase_tools_names_npm_ci(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(manager, "FIREBASE_CLI", tmp_path / "firebase")
+    with pytest.raises(EmulatorUnavailable, match="npm ci --omit=optional"):
+        check_auth_prerequisites()
 
 
 def test_cli_check_exits_1_with_the_hint(

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,9 +11,11 @@ import pytest
 from emulator import RunningEmulator, free_port
 from emulator import start_pubsub as start_pubsub_emulator
 from scripts.localstack import config, functions, resources
+from tests.support.processes import run_module
 
 REPO = Path(__file__).resolve().parents[2]
-# Cold start is about 5 s on two cores; the rest is headroom for a loaded CI machine.
+# Cold start is about 5 s on two cores plus 10-30 s for the Auth emulator; the rest is headroom
+# for a loaded CI machine.
 CHECK_TIMEOUT = 240
 
 
@@ -58,35 +57,29 @@ def test_check_starts_everything_claims_once_and_stops(tmp_path: Path) -> None:
     env["CODEDROP_CLAIM_API_THREADS"] = "4"
     log_dir = tmp_path / "logs"
 
-    process = subprocess.Popen(
-        [sys.executable, "-m", "scripts.localstack", "--check", "--log-dir", str(log_dir)],
-        cwd=REPO,
+    finished = run_module(
+        "scripts.localstack",
+        ["--check", "--log-dir", str(log_dir)],
         env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        timeout=CHECK_TIMEOUT,
     )
-    try:
-        stdout, stderr = process.communicate(timeout=CHECK_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        # SIGTERM lets it stop its children (they live in process groups of their own).
-        process.send_signal(signal.SIGTERM)
-        stdout, stderr = process.communicate(timeout=60)
-        pytest.fail(f"--check did not finish in {CHECK_TIMEOUT} s\n{stdout}\n{stderr}")
+    stdout, stderr = finished.stdout, finished.stderr
 
     diagnostics = (
-        f"exit code {process.returncode}\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n"
+        f"exit code {finished.returncode}\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n"
         f"--- local_stack.log\n{_read(log_dir / 'local_stack.log')}"
     )
-    assert process.returncode == 0, diagnostics
+    assert finished.returncode == 0, diagnostics
     lines = stdout.splitlines()
     assert config.READY_LINE in lines, diagnostics
     assert any(line.startswith("check: claim answered 201 with code ") for line in lines), (
         diagnostics
     )
+    assert "check: development App Check tokens are served" in lines, diagnostics
     assert "local stack check passed" in lines, diagnostics
-    for name in ("firestore", "pubsub", "storage", "claim_api", "admin_api", "local_stack"):
+    page = f"http://127.0.0.1:{env['CODEDROP_WEB_PORT']}/?campaign=demo"
+    assert page in [line.strip() for line in lines], diagnostics
+    for name in ("firestore", "pubsub", "storage", "auth", "claim_api", "admin_api", "local_stack"):
         assert (log_dir / f"{name}.log").is_file(), name
 
 
@@ -127,11 +120,15 @@ def test_every_port_has_its_own_variable_and_default() -> None:
         "CODEDROP_FIRESTORE_PORT": 8080,
         "CODEDROP_PUBSUB_PORT": 8085,
         "CODEDROP_STORAGE_PORT": 9199,
+        "CODEDROP_AUTH_PORT": 9099,
+        "CODEDROP_APP_CHECK_PORT": 9098,
         "CODEDROP_CLAIM_API_PORT": 8001,
         "CODEDROP_ADMIN_API_PORT": 8002,
         "CODEDROP_COUNT_USAGE_PORT": 8003,
         "CODEDROP_IMPORT_CODES_PORT": 8004,
+        "CODEDROP_DELIVER_WEBHOOKS_PORT": 8005,
         "CODEDROP_SWEEP_PORT": 8006,
+        "CODEDROP_WEB_PORT": 3000,
     }
     for function in config.FUNCTIONS:
         assert function.port_key in {port.key for port in config.PORTS}
@@ -196,3 +193,45 @@ def test_count_usage_gets_a_push_subscription_with_retries_and_dead_letters(
     assert push.dead_letter_policy.max_delivery_attempts == 5
     assert dead_letters.topic == dead_letter_topic
     assert not dead_letters.push_config.push_endpoint
+
+
+@pytest.mark.emulator
+def test_deliver_webhooks_gets_a_push_subscription_of_its_own(
+    pubsub_emulator: RunningEmulator, tmp_path: Path
+) -> None:
+    """A slow business endpoint must never hold back count_usage: separate subscriptions, and
+    time to drain an endpoint before the message is acknowledged."""
+    from google.cloud.pubsub_v1 import SubscriberClient
+
+    stack_config = config.Config(
+        project="demo-local-stack",
+        ports={port.key: port.default for port in config.PORTS},
+        log_dir=tmp_path,
+        bucket="codedrop-imports",
+        topic="coupon-events",
+        cors_origins="",
+        timeout=30,
+        demo=False,
+        check=False,
+    )
+    created = resources.create_pubsub_resources(
+        stack_config,
+        count_usage_url="http://127.0.0.1:18003",
+        deliver_webhooks_url="http://127.0.0.1:18005",
+    )
+
+    assert "subscription deliver-webhooks-push" in created
+    assert "subscription count-usage-push" in created
+    project = "projects/demo-local-stack"
+    with SubscriberClient() as subscriber:
+        push = subscriber.get_subscription(
+            subscription=f"{project}/subscriptions/deliver-webhooks-push"
+        )
+    assert push.topic == f"{project}/topics/coupon-events"
+    assert push.push_config.push_endpoint == "http://127.0.0.1:18005/"
+    assert push.ack_deadline_seconds == 60
+    assert push.retry_policy.minimum_backoff.total_seconds() == 5
+    assert push.retry_policy.maximum_backoff.total_seconds() == 300
+    dead_letters = push.dead_letter_policy
+    assert dead_letters.dead_letter_topic == f"{project}/topics/coupon-events-dead-letter"
+    assert dead_letters.max_delivery_attempts == 5

@@ -24,7 +24,7 @@ from shared.assignments.supply import CandidateSupply
 from shared.claims.identity import IdentityKind, identity_key
 from shared.claims.models import ClaimRecord
 from shared.coupons.store import Candidate
-from shared.intake.csv_rows import InvalidRow, NotUtf8Error
+from shared.intake.csv_rows import InvalidRow
 
 READ_AT = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -104,12 +104,19 @@ def test_a_phone_number_is_written_back_in_e164_and_keyed_like_the_token_claim()
     assert row.key == identity_key(IdentityKind.PHONE, "+442079460958")
 
 
-def test_non_utf8_stops_at_its_line_after_the_rows_before() -> None:
-    reader = read(b"recipient\na@x.example\n\xff@x.example\n")
-    seen: list[RecipientRow | InvalidRow] = []
-    with pytest.raises(NotUtf8Error, match="line 3"):
-        seen.extend(reader)
-    assert [r.line for r in seen] == [2]
+def test_a_bad_line_is_an_invalid_row_and_the_lines_after_it_are_read() -> None:
+    rows = list(read(b'recipient\na@x.example\n\xff@x.example\n"b@x.example\nc@x.example\n'))
+
+    assert [(r.line, type(r).__name__) for r in rows] == [
+        (2, "RecipientRow"),
+        (3, "InvalidRow"),
+        (4, "InvalidRow"),
+        (5, "RecipientRow"),
+    ]
+    assert isinstance(rows[1], InvalidRow)
+    assert "UTF-8" in rows[1].reason
+    assert isinstance(rows[2], InvalidRow)
+    assert "quote" in rows[2].reason
 
 
 def test_result_cells_are_safe_in_a_spreadsheet_but_phone_numbers_keep_their_plus() -> None:

@@ -10,7 +10,6 @@ from shared.intake.csv_rows import (
     MAX_CODE_LENGTH,
     CodeRow,
     InvalidRow,
-    NotUtf8Error,
     invalid_reason,
     parse_rows,
     report_value,
@@ -52,9 +51,12 @@ def test_invalid_rows_keep_their_line_numbers() -> None:
     ]
 
 
-def test_a_quoted_field_spanning_lines_reports_its_first_line() -> None:
+def test_a_quoted_field_never_spans_lines_and_costs_only_its_own_lines() -> None:
+    # A code cannot hold a line break, so both halves are invalid rows; the next row is read.
+    unterminated = "unterminated quote (a quoted field must end on its line)"
     assert rows('code\n"MULTI\nLINE"\nNEXT\n') == [
-        InvalidRow(2, "whitespace inside the code", "MULTI\\nLINE"),
+        InvalidRow(2, unterminated, '"MULTI'),
+        InvalidRow(3, unterminated, 'LINE"'),
         CodeRow(4, "NEXT"),
     ]
 
@@ -75,13 +77,13 @@ def test_formula_like_codes_are_kept_as_text_but_escaped_for_spreadsheets() -> N
     assert spreadsheet_safe("SAFE-1") == "SAFE-1"
 
 
-def test_non_utf8_stops_at_the_broken_line_after_handing_on_the_rows_before() -> None:
-    seen: list[CodeRow | InvalidRow] = []
-
-    with pytest.raises(NotUtf8Error, match="line 3"):
-        seen.extend(parse_rows(io.BytesIO(b"A1\nA2\nCaf\xe9\nA4\n")))
-
-    assert seen == [CodeRow(1, "A1"), CodeRow(2, "A2")]
+def test_a_non_utf8_line_is_an_invalid_row_and_the_rows_after_it_are_read() -> None:
+    assert rows(b"A1\nA2\nCaf\xe9\nA4\n") == [
+        CodeRow(1, "A1"),
+        CodeRow(2, "A2"),
+        InvalidRow(3, "not valid UTF-8; save the file as UTF-8"),
+        CodeRow(4, "A4"),
+    ]
 
 
 def test_report_values_are_shortened_and_spell_out_invisible_characters() -> None:

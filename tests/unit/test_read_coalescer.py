@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from shared.claims.batched_reads import ReadCoalescer
+from shared.gcp.batched_reads import ReadCoalescer
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ def test_production_project_without_emulators_is_fine(monkeypatch: pytest.Monkey
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "acme-prod")
     monkeypatch.setenv("CODEDROP_TICKET_SECRET", "s" * 40)
     monkeypatch.delenv("FIREBASE_AUTH_EMULATOR_HOST", raising=False)
+    monkeypatch.delenv("CODEDROP_APP_CHECK_JWKS_URL", raising=False)
 
     assert not Settings().is_local
 
@@ -37,10 +38,41 @@ def test_production_needs_a_real_ticket_secret(
 ) -> None:
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "acme-prod")
     monkeypatch.delenv("FIREBASE_AUTH_EMULATOR_HOST", raising=False)
+    monkeypatch.delenv("CODEDROP_APP_CHECK_JWKS_URL", raising=False)
     if secret is None:
         monkeypatch.delenv("CODEDROP_TICKET_SECRET", raising=False)
     else:
         monkeypatch.setenv("CODEDROP_TICKET_SECRET", secret)
+
+    with pytest.raises(ValidationError, match=message):
+        Settings()
+
+
+def test_development_app_check_keys_are_refused_outside_demo_projects(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "acme-prod")
+    monkeypatch.setenv("CODEDROP_TICKET_SECRET", "s" * 40)
+    monkeypatch.delenv("FIREBASE_AUTH_EMULATOR_HOST", raising=False)
+    monkeypatch.setenv("CODEDROP_APP_CHECK_JWKS_URL", "http://127.0.0.1:8123/jwks.json")
+
+    with pytest.raises(ValidationError, match="demo-"):
+        Settings()
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("CODEDROP_APP_CHECK_CONSUME_TOKENS", "true", "cannot consume"),
+        ("CODEDROP_APP_CHECK_JWKS_URL", "file:///tmp/jwks.json", "https?://"),
+    ],
+)
+def test_development_app_check_keys_are_served_over_http_and_never_consumed(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, message: str
+) -> None:
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "demo-anything")
+    monkeypatch.setenv("CODEDROP_APP_CHECK_JWKS_URL", "http://127.0.0.1:8123/jwks.json")
+    monkeypatch.setenv(name, value)
 
     with pytest.raises(ValidationError, match=message):
         Settings()
@@ -72,3 +104,21 @@ def test_invalid_values_fail_at_start(
 
     with pytest.raises(ValidationError):
         Settings()
+
+
+@pytest.mark.parametrize(
+    "origins", ["null", "https://shop.example/landing", "shop.example", "https://a.example,null"]
+)
+def test_cors_origins_must_be_origins(monkeypatch: pytest.MonkeyPatch, origins: str) -> None:
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "demo-anything")
+    monkeypatch.setenv("CODEDROP_CORS_ORIGINS", origins)
+
+    with pytest.raises(ValidationError, match="CODEDROP_CORS_ORIGINS"):
+        Settings()
+
+
+def test_a_wildcard_origin_is_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "demo-anything")
+    monkeypatch.setenv("CODEDROP_CORS_ORIGINS", "*")
+
+    assert Settings().cors_origins == ("*",)

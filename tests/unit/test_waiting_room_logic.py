@@ -6,9 +6,13 @@ import pytest
 
 from shared.waiting_room.admission import AdmissionController, InvalidTicket, Ticket, TicketSigner
 
+NOW = 10_000.0  # the virtual clock's time
 
-def signer(max_age: int = 600) -> TicketSigner:
-    return TicketSigner(secret="k" * 40, max_age_seconds=max_age)
+
+def signer(max_age: int = 600, *, now: float = NOW, max_wait: int = 86_400) -> TicketSigner:
+    return TicketSigner(
+        secret="k" * 40, max_age_seconds=max_age, max_wait_seconds=max_wait, clock=lambda: now
+    )
 
 
 def test_a_ticket_round_trips_and_keeps_its_first_attempt() -> None:
@@ -32,7 +36,7 @@ def test_a_borrowed_ticket_is_refused(campaign: str, user: str, message: str) ->
 
 def test_a_forged_ticket_is_refused() -> None:
     token = signer().issue(Ticket("sale", "ann", first_attempt=5000.0))
-    forged = TicketSigner(secret="x" * 40, max_age_seconds=600).issue(Ticket("sale", "ann", 0.0))
+    forged = TicketSigner(secret="x" * 40, max_age_seconds=600).issue(Ticket("sale", "ann", NOW))
 
     with pytest.raises(InvalidTicket, match="forged"):
         signer().verify(forged, campaign_id="sale", user_id="ann")
@@ -87,3 +91,32 @@ def test_the_wait_estimate_counts_the_shoppers_ahead() -> None:
     estimate = room.estimated_wait(0.49)
 
     assert 8 <= estimate <= 10  # ~45-49 shoppers ahead at 5 a second
+
+
+def test_a_ticket_re_signed_at_each_poll_outlives_its_signature_life() -> None:
+    """Finding 11: a shopper polling for longer than a ticket's life keeps their place."""
+    clock = [NOW]
+    room_signer = TicketSigner(
+        secret="k" * 40, max_age_seconds=3600, max_wait_seconds=86_400, clock=lambda: clock[0]
+    )
+    first = room_signer.issue(Ticket("sale", "ann", first_attempt=NOW))
+    token = first
+    for _ in range(5):  # five polls 50 minutes apart: over four hours in line
+        clock[0] += 3000
+        ticket = room_signer.verify(token, campaign_id="sale", user_id="ann")
+        token = room_signer.issue(ticket)  # what the waiting room answers at every poll
+
+    assert room_signer.verify(token, campaign_id="sale", user_id="ann").first_attempt == NOW
+    with pytest.raises(InvalidTicket, match="expired"):
+        room_signer.verify(first, campaign_id="sale", user_id="ann")  # never re-signed
+
+
+def test_no_ticket_keeps_a_place_past_the_longest_wait() -> None:
+    token = signer(now=NOW, max_wait=86_400).issue(Ticket("sale", "ann", first_attempt=NOW))
+
+    # Re-signed a moment ago, but its first attempt is more than a day old.
+    later = signer(now=NOW + 86_401, max_wait=86_400)
+    resigned = later.issue(Ticket("sale", "ann", NOW))
+    with pytest.raises(InvalidTicket, match="expired"):
+        later.verify(resigned, campaign_id="sale", user_id="ann")
+    assert signer().verify(token, campaign_id="sale", user_id="ann").first_attempt == NOW

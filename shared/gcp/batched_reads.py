@@ -1,5 +1,6 @@
 """Concurrent reads by reference share one batched read.
 
+Used by the claim engine and by count_usage (which checks each event against its claim or job).
 At the end of a sale thousands of shoppers hear SOLD_OUT, and each answer needs the campaign and
 the shopper's own claim slot. One `get_all` per shopper costs a round trip and ~2 ms of CPU each;
 here the requests that arrive while a read is in flight are served together by the next read,

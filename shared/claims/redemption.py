@@ -1,0 +1,186 @@
+"""Redemption: a shop's checkout validates a code and redeems it for an order, at most once.
+
+A redemption is one atomic batch: the coupon becomes `redeemed` (guarded by the update time it
+was read with), the shopper's claim slot says so too, and `coupon.redeemed` is staged in the
+outbox. A release or another order's redemption committing first makes the precondition fail;
+the coupon is then read again and the answer follows from what it has become: redeemed by this
+order (200, idempotent), by another (409 CODE_ALREADY_REDEEMED), or free again (409
+CODE_NOT_CLAIMED). A hold past its expiry that the sweep has not released yet is still the
+shopper's and may be redeemed: nobody else can have the code until it is released.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from google.api_core import exceptions as gexc
+from google.cloud import firestore
+
+from shared.claims.models import (
+    ClaimState,
+    CodeStatus,
+    OrderCodeResult,
+    OrderRedemptions,
+    RedemptionPublic,
+    ShopifyOrder,
+)
+from shared.coupons.store import (
+    EXPIRES_BUCKET,
+    CouponState,
+    campaigns_with_code,
+    coupon_id_for,
+    coupon_state,
+)
+from shared.errors import CodeAlreadyRedeemed, CodeNotClaimed, CodeNotFound, Contended
+from shared.events.bus import EventBus
+from shared.events.models import CouponRedeemed, redeemed_event_id
+from shared.gcp.firestore import Snapshot, claims_collection, coupons_collection
+
+log = logging.getLogger(__name__)
+
+MAX_ROUNDS = 8
+TRANSIENT = (gexc.Aborted, gexc.DeadlineExceeded, gexc.ServiceUnavailable)
+
+
+@dataclass(frozen=True, slots=True)
+class RedemptionOutcome:
+    redemption: RedemptionPublic
+    created: bool  # False: this order had redeemed the code already
+
+
+class RedemptionService:
+    def __init__(
+        self, *, db: firestore.Client, bus: EventBus, clock: Callable[[], datetime]
+    ) -> None:
+        self._db = db
+        self._bus = bus
+        self._clock = clock
+
+    def _coupon(self, campaign_id: str, code: str) -> Snapshot:
+        ref = coupons_collection(self._db, campaign_id).document(coupon_id_for(code))
+        snapshot = ref.get()
+        data = snapshot.to_dict() or {}
+        # The id is a hash of the code: compare the code itself before answering about it.
+        if not snapshot.exists or data.get("code") != code:
+            raise CodeNotFound(f"Campaign {campaign_id!r} has no code {code!r}.")
+        return snapshot
+
+    def status(self, *, campaign_id: str, code: str) -> CodeStatus:
+        data = self._coupon(campaign_id, code).to_dict() or {}
+        state = coupon_state(data)
+        assigned = state is not CouponState.AVAILABLE
+        return CodeStatus(
+            code=code,
+            state=state.value,
+            user_id=data.get("assigned_to") if assigned else None,
+            claimed_at=data.get("assigned_at") if assigned else None,
+            expires_at=data.get("expires_at") if state is CouponState.HELD else None,
+            redeemed_at=data.get("redeemed_at"),
+            order_id=data.get("order_id"),
+        )
+
+    def redeem(self, *, campaign_id: str, code: str, order_id: str) -> RedemptionOutcome:
+        for _ in range(MAX_ROUNDS):
+            snapshot = self._coupon(campaign_id, code)
+            data = snapshot.to_dict() or {}
+            state = coupon_state(data)
+            if state is CouponState.REDEEMED:
+                if data.get("order_id") != order_id:
+                    raise CodeAlreadyRedeemed(f"Code {code!r} was redeemed by another order.")
+                return RedemptionOutcome(
+                    redemption=RedemptionPublic(
+                        code=code,
+                        order_id=order_id,
+                        user_id=data["assigned_to"],
+                        redeemed_at=data["redeemed_at"],
+                    ),
+                    created=False,
+                )
+            if state is CouponState.AVAILABLE:
+                raise CodeNotClaimed(
+                    f"Nobody holds code {code!r}: it is available, or its hold was released."
+                )
+            try:
+                return self._commit(campaign_id, code, order_id, snapshot, data)
+            except gexc.FailedPrecondition:
+                continue  # the coupon changed under us: read it again and decide afresh
+            except TRANSIENT as exc:
+                log.warning("redemption commit failed transiently", extra={"error": repr(exc)})
+                continue
+        raise Contended(retry_after=1)
+
+    def _commit(
+        self, campaign_id: str, code: str, order_id: str, snapshot: Snapshot, data: dict[str, Any]
+    ) -> RedemptionOutcome:
+        now = self._clock()
+        was_held = coupon_state(data) is CouponState.HELD
+        event = CouponRedeemed(
+            event_id=redeemed_event_id(campaign_id, snapshot.id),
+            campaign_id=campaign_id,
+            occurred_at=now,
+            coupon_id=snapshot.id,
+            user_id=data["assigned_to"],
+            claim_id=data["claim_id"],
+            order_id=order_id,
+            was_held=was_held,
+        )
+        # expires_at stays: it tells a redeemed hold from a redeemed final claim (count_usage
+        # checks coupon.redeemed's was_held against it); the views show it only while held.
+        redeemed = {"redeemed_at": now, "order_id": order_id}
+        batch = self._db.batch()
+        batch.update(
+            snapshot.reference,
+            {
+                **redeemed,
+                "state": CouponState.REDEEMED.value,
+                EXPIRES_BUCKET: firestore.DELETE_FIELD,
+                # Never above 1 while the guard holds; the audit reads it back to prove that.
+                "redemptions": firestore.Increment(1),
+            },
+            option=self._db.write_option(last_update_time=snapshot.update_time),
+        )
+        batch.update(
+            claims_collection(self._db, campaign_id).document(data["claim_id"]),
+            {**redeemed, "state": ClaimState.REDEEMED.value},
+        )
+        self._bus.stage(batch, event, now=now)
+        batch.commit()
+        self._bus.deliver_staged([event])
+        return RedemptionOutcome(
+            redemption=RedemptionPublic(
+                code=code, order_id=order_id, user_id=data["assigned_to"], redeemed_at=now
+            ),
+            created=True,
+        )
+
+    def redeem_order(self, order: ShopifyOrder) -> OrderRedemptions:
+        """Redeem every discount code of a shop's order in every campaign that holds it.
+
+        A code nobody holds, or one another order redeemed, is reported and skipped: the order
+        exists either way, and the shop's own checkout decided whether the discount applied.
+        """
+        results = []
+        for discount in order.discount_codes:
+            code = discount.code
+            campaigns = campaigns_with_code(self._db, code=code)
+            if not campaigns:
+                results.append(
+                    OrderCodeResult(code=code, campaign_id=None, outcome="CODE_NOT_FOUND")
+                )
+            for campaign_id in campaigns:
+                try:
+                    outcome = self.redeem(campaign_id=campaign_id, code=code, order_id=order.id)
+                except (CodeNotClaimed, CodeAlreadyRedeemed, CodeNotFound) as exc:
+                    result = exc.error_code
+                else:
+                    result = "redeemed" if outcome.created else "already_redeemed"
+                results.append(OrderCodeResult(code=code, campaign_id=campaign_id, outcome=result))
+        log.info(
+            "order redeemed",
+            extra={"order_id": order.id, "outcomes": [r.outcome for r in results]},
+        )
+        return OrderRedemptions(order_id=order.id, results=results)

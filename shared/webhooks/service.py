@@ -1,0 +1,264 @@
+"""Webhooks to the businesses that run the sales: subscriptions (admin_api), recording each
+event's deliveries (deliver_webhooks, on its own push subscription to `coupon-events`), and the
+drains that send them, started by that function and by the scheduled sweep (retries).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import secrets
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
+
+from google.cloud import firestore
+
+from shared.campaigns import store as campaign_store
+from shared.errors import TooManyWebhooks, WebhookNotFound, WebhookUrlNotAllowed
+from shared.events.models import Event
+from shared.settings import Settings
+from shared.webhooks import guard, store
+from shared.webhooks.delivery import DrainRun, Endpoint, RetryPolicy, RunReport
+from shared.webhooks.models import (
+    MAX_WEBHOOKS_PER_CAMPAIGN,
+    DeliveryList,
+    DeliveryView,
+    WebhookCreate,
+    WebhookCreated,
+    WebhookList,
+    WebhookRecord,
+    WebhookView,
+)
+from shared.webhooks.signing import SecretBox, new_secret
+
+log = logging.getLogger(__name__)
+
+# Endpoints drained side by side by one caller (each drain mostly waits on its endpoint).
+PARALLEL_ENDPOINTS = 16
+
+
+class WebhookService:
+    def __init__(
+        self,
+        *,
+        db: firestore.Client,
+        settings: Settings,
+        clock: Callable[[], datetime],
+        resolve: guard.Resolver = guard.resolve_host,
+    ) -> None:
+        self._db = db
+        self._settings = settings
+        self._clock = clock
+        self._resolve = resolve
+        self._addresses = guard.AddressPolicy(allow_local=settings.is_local)
+        self._retry = RetryPolicy(base_seconds=settings.webhook_retry_base_seconds)
+        self._box: SecretBox | None = None
+        self._box_lock = threading.Lock()
+
+    def _secrets(self) -> SecretBox:
+        # Built on first need: without CODEDROP_WEBHOOK_KEY (outside demo- projects) only the
+        # webhook routes and deliveries fail, and they say why.
+        with self._box_lock:
+            if self._box is None:
+                self._box = SecretBox(self._settings.webhook_sealing_key)
+            return self._box
+
+    # --- subscriptions (admin_api) --------------------------------------------------------------
+    def subscribe(self, *, campaign_id: str, data: WebhookCreate) -> WebhookCreated:
+        campaign_store.get_campaign(self._db, campaign_id=campaign_id)
+        try:
+            url = self._addresses.check_url(data.url, self._resolve)
+        except guard.AddressRefused as exc:
+            raise WebhookUrlNotAllowed(f"Webhook URL refused: {exc}.") from exc
+        if len(store.campaign_webhooks(self._db, campaign_id=campaign_id)) >= (
+            MAX_WEBHOOKS_PER_CAMPAIGN
+        ):
+            raise TooManyWebhooks(
+                f"A campaign has at most {MAX_WEBHOOKS_PER_CAMPAIGN} webhooks; delete one first."
+            )
+        webhook_id = f"wh_{secrets.token_hex(8)}"
+        secret = new_secret()
+        record = WebhookRecord(
+            webhook_id=webhook_id,
+            campaign_id=campaign_id,
+            url=url,
+            events=data.events,
+            secret_sealed=self._secrets().seal(secret, webhook_id=webhook_id),
+            max_per_second=data.max_per_second,
+            max_in_flight=data.max_in_flight,
+            created_at=self._clock(),
+        )
+        store.create_webhook(self._db, record=record)
+        log.info("webhook created", extra={"webhook_id": webhook_id, "campaign_id": campaign_id})
+        return WebhookCreated(**WebhookView.of(record).model_dump(), secret=secret)
+
+    def list_webhooks(self, *, campaign_id: str) -> WebhookList:
+        records = store.campaign_webhooks(self._db, campaign_id=campaign_id)
+        if not records:
+            campaign_store.get_campaign(self._db, campaign_id=campaign_id)  # 404 if unknown
+        return WebhookList(webhooks=[WebhookView.of(r) for r in records])
+
+    def _owned(self, campaign_id: str, webhook_id: str) -> WebhookRecord:
+        record = store.get_webhook(self._db, webhook_id=webhook_id)
+        if record is None or record.campaign_id != campaign_id:
+            raise WebhookNotFound(f"Campaign {campaign_id!r} has no webhook {webhook_id!r}.")
+        return record
+
+    def unsubscribe(self, *, campaign_id: str, webhook_id: str) -> None:
+        self._owned(campaign_id, webhook_id)
+        store.delete_webhook(self._db, webhook_id=webhook_id)
+        log.info("webhook deleted", extra={"webhook_id": webhook_id, "campaign_id": campaign_id})
+
+    def deliveries(self, *, campaign_id: str, webhook_id: str, limit: int) -> DeliveryList:
+        self._owned(campaign_id, webhook_id)
+        records = store.recent_deliveries(self._db, webhook_id=webhook_id, limit=limit)
+        return DeliveryList(webhook_id=webhook_id, deliveries=[DeliveryView.of(r) for r in records])
+
+    # --- events (deliver_webhooks) --------------------------------------------------------------
+    def record(self, event: Event, body: bytes) -> list[str]:
+        """One delivery per webhook of the event's campaign that lists its type (none twice);
+        the ids of those webhooks."""
+        matched = [
+            w.webhook_id
+            for w in store.campaign_webhooks(self._db, campaign_id=event.campaign_id)
+            if event.type in w.events
+        ]
+        if matched:
+            created = store.record_deliveries(
+                self._db,
+                webhook_ids=matched,
+                event_id=event.event_id,
+                event_type=event.type.value,
+                body=body.decode(),
+                now=self._clock(),
+            )
+            log.info(
+                "webhook deliveries recorded",
+                extra={"event_id": event.event_id, "webhooks": len(matched), "new": created},
+            )
+        return matched
+
+    def handle(self, event: Event, body: bytes) -> RunReport:
+        """Record the event's deliveries, then drain each endpoint nobody is draining yet.
+
+        The lease is read after the deliveries are written: a drainer that was holding it then
+        finds them in its next query, or after letting go (see `drain`)."""
+        matched = self.record(event, body)
+        if not matched:
+            return RunReport()
+        now = self._clock()
+        free = [
+            w.webhook_id
+            for w in store.get_webhooks(self._db, webhook_ids=matched)
+            if w.lease_free(now)
+        ]
+        return self._drain_many(free, deadline=time.monotonic() + self._drain_seconds)
+
+    # --- the schedule (the sweep) ---------------------------------------------------------------
+    def drain_due(self) -> RunReport:
+        """Every endpoint with a delivery due (a retry, or one a crashed drainer left)."""
+        deadline = time.monotonic() + self._drain_seconds
+        now = self._clock()
+        webhooks = [w for w in store.all_webhooks(self._db) if w.lease_free(now)]
+        # A different order each time: endpoints left for the next sweep when time runs out
+        # are not always the same ones.
+        random.shuffle(webhooks)
+        due = [
+            w.webhook_id
+            for w in webhooks
+            if store.due_deliveries(self._db, webhook_id=w.webhook_id, now=now, limit=1)
+        ]
+        return self._drain_many(due, deadline=deadline)
+
+    # --- draining -------------------------------------------------------------------------------
+    @property
+    def _drain_seconds(self) -> float:
+        return self._settings.webhook_drain_seconds
+
+    def _drain_many(self, webhook_ids: Sequence[str], *, deadline: float) -> RunReport:
+        report = RunReport()
+        if len(webhook_ids) == 1:
+            report.add(self._drain_logged(webhook_ids[0], deadline))
+            return report
+        with ThreadPoolExecutor(min(PARALLEL_ENDPOINTS, max(len(webhook_ids), 1))) as pool:
+            for result in pool.map(lambda w: self._drain_logged(w, deadline), webhook_ids):
+                report.add(result)
+        return report
+
+    def _drain_logged(self, webhook_id: str, deadline: float) -> RunReport:
+        # One endpoint's trouble (its secret, Firestore for a moment) never stops the others';
+        # its deliveries stay due for the next drain.
+        try:
+            return self.drain(webhook_id, deadline=deadline)
+        except Exception:
+            log.exception("webhook drain failed", extra={"webhook_id": webhook_id})
+            return RunReport()
+
+    def drain(self, webhook_id: str, *, deadline: float) -> RunReport:
+        """Send this endpoint's due deliveries under its lease, until none is due or the
+        deadline (time.monotonic) passes; nothing if another drainer holds the lease."""
+        report = RunReport()
+        while time.monotonic() < deadline:
+            run = self._drain_once(webhook_id, deadline)
+            if run is None:
+                break
+            report.add(run)
+            # Deliveries recorded while the run was ending found the lease held and left
+            # themselves to it: after letting go, look once more.
+            if run.endpoint_down or not store.due_deliveries(
+                self._db, webhook_id=webhook_id, now=self._clock(), limit=1
+            ):
+                break
+        return report
+
+    def _drain_once(self, webhook_id: str, deadline: float) -> RunReport | None:
+        now = self._clock()
+        timeout = self._settings.webhook_timeout_seconds
+        # Long enough for the whole run: its last attempts start before the deadline.
+        hold = self._drain_seconds + self._settings.webhook_linger_seconds + 2 * timeout + 10
+        lease = store.acquire_lease(
+            self._db, webhook_id=webhook_id, now=now, until=now + timedelta(seconds=hold)
+        )
+        if lease is None:
+            return None
+        webhook = lease.webhook
+        hold_until: datetime | None = None
+        streak = webhook.down_streak
+        try:
+            endpoint = Endpoint(
+                webhook_id=webhook_id,
+                url=webhook.url,
+                secret=self._secrets().open(webhook.secret_sealed, webhook_id=webhook_id),
+                max_per_second=webhook.max_per_second,
+                max_in_flight=webhook.max_in_flight,
+            )
+            with guard.client(
+                self._addresses,
+                timeout=timeout,
+                max_connections=webhook.max_in_flight,
+                resolve=self._resolve,
+            ) as client:
+                report = DrainRun(
+                    db=self._db,
+                    endpoint=endpoint,
+                    client=client,
+                    policy=self._retry,
+                    clock=self._clock,
+                    deadline=deadline,
+                    linger=self._settings.webhook_linger_seconds,
+                    still_subscribed=lambda: (
+                        store.get_webhook(self._db, webhook_id=webhook_id) is not None
+                    ),
+                ).run()
+            if report.endpoint_down:
+                # The endpoint looks down: nobody sends to it until its cool-down is over.
+                streak += 1
+                hold_until = self._clock() + timedelta(seconds=self._retry.delay(streak))
+            elif report.delivered:
+                streak = 0
+        finally:
+            store.release_lease(self._db, lease=lease, hold_until=hold_until, down_streak=streak)
+        return report

@@ -1,0 +1,206 @@
+"""Firestore access for webhooks (`webhooks/{webhook_id}`) and their deliveries
+(`webhooks/{webhook_id}/deliveries/{event_id}`).
+
+A delivery's id is its event's id, created with `create()`: a redelivered event finds it there
+and adds nothing. Deliveries are written at sale rate, in time order, so their times are never
+indexed on their own: each carries `shard` (from its event id, one of SHARDS) and the two
+queries (due for an attempt; the newest for the log) go through composite indexes that start
+with the shard, so the indexed values grow in SHARDS places at once (firestore.indexes.json).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import secrets
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from google.api_core import exceptions as gexc
+from google.cloud import firestore
+from google.cloud.firestore_v1.base_query import FieldFilter
+
+from shared.gcp.firestore import Snapshot, deliveries_collection, webhook_ref, webhooks_collection
+from shared.webhooks.models import DeliveryRecord, DeliveryState, WebhookRecord
+
+SHARDS = 16
+ALL_SHARDS = list(range(SHARDS))
+# The delivery log is kept this long after the event (a TTL policy on `expire_at`).
+RETENTION = timedelta(days=7)
+
+
+def shard_of(event_id: str) -> int:
+    return hashlib.sha256(event_id.encode()).digest()[0] % SHARDS
+
+
+# --- webhooks -----------------------------------------------------------------------------------
+
+
+def _webhook(snapshot: Snapshot) -> WebhookRecord:
+    return WebhookRecord(webhook_id=snapshot.id, **(snapshot.to_dict() or {}))
+
+
+def create_webhook(db: firestore.Client, *, record: WebhookRecord) -> None:
+    webhook_ref(db, record.webhook_id).create(record.model_dump(exclude={"webhook_id"}))
+
+
+def get_webhook(db: firestore.Client, *, webhook_id: str) -> WebhookRecord | None:
+    snapshot = webhook_ref(db, webhook_id).get()
+    return _webhook(snapshot) if snapshot.exists else None
+
+
+def get_webhooks(db: firestore.Client, *, webhook_ids: Sequence[str]) -> list[WebhookRecord]:
+    snapshots = db.get_all([webhook_ref(db, w) for w in webhook_ids])
+    return [_webhook(s) for s in snapshots if s.exists]
+
+
+def campaign_webhooks(db: firestore.Client, *, campaign_id: str) -> list[WebhookRecord]:
+    query = webhooks_collection(db).where(filter=FieldFilter("campaign_id", "==", campaign_id))
+    return sorted((_webhook(s) for s in query.stream()), key=lambda w: w.created_at)
+
+
+def all_webhooks(db: firestore.Client, *, page_size: int = 300) -> Iterator[WebhookRecord]:
+    """Every webhook, a page at a time in document-id order (no index needed)."""
+    query = webhooks_collection(db).order_by("__name__").limit(page_size)
+    last: Snapshot | None = None
+    while True:
+        page = list((query.start_after(last) if last is not None else query).stream())
+        yield from (_webhook(s) for s in page)
+        if len(page) < page_size:
+            return
+        last = page[-1]
+
+
+def delete_webhook(db: firestore.Client, *, webhook_id: str) -> None:
+    """The subscription goes at once; its deliveries stay readable until their TTL and are
+    never attempted again (a drain needs the webhook)."""
+    webhook_ref(db, webhook_id).delete()
+
+
+# --- the drain lease ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Lease:
+    webhook: WebhookRecord  # as read when the lease was taken
+    owner: str
+    written_at: Any  # the lease write's update time: the precondition of its release
+
+
+def acquire_lease(
+    db: firestore.Client, *, webhook_id: str, now: datetime, until: datetime
+) -> Lease | None:
+    """Hold the right to drain this webhook until `until`; None if someone else holds it (or
+    it is cooling down, or gone). A read, then a write guarded by the read's update time."""
+    ref = webhook_ref(db, webhook_id)
+    snapshot = ref.get()
+    if not snapshot.exists:
+        return None
+    webhook = _webhook(snapshot)
+    if not webhook.lease_free(now):
+        return None
+    owner = secrets.token_hex(8)
+    try:
+        result = ref.update(
+            {"lease_owner": owner, "lease_until": until},
+            option=db.write_option(last_update_time=snapshot.update_time),
+        )
+    except (gexc.FailedPrecondition, gexc.NotFound):
+        return None
+    return Lease(webhook=webhook, owner=owner, written_at=result.update_time)
+
+
+def release_lease(
+    db: firestore.Client, *, lease: Lease, hold_until: datetime | None, down_streak: int
+) -> None:
+    """Give the lease up, keeping the endpoint to itself until `hold_until` (a cool-down) when
+    given. Nothing happens if another drainer took over an expired lease or the webhook went."""
+    with contextlib.suppress(gexc.FailedPrecondition, gexc.NotFound):
+        webhook_ref(db, lease.webhook.webhook_id).update(
+            {"lease_owner": None, "lease_until": hold_until, "down_streak": down_streak},
+            option=db.write_option(last_update_time=lease.written_at),
+        )
+
+
+# --- deliveries ---------------------------------------------------------------------------------
+
+
+def _delivery(snapshot: Snapshot) -> DeliveryRecord:
+    return DeliveryRecord(event_id=snapshot.id, **(snapshot.to_dict() or {}))
+
+
+def record_deliveries(
+    db: firestore.Client,
+    *,
+    webhook_ids: Sequence[str],
+    event_id: str,
+    event_type: str,
+    body: str,
+    now: datetime,
+) -> int:
+    """One pending delivery of the event per webhook, due now; how many were new."""
+    fields = {
+        "event_type": event_type,
+        "body": body,
+        "state": DeliveryState.PENDING.value,
+        "attempts": 0,
+        "created_at": now,
+        "due_at": now,
+        "shard": shard_of(event_id),
+        "expire_at": now + RETENTION,
+    }
+    refs = [deliveries_collection(db, w).document(event_id) for w in webhook_ids]
+    batch = db.batch()
+    for ref in refs:
+        batch.create(ref, fields)
+    try:
+        batch.commit()
+    except gexc.AlreadyExists:
+        # A redelivered event (or one recorded before a webhook was added): each on its own.
+        created = 0
+        for ref in refs:
+            try:
+                ref.create(fields)
+            except gexc.AlreadyExists:
+                continue
+            created += 1
+        return created
+    return len(refs)
+
+
+def due_deliveries(
+    db: firestore.Client, *, webhook_id: str, now: datetime, limit: int
+) -> list[DeliveryRecord]:
+    """Pending and retrying deliveries whose time has come, the longest waiting first."""
+    query = (
+        deliveries_collection(db, webhook_id)
+        .where(filter=FieldFilter("shard", "in", ALL_SHARDS))
+        .where(filter=FieldFilter("due_at", "<=", now))
+        .order_by("due_at")
+        .limit(limit)
+    )
+    return [_delivery(s) for s in query.stream()]
+
+
+def recent_deliveries(db: firestore.Client, *, webhook_id: str, limit: int) -> list[DeliveryRecord]:
+    query = (
+        deliveries_collection(db, webhook_id)
+        .where(filter=FieldFilter("shard", "in", ALL_SHARDS))
+        .order_by("created_at", direction=firestore.Query.DESCENDING)
+        .limit(limit)
+    )
+    return [_delivery(s) for s in query.stream()]
+
+
+def save_attempts(
+    db: firestore.Client, *, webhook_id: str, updates: Sequence[tuple[str, dict[str, Any]]]
+) -> None:
+    """Each attempt's outcome, (event_id, fields), in one commit per 500."""
+    collection = deliveries_collection(db, webhook_id)
+    for start in range(0, len(updates), 500):
+        batch = db.batch()
+        for event_id, fields in updates[start : start + 500]:
+            batch.update(collection.document(event_id), fields)
+        batch.commit()

@@ -1,0 +1,588 @@
+"""Webhooks against a receiver in the test process: subscriptions through admin_api, the
+signature, retries after 500s and timeouts, deduplication by event_id, the per-endpoint
+throttle, an endpoint down for a while, private addresses refused, and a sale's worth of events.
+
+Most tests drive the webhook service of a container with short timings (retries after ~0.1 s,
+0.5 s timeouts) so a day of retries fits in seconds; the first and the last go through
+functions/main.py's deliver_webhooks as Pub/Sub push calls it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from flask.testing import FlaskClient
+from google.cloud import firestore
+from pydantic import SecretStr
+
+from scripts.support.receiver import Received, Receiver
+from shared.claims.policy import Shopper
+from shared.clock import utcnow
+from shared.container import Services, instance_services
+from shared.errors import WebhookUrlNotAllowed
+from shared.events.models import CouponClaimed, EventType, encode_event
+from shared.gcp.firestore import deliveries_collection, webhook_ref
+from shared.settings import get_settings
+from shared.webhooks.guard import resolve_host
+from shared.webhooks.models import DeliveryState, WebhookCreate, WebhookCreated
+from shared.webhooks.service import WebhookService
+from shared.webhooks.signing import verify
+from tests.support.api import ADMIN, auth, function_client
+from tests.support.cloudevents import deliver, published_event
+from tests.support.stack import EVENTS_TOPIC, PROJECT, MakeCampaign
+
+pytestmark = pytest.mark.emulator
+
+FAST = {
+    "webhook_timeout_seconds": 0.5,
+    "webhook_retry_base_seconds": 0.2,
+    "webhook_drain_seconds": 10.0,
+    "webhook_linger_seconds": 0.0,
+}
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with Receiver() as started:
+        yield started
+
+
+def _services(db: firestore.Client, **settings: Any) -> Services:
+    return Services(get_settings().model_copy(update={**FAST, **settings}), db=db)
+
+
+@pytest.fixture
+def webhooks(db: firestore.Client) -> WebhookService:
+    return _services(db).webhooks
+
+
+@pytest.fixture
+def forget_webhook(
+    db: firestore.Client, cleanup: list[Callable[[], object]]
+) -> Callable[[str], None]:
+    def forget(webhook_id: str) -> None:
+        cleanup.append(lambda: db.recursive_delete(webhook_ref(db, webhook_id)))
+
+    return forget
+
+
+Subscribe = Callable[..., WebhookCreated]
+
+
+@pytest.fixture
+def subscribe(forget_webhook: Callable[[str], None]) -> Subscribe:
+    def make(service: WebhookService, campaign_id: str, url: str, **fields: Any) -> WebhookCreated:
+        fields.setdefault("events", [EventType.COUPON_CLAIMED])
+        created = service.subscribe(campaign_id=campaign_id, data=WebhookCreate(url=url, **fields))
+        forget_webhook(created.webhook_id)
+        return created
+
+    return make
+
+
+def claimed(campaign_id: str, n: int) -> CouponClaimed:
+    return CouponClaimed(
+        event_id=f"claimed.{campaign_id}.c{n}",
+        campaign_id=campaign_id,
+        occurred_at=utcnow(),
+        coupon_id=f"coupon-{n}",
+        user_id=f"shopper-{n}",
+        claim_id=f"c{n}",
+    )
+
+
+def deliveries(db: firestore.Client, webhook_id: str) -> dict[str, dict[str, Any]]:
+    return {s.id: s.to_dict() or {} for s in deliveries_collection(db, webhook_id).stream()}
+
+
+def drain_until(service: WebhookService, done: Callable[[], bool], *, timeout: float = 20) -> None:
+    """Run the scheduled drain (as the sweep does) until `done`, as retries come due."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "deliveries did not complete in time"
+        service.drain_due()
+        time.sleep(0.05)
+
+
+def answers(*script: tuple[int, float]) -> Callable[[Received, int], tuple[int, float]]:
+    """The n-th request for an event gets script[n] (the last one once the script runs out)."""
+
+    def answer(request: Received, earlier: int) -> tuple[int, float]:
+        return script[min(earlier, len(script) - 1)]
+
+    return answer
+
+
+# --- subscriptions ------------------------------------------------------------------------------
+
+
+def test_a_marketer_subscribes_lists_and_deletes_a_webhook(
+    admin_client: FlaskClient,
+    db: firestore.Client,
+    make_campaign: MakeCampaign,
+    forget_webhook: Callable[[str], None],
+) -> None:
+    campaign_id = make_campaign()
+    base = f"/v1/campaigns/{campaign_id}/webhooks"
+    body = {"url": "http://127.0.0.1:9/hook", "events": ["coupon.claimed", "campaign.sold_out"]}
+
+    created = admin_client.post(base, json=body, headers=ADMIN)
+    assert created.status_code == 201
+    webhook = created.get_json()
+    forget_webhook(webhook["webhook_id"])
+    listed = admin_client.get(base, headers=ADMIN).get_json()["webhooks"]
+    stored = webhook_ref(db, webhook["webhook_id"]).get().to_dict() or {}
+    log = admin_client.get(f"{base}/{webhook['webhook_id']}/deliveries", headers=ADMIN)
+    deleted = admin_client.delete(f"{base}/{webhook['webhook_id']}", headers=ADMIN)
+    again = admin_client.delete(f"{base}/{webhook['webhook_id']}", headers=ADMIN)
+
+    assert webhook["secret"].startswith("whsec_")
+    assert webhook["events"] == ["campaign.sold_out", "coupon.claimed"]
+    assert (webhook["max_per_second"], webhook["max_in_flight"]) == (10, 4)
+    assert [w["webhook_id"] for w in listed] == [webhook["webhook_id"]]
+    assert "secret" not in listed[0]
+    # Stored sealed: the database never holds the secret itself.
+    assert webhook["secret"] not in json.dumps(stored, default=str)
+    assert log.status_code == 200
+    assert log.get_json() == {"webhook_id": webhook["webhook_id"], "deliveries": []}
+    assert deleted.status_code == 204
+    assert admin_client.get(base, headers=ADMIN).get_json() == {"webhooks": []}
+    assert again.status_code == 404
+    assert again.get_json()["error_code"] == "WEBHOOK_NOT_FOUND"
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "error_code"),
+    [
+        (
+            {"url": "https://169.254.169.254/computeMetadata/v1/", "events": ["coupon.claimed"]},
+            400,
+            "WEBHOOK_URL_NOT_ALLOWED",
+        ),
+        (
+            {"url": "https://10.0.0.8/hook", "events": ["coupon.claimed"]},
+            400,
+            "WEBHOOK_URL_NOT_ALLOWED",
+        ),
+        (
+            {"url": "ftp://127.0.0.1/hook", "events": ["coupon.claimed"]},
+            400,
+            "WEBHOOK_URL_NOT_ALLOWED",
+        ),
+        ({"url": "http://127.0.0.1:9/", "events": []}, 400, "REQUEST_VALIDATION_FAILED"),
+        (
+            {"url": "http://127.0.0.1:9/", "events": ["coupon.stolen"]},
+            400,
+            "REQUEST_VALIDATION_FAILED",
+        ),
+        (
+            {"url": "http://127.0.0.1:9/", "events": ["coupon.claimed"], "max_per_second": 0},
+            400,
+            "REQUEST_VALIDATION_FAILED",
+        ),
+        (
+            {"url": "http://127.0.0.1:9/", "events": ["coupon.claimed"], "secret": "mine"},
+            400,
+            "REQUEST_VALIDATION_FAILED",
+        ),
+    ],
+)
+def test_bad_subscriptions_are_refused(
+    admin_client: FlaskClient,
+    make_campaign: MakeCampaign,
+    body: dict[str, Any],
+    status: int,
+    error_code: str,
+) -> None:
+    campaign_id = make_campaign()
+
+    response = admin_client.post(f"/v1/campaigns/{campaign_id}/webhooks", json=body, headers=ADMIN)
+
+    assert response.status_code == status
+    assert response.get_json()["error_code"] == error_code
+
+
+def test_webhooks_of_another_or_an_unknown_campaign_are_not_found(
+    admin_client: FlaskClient,
+    make_campaign: MakeCampaign,
+    webhooks: WebhookService,
+    subscribe: Subscribe,
+) -> None:
+    mine, other = make_campaign(), make_campaign()
+    webhook = subscribe(webhooks, mine, "http://127.0.0.1:9/")
+    body = {"url": "http://127.0.0.1:9/", "events": ["coupon.claimed"]}
+
+    foreign = admin_client.get(
+        f"/v1/campaigns/{other}/webhooks/{webhook.webhook_id}/deliveries", headers=ADMIN
+    )
+    unknown = admin_client.post("/v1/campaigns/no-such-sale/webhooks", json=body, headers=ADMIN)
+    shopper = admin_client.get(f"/v1/campaigns/{mine}/webhooks", headers=auth("shopper-1"))
+
+    assert foreign.status_code == 404
+    assert foreign.get_json()["error_code"] == "WEBHOOK_NOT_FOUND"
+    assert unknown.get_json()["error_code"] == "CAMPAIGN_NOT_FOUND"
+    assert shopper.status_code == 403
+
+
+# --- delivery -----------------------------------------------------------------------------------
+
+
+def test_an_event_is_posted_signed_once_however_often_it_is_pushed(
+    admin_client: FlaskClient,
+    db: firestore.Client,
+    make_campaign: MakeCampaign,
+    receiver: Receiver,
+    forget_webhook: Callable[[str], None],
+) -> None:
+    """Through deliver_webhooks as Pub/Sub push calls it; the message comes three times."""
+    campaign_id = make_campaign()
+    created = admin_client.post(
+        f"/v1/campaigns/{campaign_id}/webhooks",
+        json={"url": receiver.url(), "events": ["coupon.claimed"]},
+        headers=ADMIN,
+    ).get_json()
+    forget_webhook(created["webhook_id"])
+    event = claimed(campaign_id, 1)
+    payload = encode_event(event)
+    envelope = published_event(payload)
+    client = function_client("deliver_webhooks", "cloudevent")
+
+    statuses = [deliver(client, envelope) for _ in range(2)]
+    statuses.append(deliver(client, published_event(payload)))  # published twice, too
+
+    assert statuses == [200, 200, 200]
+    (request,) = receiver.received
+    assert request.body == payload
+    assert request.headers["content-type"] == "application/json"
+    assert request.headers["x-codedrop-event-id"] == event.event_id
+    assert verify(
+        created["secret"], request.headers["x-codedrop-signature"], request.body, now=time.time()
+    )
+    assert not verify(
+        "whsec_other", request.headers["x-codedrop-signature"], request.body, now=time.time()
+    )
+    log = admin_client.get(
+        f"/v1/campaigns/{campaign_id}/webhooks/{created['webhook_id']}/deliveries", headers=ADMIN
+    ).get_json()["deliveries"]
+    assert len(log) == 1
+    assert log[0]["event_id"] == event.event_id
+    assert (log[0]["state"], log[0]["attempts"], log[0]["last_status"]) == ("delivered", 1, 200)
+    assert log[0]["next_attempt_at"] is None
+
+
+def test_only_the_listed_event_types_of_the_campaign_are_delivered(
+    db: firestore.Client,
+    make_campaign: MakeCampaign,
+    receiver: Receiver,
+    webhooks: WebhookService,
+    subscribe: Subscribe,
+) -> None:
+    campaign_id, other = make_campaign(), make_campaign()
+    subscribe(webhooks, campaign_id, receiver.url(), events=[EventType.SOLD_OUT])
+
+    for event in (claimed(campaign_id, 1), claimed(other, 2)):
+        webhooks.handle(event, encode_event(event))
+
+    assert receiver.received == []
+
+
+def test_a_500_is_retried_until_the_endpoint_accepts(
+    db: firestore.Client,
+    make_campaign: MakeCampaign,
+    receiver: Receiver,
+    webhooks: WebhookService,
+    subscribe: Subscribe,
+) -> None:
+    campaign_id = make_campaign()
+    webhook = subscribe(webhooks, campaign_id, receiver.url())
+    receiver.answer = answers((500, 0), (503, 0), (200, 0))
+    event = claimed(campaign_id, 1)
+
+    webhooks.handle(event, encode_event(event))
+    first = deliveries(db, webhook.webhook_id)[event.event_id]
+    drain_until(
+        webhooks,
+        lambda: deliveries(db, webhook.webhook_id)[event.event_id]["state"] == "delivered",
+    )
+
+    assert (first["state"], first["attempts"], first["last_status"]) == ("retrying", 1, 500)
+    assert first["due_at"] > first["last_attempt_at"]  # the next attempt, backed off
+    done = deliveries(db, webhook.webhook_id)[event.event_id]
+    assert (done["attempts"], done["last_status"], done["last_error"]) == (3, 200, None)
+    assert [r.headers["x-codedrop-attempt"] for r in receiver.received] == ["1", "2", "3"]
+    for request in receiver.received:  # each attempt signed afresh
+        assert verify(
+            webhook.secret, request.headers["x-codedrop-signature"], request.body, now=time.time()
+        )
+
+
+def test_a_timeout_is_retried(
+    db: firestore.Client,
+    make_campaign: MakeCampaign,
+    receiver: Receiver,
+    webhooks: WebhookService,
+    subscribe: Subscribe,
+) -> None:
+    campaign_id = make_campaign()
+    webhook = subscribe(webhooks, campaign_id, receiver.url())
+    receiver.answer = answers((200, 3.0), (200, 0))  # the first answer comes well after 0.5 s
+    event = claimed(campaign_id, 1)
+
+    webhooks.handle(event, encode_event(event))
+    first = deliveries(db, webhook.webhook_id)[event.event_id]
+    drain_until(
+        webhooks,
+        lambda: deliveries(db, webhook.webhook_id)[event.event_id]["state"] == "delivered",
+    )
+
+    assert (first["state"], first["last_status"], first["last_error"]) == (
+        "retrying",
+        None,
+        "timeout",
+    )
+    assert deliveries(db, webhook.webhook_id)[event.event_id]["attempts"] == 2
+
+
+def test_the_throttle_holds_at_the_receiver(
+    db: firestore.Client,
+    make_campaign: MakeCampaign,
+    receiver: Receiver,
+    webhooks: WebhookService,
+    subscribe: Subscribe,
+) -> None:
+    """25 events at once for an endpoint that takes 5 per second, 2 at a time."""
+    campaign_id = make_campaign()
+    webhook = subscribe(webhooks, campaign_id, receiver.url(), max_per_second=5, max_in_flight=2)
+    receiver.answer = answers((200, 0.15))
+    events = [claimed(campaign_id, n) for n in range(25)]
+    for event in events:
+        webhooks.record(event, encode_event(event))
+
+    webhooks.drain_due()
+
+    assert receiver.unique_event_ids() == {e.event_id for e in events}
+    assert receiver.max_in_flight <= 2
+    # Started 0.21 s apart by the sender: under 5 per second, 5 s for 25. Arrival times carry
+    # the threads' scheduling jitter (tens of ms on a busy machine), hence 0.9 s windows here.
+    assert receiver.max_in_window(0.9) <= 5
+    starts = receiver.starts()
+    assert starts[-1] - starts[0] >= 4.6  # not 25 x 0.15 s / 2 in flight
+    states = {d["state"] for d in deliveries(db, webhook.webhook_id).values()}
+    assert states == {"delivered"}
+
+
+def test_a_slow_endpoint_never_delays_another(
+    db: firestore.Client,
+    make_campaign: MakeCampaign,
+    webhooks: WebhookService,
+    subscribe: Subscribe,
+) -> None:
+    """One request at a time each: the slow endpoint times out (0.5 s) five times in a row,
+    while the other takes its ten events, 50 ms each."""
+    campaign_id = make_campaign()
+    with (
+        Receiver(answer=answers((200, 3.0))) as slow,
+        Receiver(answer=answers((200, 0.05))) as fast,
+    ):
+        subscribe(webhooks, campaign_id, slow.url(), max_in_flight=1)
+        subscribe(webhooks, campaign_id, fast.url(), max_in_flight=1)
+        events = [claimed(campaign_id, n) for n in range(10)]
+        for event in events:
+            webhooks.record(event, encode_event(event))
+
+        webhooks.drain_due()
+
+        assert fast.unique_event_ids() == {e.event_id for e in events}
+        assert len(slow.received) == 5  # then taken for down
+        # Side by side, not one after the other: the fast endpoint's deliveries began before
+        # the slow one's second attempt and ended after its first began.
+        slow_starts, fast_starts = slow.starts(), fast.starts()
+        assert fast_starts[0] < slow_starts[1]
+        assert fast_starts[-1] > slow_starts[0]
+        assert fast_starts[-1] - fast_starts[0] < 1.5  # never waiting out a slow timeout
+
+
+def test_deliveries_resume_when_a_dead_endpoint_comes_back(
+    db: firestore.Client,
+    make_campaign: MakeCampaign,
+    receiver: Receiver,
+    webhooks: WebhookService,
+    subscribe: Subscribe,
+) -> None:
+    campaign_id = make_campaign()
+    webhook = subscribe(webhooks, campaign_id, receiver.url(), max_in_flight=1)
+    receiver.stop()
+    events = [claimed(campaign_id, n) for n in range(8)]
+    for event in events:
+        webhooks.record(event, encode_event(event))
+    webhooks.drain_due()
+
+    down = deliveries(db, webhook.webhook_id)
+    cooling = webhook_ref(db, webhook.webhook_id).get().to_dict() or {}
+    receiver.start()
+    drain_until(
+        webhooks,
+        lambda: {d["state"] for d in deliveries(db, webhook.webhook_id).values()} == {"delivered"},
+    )
+
+    # Five refused connections in a row: the endpoint is taken for down and left alone for a
+    # while; what was not tried yet waits for it.
+    assert sorted(d["attempts"] for d in down.values()) == [0, 0, 0, 1, 1, 1, 1, 1]
+    assert {d["state"] for d in down.values()} == {"pending", "retrying"}
+    assert cooling["down_streak"] == 1
+    assert cooling["lease_owner"] is None
+    assert cooling["lease_until"] is not None
+    assert receiver.unique_event_ids() == {e.event_id for e in events}
+
+
+# --- server-side request forgery ----------------------------------------------------------------
+
+
+def test_outside_demo_projects_private_addresses_are_refused_then_and_at_delivery(
+    db: firestore.Client,
+    make_campaign: MakeCampaign,
+    receiver: Receiver,
+    subscribe: Subscribe,
+) -> None:
+    campaign_id = make_campaign()
+    dns = {"hooks.example": ["93.184.216.34"], "internal.example": ["10.1.2.3"]}
+    production = _services(db, project_id="codedrop-prod", webhook_key=SecretStr("k" * 40)).settings
+    service = WebhookService(
+        db=db,
+        settings=production,
+        clock=utcnow,
+        resolve=lambda host, port: dns.get(host) or resolve_host(host, port),
+    )
+    assert not production.is_local
+
+    for url in (
+        receiver.url(),  # http
+        f"https://127.0.0.1:{receiver.port}/hook",
+        f"https://localhost:{receiver.port}/hook",
+        "https://internal.example/hook",
+        "https://[::ffff:10.0.0.1]/hook",
+    ):
+        with pytest.raises(WebhookUrlNotAllowed):
+            subscribe(service, campaign_id, url)
+    webhook = subscribe(service, campaign_id, f"https://hooks.example:{receiver.port}/hook")
+    # The name now points at this machine (DNS rebinding): the delivery must not connect.
+    dns["hooks.example"] = ["127.0.0.1"]
+    event = claimed(campaign_id, 1)
+    service.handle(event, encode_event(event))
+
+    delivery = deliveries(db, webhook.webhook_id)[event.event_id]
+    assert delivery["state"] == "retrying"
+    assert delivery["last_error"].startswith("refused: hooks.example resolves to 127.0.0.1")
+    assert receiver.connections == 0
+
+
+# --- a sale -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def events_subscription() -> Iterator[str]:
+    """A pull subscription to the events topic, standing in for deliver_webhooks' push one."""
+    from google.cloud.pubsub_v1 import SubscriberClient
+
+    name = f"projects/{PROJECT}/subscriptions/test-webhooks-{uuid.uuid4().hex[:8]}"
+    with SubscriberClient() as subscriber:
+        subscriber.create_subscription(name=name, topic=f"projects/{PROJECT}/topics/{EVENTS_TOPIC}")
+        yield name
+        subscriber.delete_subscription(subscription=name)
+
+
+def _pull_all(subscription: str) -> list[tuple[bytes, str]]:
+    from google.cloud.pubsub_v1 import SubscriberClient
+
+    messages: list[tuple[bytes, str]] = []
+    with SubscriberClient() as subscriber:
+        while True:
+            response = subscriber.pull(
+                request={
+                    "subscription": subscription,
+                    "max_messages": 500,
+                    "return_immediately": True,
+                },
+                timeout=10,
+            )
+            if not response.received_messages:
+                return messages
+            messages += [(r.message.data, r.message.message_id) for r in response.received_messages]
+            subscriber.acknowledge(
+                subscription=subscription, ack_ids=[r.ack_id for r in response.received_messages]
+            )
+
+
+def _push(messages: Sequence[tuple[bytes, str]]) -> list[int]:
+    """Push each message to deliver_webhooks from 8 threads at once, as Pub/Sub does."""
+
+    # Apps are built here, one thread at a time: CPython 3.11's compiler is not safe to run
+    # from several threads at once, and building an app compiles its URL rules.
+    clients = [function_client("deliver_webhooks", "cloudevent") for _ in range(8)]
+
+    def push_some(i: int) -> list[int]:
+        part = messages[i::8]
+        return [deliver(clients[i], published_event(data, message_id=mid)) for data, mid in part]
+
+    with ThreadPoolExecutor(8) as pool:
+        parts = pool.map(push_some, range(8))
+        return [status for part in parts for status in part]
+
+
+def test_a_sale_is_delivered_exactly_once_to_a_deduplicating_receiver(
+    admin_client: FlaskClient,
+    db: firestore.Client,
+    make_campaign: MakeCampaign,
+    receiver: Receiver,
+    forget_webhook: Callable[[str], None],
+    events_subscription: str,
+) -> None:
+    """300 shoppers claim the 300 codes; every message is pushed, a tenth of them twice."""
+    campaign_id = make_campaign(codes=300)
+    created = admin_client.post(
+        f"/v1/campaigns/{campaign_id}/webhooks",
+        json={
+            "url": receiver.url(),
+            "events": ["coupon.claimed"],
+            "max_per_second": 500,
+            "max_in_flight": 8,
+        },
+        headers=ADMIN,
+    ).get_json()
+    forget_webhook(created["webhook_id"])
+    claims = instance_services().claims
+    with ThreadPoolExecutor(16) as pool:
+        results = list(
+            pool.map(
+                lambda n: claims.claim(campaign_id=campaign_id, shopper=Shopper(f"shopper-{n}")),
+                range(300),
+            )
+        )
+
+    messages = [
+        m for m in _pull_all(events_subscription) if json.loads(m[0])["campaign_id"] == campaign_id
+    ]
+    statuses = _push(messages + messages[::10])
+    drain_until(
+        instance_services().webhooks, lambda: len(receiver.unique_event_ids()) >= 300, timeout=60
+    )
+
+    expected = {f"claimed.{campaign_id}.{r.outcome.claim.claim_id}" for r in results}
+    assert set(statuses) == {200}
+    assert receiver.unique_event_ids() == expected
+    for request in receiver.received:
+        assert verify(
+            created["secret"],
+            request.headers["x-codedrop-signature"],
+            request.body,
+            now=time.time(),
+        )
+    stored = deliveries(db, created["webhook_id"])
+    assert len(stored) == 300
+    assert {d["state"] for d in stored.values()} == {DeliveryState.DELIVERED.value}
