@@ -15,21 +15,26 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 from google.cloud import firestore
+from google.cloud.firestore_v1.base_query import FieldFilter
 from google.cloud.storage import Client as StorageClient
 
 from scripts.support.audit import audit_campaign
 from shared.assignments import service as assignment_service
 from shared.claims.engine import ClaimEngine, ClaimOutcome
 from shared.claims.identity import IdentityKind, identity_key
+from shared.claims.store import claim_id_for
+from shared.clock import utcnow
+from shared.container import instance_services
 from shared.coupons import store as coupon_store
 from shared.errors import Contended
+from shared.events import models as events
 from shared.gcp import storage as storage_objects
 from shared.gcp.firestore import campaign_ref, claims_collection, coupons_collection
 from shared.intake import jobs as job_store
 from shared.intake.service import object_from_event
 from shared.settings import get_settings
 from tests.support.api import ADMIN, auth
-from tests.support.cloudevents import deliver, finalized_event
+from tests.support.cloudevents import deliver, finalized_event, published_event
 from tests.support.stack import BUCKET, MakeCampaign, Pump
 
 pytestmark = pytest.mark.emulator
@@ -390,3 +395,61 @@ def test_a_walk_that_outlasts_its_deadline_is_resumed_above_the_last_code_read(
     assert calls > 1
     assert len({c.coupon_id for c in read}) == len(read) == 3000
     assert [c.random_float for c in read] == sorted(c.random_float for c in read)
+
+
+def test_assigned_codes_are_final_claims_that_redeem_and_forged_events_are_never_counted(
+    upload: Upload,
+    admin_client: FlaskClient,
+    usage_client: FlaskClient,
+    make_campaign: MakeCampaign,
+    storage_client: StorageClient,
+    pump_events: Pump,
+    db: firestore.Client,
+) -> None:
+    """On a campaign whose landing page holds codes for checkout, a list's codes are claimed
+    for good (never released), redeem like any claim, and count once; a codes.assigned event
+    that its commit's first claim does not back is acknowledged and never counted."""
+    campaign_id = make_campaign(codes=6, hold_seconds=600)
+    job = job_for(admin_client, upload(campaign_id, "recipient\nr-1\nr-2\n"))
+    codes = codes_of(result_rows(storage_client, job))
+    for coupon in (
+        coupons_collection(db, campaign_id)
+        .where(filter=FieldFilter("assigned", "==", True))
+        .stream()
+    ):
+        assert (coupon.get("state"), coupon.get("expires_at")) == ("claimed", None)
+    redeemed = admin_client.post(
+        f"/v1/campaigns/{campaign_id}/redemptions",
+        headers=ADMIN,
+        json={"code": codes["r-1"], "order_id": "order-1"},
+    )
+    assert redeemed.status_code == 201
+    # The commit's event as its first claim (line 2, r-1) backs it, not delivered yet.
+    real = events.CodesAssigned(
+        event_id=events.assigned_event_id(job["job_id"], 2),
+        campaign_id=campaign_id,
+        occurred_at=utcnow(),
+        count=2,
+        job_id=job["job_id"],
+        claim_id=claim_id_for(identity_key(IdentityKind.UID, "r-1"), 0),
+    )
+    second_claim = claim_id_for(identity_key(IdentityKind.UID, "r-2"), 0)
+    forged = [
+        real.model_copy(update={"count": 5}),
+        real.model_copy(update={"event_id": f"{real.event_id}-again"}),
+        real.model_copy(update={"job_id": "asg-elsewhere", "event_id": "assigned.asg-elsewhere.2"}),
+        real.model_copy(update={"claim_id": second_claim}),  # records no commit's count
+        real.model_copy(update={"campaign_id": make_campaign()}),
+    ]
+
+    statuses = [deliver(usage_client, published_event(events.encode_event(e))) for e in forged]
+
+    assert set(statuses) == {200}  # acknowledged: redelivering them could never help
+    assert instance_services().counters.totals(campaign_id).claimed == 0
+    assert [e["event_id"] for e in pump_events() if e["type"] == "codes.assigned"] == [
+        real.event_id
+    ]
+    stats = admin_client.get(f"/v1/campaigns/{campaign_id}", headers=ADMIN).get_json()["stats"]
+    counted = ("claimed", "held", "redeemed", "remaining")
+    assert [stats[c] for c in counted] == [2, 0, 1, 4]
+    audit_ok(db, campaign_id)
