@@ -184,9 +184,10 @@ def _child_assign(spec: ChildSpec) -> ChildResult:
 
 
 def _child_ceiling(spec: ChildSpec) -> ChildResult:
-    from shared.assignments.assigner import claim_fields
+    from shared.assignments.assigner import claim_fields, coupon_claimed_fields
     from shared.assignments.recipients import RecipientRow
     from shared.claims.identity import IdentityKind, identity_key
+    from shared.claims.store import claim_id_for
     from shared.clock import utcnow
     from shared.container import instance_services
     from shared.coupons.store import Candidate, coupon_id_for
@@ -202,9 +203,9 @@ def _child_ceiling(spec: ChildSpec) -> ChildResult:
     for n in range(1, spec.rows + 1):
         person = recipient(n)
         row = RecipientRow(n + 1, person, person, identity_key(IdentityKind.EMAIL, person), ())
-        claim_id = f"{row.key}-0"
+        claim_id = claim_id_for(row.key, 0)
         candidate = Candidate(coupon_id_for(code(n)), code(n), 0.0, now)
-        update = {"assigned": True, "assigned_to": person, "claim_id": claim_id, "assigned_at": now}
+        update = coupon_claimed_fields(row=row, claim_id=claim_id, now=now)
         created = claim_fields(
             campaign_id=spec.campaign_id, row=row, candidate=candidate, now=now, job_id="ceiling"
         )
