@@ -7,12 +7,12 @@ import flask
 import functions_framework
 from cloudevents.http import CloudEvent
 
+from shared.assignments import trigger as storage_trigger
 from shared.container import instance_services
 from shared.http import admin_api as admin_routes
 from shared.http import claim_api as claim_routes
 from shared.http import maintenance_api as maintenance_routes
 from shared.http import wsgi
-from shared.intake import trigger as intake_trigger
 from shared.logs import configure_logging
 from shared.usage import trigger as usage_trigger
 from shared.webhooks import trigger as webhook_trigger
@@ -44,7 +44,8 @@ def sweep(request: flask.Request) -> flask.Response:
 
 @functions_framework.cloud_event
 def import_codes(event: CloudEvent) -> None:
-    intake_trigger.handle(event, instance_services().intake)
+    services = instance_services()
+    storage_trigger.handle(event, intake=services.intake, assignments=services.assignments)
 
 
 @functions_framework.cloud_event

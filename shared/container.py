@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from google.cloud import firestore
 from google.cloud.storage import Client as StorageClient
 
+from shared.assignments.service import AssignmentService
 from shared.claims.engine import ClaimEngine
 from shared.claims.holds import HoldReleaser
 from shared.claims.redemption import RedemptionService
@@ -135,6 +136,19 @@ class Services:
                 settings=self.settings,
                 clock=utcnow,
                 on_job_finished=self._announce_import,
+            ),
+        )
+
+    @property
+    def assignments(self) -> AssignmentService:
+        return self._once(
+            "assignments",
+            lambda: AssignmentService(
+                db=self.db,
+                storage_client=self.storage,
+                settings=self.settings,
+                events=self.bus,
+                clock=utcnow,
             ),
         )
 

@@ -78,6 +78,19 @@ class Settings(BaseSettings):
     # +50% every 5 minutes). The emulator has no such need; unset means "on unless emulated".
     import_ramp: bool | None = Field(default=None, validation_alias="CODEDROP_IMPORT_RAMP")
 
+    # Bulk assignment (shared/assignments): recipients per atomic batch (two writes each, plus
+    # the batch's event in the outbox: at most 500 writes), batches in flight, and the most
+    # unassigned candidates one query may return (it is read as batches need codes).
+    assignment_batch_size: int = Field(
+        default=249, ge=1, le=249, validation_alias="CODEDROP_ASSIGNMENT_BATCH_SIZE"
+    )
+    assignment_parallel_commits: int = Field(
+        default=4, ge=1, le=32, validation_alias="CODEDROP_ASSIGNMENT_PARALLEL_COMMITS"
+    )
+    assignment_query_limit: int = Field(
+        default=1_000_000, ge=1, le=10_000_000, validation_alias="CODEDROP_ASSIGNMENT_QUERY_LIMIT"
+    )
+
     # Usage counters (shared/usage_counters.py).
     counter_initial_shards: int = Field(
         default=1, ge=1, le=1000, validation_alias="CODEDROP_COUNTER_INITIAL_SHARDS"

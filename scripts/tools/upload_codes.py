@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -70,10 +71,11 @@ class Options:
     token: str | None
     follow: bool
     timeout: float
+    folder: str = "imports"  # assignments/ for scripts/tools/assign_codes.py
 
     @property
     def object_name(self) -> str:
-        return f"imports/{self.campaign_id}/{self.name}"
+        return f"{self.folder}/{self.campaign_id}/{self.name}"
 
 
 def _local_url(env: str, default: int) -> str:
@@ -132,9 +134,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_options(argv: Sequence[str] | None) -> Options:
+def parse_options(
+    argv: Sequence[str] | None,
+    *,
+    parser: argparse.ArgumentParser | None = None,
+    folder: str = "imports",
+    pattern: re.Pattern[str] = IMPORT_PATH,
+    purpose: str = "imported",
+) -> Options:
     """The options, or UsageError (argparse itself exits 2 on malformed arguments)."""
-    args = _parser().parse_args(argv)
+    args = (parser or _parser()).parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
@@ -144,10 +153,10 @@ def parse_options(argv: Sequence[str] | None) -> Options:
     if not path.is_file():
         raise UsageError(f"{path} is not a file")
     name: str = args.name or path.name
-    object_name = f"imports/{args.campaign_id}/{name}"
-    if not IMPORT_PATH.match(object_name):
+    object_name = f"{folder}/{args.campaign_id}/{name}"
+    if not pattern.match(object_name):
         raise UsageError(
-            f"{object_name} would not be imported: the campaign id must be 1-63 letters, digits,"
+            f"{object_name} would not be {purpose}: the campaign id must be 1-63 letters, digits,"
             " - or _ (starting with a letter or digit) and the name must end with .csv and "
             "hold no /"
         )
@@ -183,6 +192,7 @@ def parse_options(argv: Sequence[str] | None) -> Options:
         token=token,
         follow=args.follow,
         timeout=args.timeout,
+        folder=folder,
     )
 
 
@@ -297,11 +307,18 @@ class Progress:
 # --- following the job ------------------------------------------------------------------------
 
 
-def follow(options: Options, job_id: str, *, total_lines: int, err: TextIO) -> dict[str, Any]:
+def follow(
+    options: Options,
+    job_id: str,
+    *,
+    total_lines: int,
+    err: TextIO,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
     """Poll the job until it is done or failed; the job's last state. NoOutcomeError on a
     refusal or timeout."""
     url = f"{options.admin_url}/v1/jobs/{job_id}"
-    progress = Progress(err, total_lines=total_lines)
+    progress = progress or Progress(err, total_lines=total_lines)
     deadline = time.monotonic() + options.timeout
     started = time.monotonic()
     note = "waiting for import_codes to pick the file up"

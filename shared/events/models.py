@@ -40,6 +40,7 @@ class EventType(StrEnum):
     COUPON_REDEEMED = "coupon.redeemed"
     COUPON_RELEASED = "coupon.released"
     CODES_IMPORTED = "codes.imported"
+    CODES_ASSIGNED = "codes.assigned"
     LOW_STOCK = "campaign.low_stock"
     SOLD_OUT = "campaign.sold_out"
 
@@ -87,6 +88,21 @@ class CodesImported(_Event):
     job_id: DocumentId
 
 
+# The field of a commit's first claim document that records how many claims the commit made.
+COMMIT_COUNT = "commit_count"
+
+
+class CodesAssigned(_Event):
+    """Codes handed to a recipient list by one commit of an assignment job: one event per
+    commit instead of one per code. `claim_id` is the commit's first claim, which records the
+    commit's size; the id derives from the job and that claim's line (assigned_event_id)."""
+
+    type: Literal[EventType.CODES_ASSIGNED] = EventType.CODES_ASSIGNED
+    count: int = Field(ge=1, le=MAX_EVENT_COUNT)
+    job_id: DocumentId
+    claim_id: DocumentId
+
+
 class CampaignLowStock(_Event):
     type: Literal[EventType.LOW_STOCK] = EventType.LOW_STOCK
     remaining: int = Field(ge=0, le=MAX_EVENT_COUNT)
@@ -102,6 +118,7 @@ Event = Annotated[
     | CouponRedeemed
     | CouponReleased
     | CodesImported
+    | CodesAssigned
     | CampaignLowStock
     | CampaignSoldOut,
     Field(discriminator="type"),
@@ -160,6 +177,11 @@ def released_event_id(campaign_id: str, coupon_id: str, claimed_at: datetime) ->
 
 def redeemed_event_id(campaign_id: str, coupon_id: str) -> str:
     return f"redeemed.{campaign_id}.{coupon_id}"  # a code is redeemed once, ever
+
+
+def assigned_event_id(job_id: str, first_line: int) -> str:
+    # An assignment commit is known by its first line: that row's slot is created once.
+    return f"assigned.{job_id}.{first_line}"
 
 
 def released_record_id(claim_id: str, claimed_at: datetime) -> str:

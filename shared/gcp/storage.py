@@ -1,15 +1,20 @@
-"""Cloud Storage access: the imports bucket (streaming reads, generated CSVs, requests)."""
+"""Cloud Storage access: the imports bucket (streaming reads, generated CSVs, requests, results
+of assignment jobs)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, TextIO
 
 from google.api_core import exceptions as gexc
 from google.cloud.storage import Client as StorageClient
 
 READ_CHUNK_BYTES = 1 << 20
+# What a streamed upload holds in memory before sending it (a multiple of 256 KiB; the library's
+# default is 40 MiB, which would make a writer's memory grow with the file up to that size).
+WRITE_CHUNK_BYTES = 1 << 20
 
 
 def make_client(project_id: str) -> StorageClient:
@@ -61,3 +66,37 @@ def write_json_if_absent(
     except gexc.PreconditionFailed:
         return False
     return True
+
+
+def open_text_writer(
+    client: StorageClient, *, bucket: str, name: str, metadata: dict[str, str]
+) -> TextIO:
+    """A text object streamed 1 MiB at a time (newline="" for the csv module); the object
+    exists once the writer is closed."""
+    blob = client.bucket(bucket).blob(name)
+    blob.metadata = metadata
+    writer: TextIO = blob.open(
+        "w",
+        chunk_size=WRITE_CHUNK_BYTES,
+        encoding="utf-8",
+        newline="",
+        content_type="text/csv",
+    )
+    return writer
+
+
+def move_object(client: StorageClient, *, bucket: str, source: str, destination: str) -> int:
+    """Copy `source` to `destination` inside the bucket (server side, whatever the size), then
+    delete `source`; the new object's generation."""
+    handle = client.bucket(bucket)
+    target = handle.blob(destination)
+    token, _, _ = target.rewrite(handle.blob(source))
+    while token is not None:
+        token, _, _ = target.rewrite(handle.blob(source), token=token)
+    delete_if_exists(client, bucket=bucket, name=source)
+    return int(target.generation or 0)
+
+
+def delete_if_exists(client: StorageClient, *, bucket: str, name: str) -> None:
+    with contextlib.suppress(gexc.NotFound):
+        client.bucket(bucket).blob(name).delete()

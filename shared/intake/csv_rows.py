@@ -132,16 +132,22 @@ def _cells(number: int, raw: bytes | OverlongLine) -> list[str] | InvalidRow:
         return InvalidRow(line=number, reason=f"malformed CSV: {exc}", value=report_value(text))
 
 
+def line_cells(chunks: Iterable[bytes]) -> Iterator[tuple[int, list[str] | InvalidRow]]:
+    """Each non-blank line's number and cells, or the invalid row it is. Every CSV file of the
+    project (codes, recipient lists) is read through this."""
+    for number, raw in enumerate(lines_of(chunks), start=1):
+        cells = _cells(number, raw)
+        if isinstance(cells, InvalidRow) or any(cell.strip() for cell in cells):
+            yield number, cells
+
+
 def parse_rows(chunks: Iterable[bytes]) -> Iterator[CodeRow | InvalidRow]:
     """Rows of the file as codes or invalid rows; blank lines and the header are skipped."""
     column: int | None = None
-    for number, raw in enumerate(lines_of(chunks), start=1):
-        cells = _cells(number, raw)
+    for number, cells in line_cells(chunks):
         if isinstance(cells, InvalidRow):
             yield cells
             continue
-        if not any(cell.strip() for cell in cells):
-            continue  # blank line
         if column is None:
             names = [cell.strip().lower() for cell in cells]
             if "code" in names:

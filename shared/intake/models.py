@@ -1,4 +1,4 @@
-"""Intake models: import and generation jobs, and the generation request."""
+"""Intake models: import, generation and assignment jobs, and the generation request."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from shared.types import RequestBody, UtcTime
 class JobKind(StrEnum):
     IMPORT = "import"
     GENERATE = "generate"
+    ASSIGNMENT = "assignment"
 
 
 class JobState(StrEnum):
@@ -32,8 +33,16 @@ class JobError(BaseModel):
     value: str = ""  # escaped for spreadsheets (csv_intake.report_value)
 
 
+class LineRange(BaseModel):
+    """Lines `first` to `last` of a file (rows between them reported elsewhere may be mixed
+    in: invalid or repeated ones)."""
+
+    first: int
+    last: int
+
+
 class JobRecord(BaseModel):
-    """An import or generation job as stored in `jobs/{job_id}`."""
+    """An import, generation or assignment job as stored in `jobs/{job_id}`."""
 
     job_id: str
     kind: JobKind
@@ -51,6 +60,14 @@ class JobRecord(BaseModel):
     duplicates_in_campaign: int = 0
     invalid: int = 0
     errors: list[JobError] = Field(default_factory=list)
+    # Assignment jobs: recipients given a code now, holding one already, left without one
+    # (the pool ran out; their lines as ranges); repeats of a recipient count as
+    # duplicates_in_file. `result` names the CSV written for the email tool.
+    assigned: int = 0
+    already_held: int = 0
+    unassigned: int = 0
+    unassigned_lines: list[LineRange] = Field(default_factory=list)
+    result: str | None = None
     failure_reason: str | None = None
     attempts: int = 1
     # When this import's write ramp began: a retried attempt continues it instead of restarting.
@@ -76,6 +93,11 @@ class JobPublic(BaseModel):
     duplicates_in_campaign: int
     invalid: int
     errors: list[JobError]
+    assigned: int
+    already_held: int
+    unassigned: int
+    unassigned_lines: list[LineRange]
+    result: str | None
     failure_reason: str | None
     files: list[str]
     created_at: UtcTime

@@ -81,17 +81,24 @@ _SERIES = (
 )
 
 
+def _claimed(at: datetime, count: int) -> dict[str, Any]:
+    return {
+        "claimed": firestore.Increment(count),
+        "claimed_by_hour": {hour_key(at): firestore.Increment(count)},
+        "claimed_by_minute": {minute_key(at): firestore.Increment(count)},
+    }
+
+
 def _increments(event: events.Event) -> dict[str, Any] | None:
     at = event.occurred_at
     if isinstance(event, events.CouponClaimed):
-        claimed = {
-            "claimed": firestore.Increment(1),
-            "claimed_by_hour": {hour_key(at): firestore.Increment(1)},
-            "claimed_by_minute": {minute_key(at): firestore.Increment(1)},
-        }
+        claimed = _claimed(at, 1)
         if event.expires_at is not None:
             claimed["held"] = firestore.Increment(1)
         return claimed
+    if isinstance(event, events.CodesAssigned):
+        # A commit of a bulk assignment: `count` final claims at the commit's time.
+        return _claimed(at, event.count)
     if isinstance(event, events.CouponRedeemed):
         redeemed = {
             "redeemed": firestore.Increment(1),

@@ -71,9 +71,10 @@ class UsageService:
             "event applied" if applied else "event already applied",
             extra={"event_id": event.event_id, "type": event.type.value},
         )
-        if isinstance(event, events.CouponClaimed | events.CodesImported):
+        if isinstance(event, events.CouponClaimed | events.CodesAssigned | events.CodesImported):
             try:
-                self.check_stock(event.campaign_id)
+                # A bulk assignment's event moves the stock by a batch at once: always checked.
+                self.check_stock(event.campaign_id, force=isinstance(event, events.CodesAssigned))
             except CampaignNotFound:
                 # Nothing to announce for a campaign that is gone; retrying would not help.
                 log.warning("event for an unknown campaign", extra={"event_id": event.event_id})
@@ -86,7 +87,9 @@ class UsageService:
         from it (a second id for one claim would count it twice); coupon.redeemed and
         coupon.released must match the redeemed coupon and the released record; a
         codes.imported must name a finished job of the campaign that imported exactly `count`
-        codes. One or two reads by reference per event, shared with concurrent deliveries."""
+        codes; a codes.assigned must name the first claim of its commit, made by that job at
+        the line its id names, which records the commit's `count`. One or two reads by
+        reference per event, shared with concurrent deliveries."""
         checked: events.Event | None
         if isinstance(event, events.CouponClaimed):
             checked = self._verified_claim(event)
@@ -96,6 +99,8 @@ class UsageService:
             checked = self._verified_release(event)
         elif isinstance(event, events.CodesImported):
             checked = self._verified_import(event)
+        elif isinstance(event, events.CodesAssigned):
+            checked = self._verified_assignment(event)
         else:
             return event  # announcements move no counter
         if checked is None:
@@ -184,6 +189,22 @@ class UsageService:
         ):
             return event
         return None
+
+    def _verified_assignment(self, event: events.CodesAssigned) -> events.CodesAssigned | None:
+        c = event.campaign_id
+        claim = self._record(claims_collection(self._db, c).document(event.claim_id))
+        if (
+            claim is None
+            or claim.get("campaign_id") != c
+            or claim.get("job_id") != event.job_id
+            or claim.get(events.COMMIT_COUNT) != event.count
+            or not isinstance(line := claim.get("line"), int)
+            or event.event_id != events.assigned_event_id(event.job_id, line)
+            or not isinstance(claimed_at := claim.get("claimed_at"), datetime)
+        ):
+            return None
+        # The counters' hours follow the commit itself, not what the message says.
+        return event.model_copy(update={"occurred_at": claimed_at})
 
     def _record(self, ref: firestore.DocumentReference) -> dict[str, Any] | None:
         snapshot = self._reader.get([ref])[ref.path]

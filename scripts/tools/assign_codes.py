@@ -1,0 +1,176 @@
+"""Upload a recipient list for a campaign and follow its assignment job to the end.
+
+The file goes to assignments/{CAMPAIGN_ID}/{NAME} in the imports bucket (DESIGN.md, "Codes for
+email campaigns"): the object-finalized event starts the assignment job in import_codes. The
+job id is derived from the uploaded object's generation exactly as the service derives it, and
+the job is followed through admin_api (GET /v1/jobs/{job_id}) with a progress bar on stderr
+until it is done or failed; a summary with the first invalid rows and the unassigned lines goes
+to stdout, and with --output the result file (recipient, code, then the list's other columns)
+is downloaded. The list needs a `recipient` column (a customer id, email or phone number, as
+the campaign's identity says); a list of one column may omit the header.
+
+Uploading, tokens, storage hosts and exit statuses work as for ./scripts/upload_codes (the two
+share scripts/tools/upload_codes.py): 0 the job is done, 1 it failed, 2 no outcome.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from scripts.tools import upload_codes
+from scripts.tools.upload_codes import (
+    EXIT_DONE,
+    EXIT_FAILED,
+    EXIT_NO_OUTCOME,
+    SHOWN_ERRORS,
+    NoOutcomeError,
+    Options,
+    Progress,
+    UsageError,
+    _n,
+)
+from shared.assignments.service import ASSIGNMENT_PATH, assignment_job_id
+
+FOLDER = "assignments"
+
+
+class AssignmentProgress(Progress):
+    def job(self, job: Mapping[str, Any]) -> None:
+        finished = job.get("state") in ("done", "failed")
+        rows = job.get("rows_read")
+        counts = (
+            f"rows {_n(rows)}/{_n(self._total)} lines  assigned {_n(job.get('assigned'))}  "
+            f"already held {_n(job.get('already_held'))}  "
+            f"unassigned {_n(job.get('unassigned'))}  invalid {_n(job.get('invalid'))}"
+        )
+        elapsed = time.monotonic() - self._started
+        self._draw(
+            f"{self.bar(rows if isinstance(rows, int) else None, full=finished)}  {counts}  "
+            f"{job.get('state')}  {elapsed:4.1f}s",
+            key=counts + str(job.get("state")),
+            force=finished,
+        )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = upload_codes._parser()
+    parser.prog = "scripts/assign_codes"
+    parser.description = __doc__
+    for action in parser._actions:
+        if action.dest == "name":
+            action.help = "object name under assignments/CAMPAIGN_ID/ (default: the file's name)"
+    parser.add_argument(
+        "--output",
+        type=Path,
+        metavar="PATH",
+        help="download the result file (recipient, code, the list's other columns) here",
+    )
+    return parser
+
+
+def parse(argv: Sequence[str] | None) -> tuple[Options, Path | None]:
+    parser = _parser()
+    options = upload_codes.parse_options(
+        argv, parser=parser, folder=FOLDER, pattern=ASSIGNMENT_PATH, purpose="assigned"
+    )
+    output: Path | None = parser.parse_args(argv).output
+    return options, output
+
+
+def summary(job: Mapping[str, Any], out: TextIO) -> None:
+    duration = job.get("duration_seconds")
+    took = f" in {duration:.1f} s" if isinstance(duration, int | float) else ""
+    rows = [
+        ("source", job.get("source")),
+        ("result", job.get("result") or "-"),
+        ("rows read", _n(job.get("rows_read"))),
+        ("assigned", _n(job.get("assigned"))),
+        ("already held", _n(job.get("already_held"))),
+        ("repeated", _n(job.get("duplicates_in_file"))),
+        ("unassigned", _n(job.get("unassigned"))),
+        ("invalid", _n(job.get("invalid"))),
+    ]
+    if job.get("failure_reason"):
+        rows.append(("failure", job["failure_reason"]))
+    out.write(f"job {job.get('job_id')} {job.get('state')}{took}\n")
+    for label, value in rows:
+        out.write(f"  {label:<12} {value}\n")
+    ranges = [r for r in job.get("unassigned_lines") or [] if isinstance(r, dict)]
+    if ranges:
+        shown = ", ".join(_lines(r) for r in ranges[:SHOWN_ERRORS])
+        more = " …" if len(ranges) > SHOWN_ERRORS else ""
+        out.write(f"  no code left for lines {shown}{more}\n")
+    errors = [e for e in job.get("errors") or [] if isinstance(e, dict)]
+    if errors:
+        shown_errors = errors[:SHOWN_ERRORS]
+        out.write(f"  first {len(shown_errors)} of {_n(job.get('invalid'))} invalid rows:\n")
+        for error in shown_errors:
+            out.write(f"    line {error.get('line')}: {error.get('reason')}\n")
+    out.flush()
+
+
+def _lines(span: Mapping[str, Any]) -> str:
+    first, last = span.get("first"), span.get("last")
+    return str(first) if first == last else f"{first}-{last}"
+
+
+def download(options: Options, job: Mapping[str, Any], path: Path) -> None:
+    from google.cloud.storage import Client
+
+    uri = job.get("result")
+    if not isinstance(uri, str):
+        raise NoOutcomeError("the job wrote no result file")
+    name = uri.removeprefix(f"gs://{options.bucket}/")
+    try:
+        Client(project=options.project).bucket(options.bucket).blob(name).download_to_filename(
+            str(path)
+        )
+    except Exception as exc:  # network, credentials: the job's outcome stands, the copy failed
+        raise NoOutcomeError(f"cannot download {uri}: {exc}") from exc
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    out, err = sys.stdout, sys.stderr
+    try:
+        options, output = parse(argv)
+    except UsageError as exc:
+        err.write(f"assign_codes: {exc}\n")
+        return EXIT_NO_OUTCOME
+    try:
+        total_lines = upload_codes.count_lines(options.file)
+        stored = upload_codes.upload(options)
+        job_id = assignment_job_id(stored)
+        where = f" (Storage emulator {options.storage_host})" if options.storage_host else ""
+        err.write(f"uploaded {options.file} ({total_lines:,} lines) to {stored.uri}{where}\n")
+        out.write(f"job {job_id}\n")
+        out.flush()
+        if not options.follow:
+            err.write(f"follow it with GET {options.admin_url}/v1/jobs/{job_id}\n")
+            return EXIT_DONE
+        job = upload_codes.follow(
+            options,
+            job_id,
+            total_lines=total_lines,
+            err=err,
+            progress=AssignmentProgress(err, total_lines=total_lines),
+        )
+        summary(job, out)
+        if output is not None and job.get("result"):
+            download(options, job, output)
+            err.write(f"result written to {output}\n")
+    except (NoOutcomeError, OSError) as exc:
+        err.write(f"assign_codes: {exc}\n")
+        return EXIT_NO_OUTCOME
+    except KeyboardInterrupt:
+        err.write("\nassign_codes: interrupted; the job goes on without us\n")
+        return 130
+    return EXIT_DONE if job.get("state") == "done" else EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
