@@ -462,10 +462,12 @@ class CandidatePool:
                 or time.monotonic() < self._look_for_segments_at
             ):
                 return None
-            per_segment = max(1.0, self._codes_total / segments.COUNT)
+            per_segment = max(1, self._codes_total) / segments.COUNT
             seen, self._free_seen = self._free_seen, []
             limit = WAITING_QUERY_LIMIT if self._only_waiting else OPEN_QUERY_LIMIT
-        length = max(1, min(MAX_RUN, math.ceil(want / per_segment)))
+        # With fewer codes than segments, any number of segments may be needed for one code.
+        longest = MAX_RUN if per_segment >= 1 else segments.COUNT
+        length = max(1, min(longest, math.ceil(want / per_segment)))
         # Free segments the last query saw come first: no read (a write tells if still free).
         if seen and (run := self._lease(seen, length, generation)) is not None:
             return run
