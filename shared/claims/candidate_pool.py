@@ -51,6 +51,7 @@ STALE_RUN_FLUSH = 16
 # A refill holds about this much of the instance's recent demand, within these bounds.
 REFILL_HORIZON_SECONDS = 1.0
 MIN_REFILL = 4
+MIN_RUN_CODES = 16
 DEMAND_WINDOW_SECONDS = 2.0
 MIN_DEMAND_SPAN_SECONDS = 0.25
 # Segments asked for at a time, the longest run leased at once, and how long a lease lasts
@@ -462,12 +463,12 @@ class CandidatePool:
                 or time.monotonic() < self._look_for_segments_at
             ):
                 return None
-            per_segment = max(1, self._codes_total) / segments.COUNT
+            per_segment = max(1.0, self._codes_total / segments.COUNT)
             seen, self._free_seen = self._free_seen, []
             limit = WAITING_QUERY_LIMIT if self._only_waiting else OPEN_QUERY_LIMIT
-        # With fewer codes than segments, any number of segments may be needed for one code.
-        longest = MAX_RUN if per_segment >= 1 else segments.COUNT
-        length = max(1, min(longest, math.ceil(want / per_segment)))
+        # Runs cover at least MIN_RUN_CODES codes' worth even when reads are smaller: a sparse
+        # campaign (few codes, or a few released ones) is found in a few runs, not dozens.
+        length = max(1, min(MAX_RUN, math.ceil(max(want, MIN_RUN_CODES) / per_segment)))
         # Free segments the last query saw come first: no read (a write tells if still free).
         if seen and (run := self._lease(seen, length, generation)) is not None:
             return run
