@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -267,7 +267,6 @@ class Journey:
     started: float = 0.0
     clock: float = 0.0
     deadline: float = 0.0
-    records: list[dict[str, Any]] = field(default_factory=list)
 
     def step(self, conns: Sequence[Connection], scenario: Scenario, out: Recorder) -> float | None:
         """Send what is due; the monotonic time of the next step, or None when finished."""

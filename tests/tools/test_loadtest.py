@@ -3,7 +3,8 @@ locustfile, audit and report).
 
 The emulator test runs the small scenario end to end, exactly as a person would: its own local
 stack on free ports, a campaign through admin_api, 150 codes through the bucket and import_codes,
-300 shoppers at once (with locust, and with the threads client), the audit against Firestore. It asserts invariants, never timings.
+300 shoppers at once (with locust, and with the threads client), the audit against Firestore. It
+asserts invariants, never timings.
 The other tests feed the audit made-up sales to show that it catches each violation.
 """
 
