@@ -193,7 +193,9 @@ def cpu_figure(summary: Mapping[str, Any]) -> Figure | None:
             cores * 100, color="#263238", linestyle="--", linewidth=1, label=f"{cores} cores"
         )
         title = f"CPU by component during the run (100 % = one core; {cores} cores)"
-        _finish(ax, title, "% of one core", seconds=len(x), x_label="seconds since locust started")
+        _finish(
+            ax, title, "% of one core", seconds=len(x), x_label="seconds since the shoppers started"
+        )
     return figure
 
 

@@ -1,7 +1,8 @@
 """Rehearse a flash sale through the HTTP API, audit it against the database, and report it.
 
     ./scripts/loadtest [--shoppers 10000] [--codes 5000] [--pattern ramp|burst]
-        [--ramp-seconds 30] [--double-click-share 0.1] [--max-per-user 1] [--processes 1]
+        [--ramp-seconds 30] [--double-click-share 0.1] [--max-per-user 1]
+        [--client locust|threads] [--threads 64] [--processes 1]
         [--claim-workers W] [--claim-threads T] [--free-ports | --claim-port P ...]
         [--target-claim URL --target-admin URL [--storage-host URL] [--firestore-host H:P]]
         [--report-dir DIR] [--settle-seconds 30] [--require-targets] [--prepare-only]
@@ -12,18 +13,22 @@
 2. Creates a campaign through admin_api and loads its pool through the real intake path: a CSV
    of --codes codes dropped at imports/{campaign}/loadtest.csv in the imports bucket and the
    import job followed through admin_api, as ./scripts/upload_codes does.
-3. Runs locust headless (scripts/load_test/locustfile.py, FastHttpUser): --shoppers shoppers
-   arriving all at once (burst: spawn rate = shoppers) or evenly over --ramp-seconds (ramp).
-   Each opens the campaign, claims once with an ID token of its own (retrying 503/429 after
-   Retry-After), reads its code back; --double-click-share of them send a second claim while
-   the first is in flight. Every response is recorded in responses.jsonl.
+3. Runs the shoppers: --shoppers of them arriving all at once (burst) or evenly over
+   --ramp-seconds (ramp). Each opens the campaign, claims once with an ID token of its own
+   (made before the clock starts; 503/429 retried after Retry-After), reads its code back;
+   --double-click-share of them send a second claim while the first is in flight. The client:
+   locust headless (--client locust, the default: scripts/load_test/locustfile.py,
+   FastHttpUser, one greenlet per shopper, so a burst has every shopper in flight at once) or
+   a plain one (--client threads: scripts/load_test/shoppers.py, --threads threads over
+   keep-alive connections, each taking the next shopper due, as a fixed pool of clients
+   would). Every response is recorded in responses.jsonl.
 4. Audits the sale from the database (scripts/support/audit.py plus the claim documents) and
    the API: codes held by two shoppers, over-issue, shoppers over their limit, SOLD_OUT
    answered while codes remained, answers that disagree with the database, shoppers without an
    answer, and the usage counters (GET /v1/campaigns/{id} stats, polled until they settle)
    against the documents.
-5. Writes reports/loadtest-<stamp>/ (report.html, summary.json, responses.jsonl, locust.html,
-   the stack's logs) and prints the figures.
+5. Writes reports/loadtest-<stamp>/ (report.html, summary.json, responses.jsonl, the client's
+   log, locust.html, the stack's logs) and prints the figures.
 
 Exit status: 0 no violation; 1 a violation; 2 the run could not be made (setup failed);
 3 no violation but a target missed, with --require-targets.
@@ -47,10 +52,11 @@ from scripts.load_test.cpu import CpuSampler
 from scripts.load_test.options import Options, parse_options
 from scripts.load_test.report import analyse, load_records, write_report
 from scripts.load_test.sale import (
-    LocustRun,
+    ClientRun,
     create_campaign,
     load_pool,
-    run_locust,
+    run_shoppers,
+    threads_command,
     wait_until_claimable,
 )
 from scripts.load_test.stack import StartedStack, Target, running_target
@@ -116,12 +122,12 @@ def _print_summary(summary: Mapping[str, Any], out: IO[str]) -> None:
 
 @dataclass
 class Sold:
-    """A sale that ran: where, what locust recorded, and the database afterwards."""
+    """A sale that ran: where, what the client recorded, and the database afterwards."""
 
     target: Target
     campaign_id: str
     intake: dict[str, Any]
-    run: LocustRun
+    run: ClientRun
     cpu: dict[str, Any]
     records: list[dict[str, Any]]
     truth: Truth
@@ -143,13 +149,15 @@ def _sell(options: Options, directory: Path) -> Sold | None:
                 f"  .venv/bin/locust -f scripts/load_test/locustfile.py "
                 f"--host {target.claim_url} --campaign {campaign_id} --project {target.project}"
             )
+            say("or with the threads client:")
+            say("  " + " ".join(threads_command(options, target, campaign_id, None)))
             return None
         sampler = CpuSampler(
             stack_pid=target.stack_pid, stack_ports=target.ports(), cores=os.cpu_count() or 1
         )
         sampler.start()
         try:
-            run = run_locust(options, target, campaign_id, directory, sampler)
+            run = run_shoppers(options, target, campaign_id, directory, sampler)
         finally:
             sampler.stop()
         if stack is not None and (reason := stack.died()) is not None:
@@ -157,12 +165,13 @@ def _sell(options: Options, directory: Path) -> Sold | None:
         records = load_records(run.records_path)
         if not records:
             raise SetupError(
-                f"locust recorded nothing (exit {run.exit_code}); see {directory / 'locust.log'}"
+                f"{run.client} recorded nothing (exit {run.exit_code}); "
+                f"see {directory / (run.client + '.log')}"
             )
         say("auditing: reading the campaign back from Firestore …")
         truth = read_truth(target, campaign_id)
         counters = settle_counters(target, campaign_id, token, truth, options.settle_seconds)
-    cpu = {**sampler.summary(options.shoppers), "locust_cpu_seconds_rusage": run.cpu_seconds}
+    cpu = {**sampler.summary(options.shoppers), "client_cpu_seconds_rusage": run.cpu_seconds}
     return Sold(target, campaign_id, intake, run, cpu, records, truth, counters)
 
 
@@ -178,8 +187,12 @@ def _scenario(options: Options, sold: Sold) -> dict[str, Any]:
         "double_click_share": options.double_click_share,
         "max_per_user": options.max_per_user,
         "waiting_room": options.waiting_room,
-        "locust_processes": options.processes,
-        "locust_user_class": "FastHttpUser",
+        "client": options.client,
+        **(
+            {"client_threads": options.threads}
+            if options.client == "threads"
+            else {"locust_processes": options.processes, "locust_user_class": "FastHttpUser"}
+        ),
         "p95_target_ms": options.p95_target_ms,
         "claim_url": target.claim_url,
         "admin_url": target.admin_url,
@@ -221,15 +234,16 @@ def _summary(options: Options, sold: Sold, started_at: datetime) -> dict[str, An
         "counters": sold.counters,
         "figures": figures,
         "cpu": sold.cpu,
-        "locust": {
+        "client": {
+            "name": sold.run.client,
             "exit_code": sold.run.exit_code,
             "seconds": sold.run.seconds,
             "command": sold.run.command,
         },
         "files": {
             "responses (JSONL)": "responses.jsonl",
-            "locust's own report": "locust.html",
-            "locust log": "locust.log",
+            **({"locust's own report": "locust.html"} if sold.run.client == "locust" else {}),
+            f"{sold.run.client} log": f"{sold.run.client}.log",
             **({"stack logs": "logs/"} if sold.target.started else {}),
         },
         "targets": targets(options, figures, shoppers, truth, violations),

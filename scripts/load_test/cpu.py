@@ -1,5 +1,6 @@
-"""Who used the machine's cores during the sale: locust, each function and emulator of the
-stack, the load test itself and the rest of the machine, sampled every second with psutil."""
+"""Who used the machine's cores during the sale: the shoppers' client (locust or threads), each
+function and emulator of the stack, the load test itself and the rest of the machine, sampled
+every second with psutil."""
 
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ def _classify(cmdline: Sequence[str]) -> str:
 
 
 class CpuSampler(threading.Thread):
-    """Samples CPU time per component every second: locust (and its workers), each function
+    """Samples CPU time per component every second: the shoppers' client (locust and its
+    workers, or the threads client) under `client_name`, each function
     and emulator of the stack, this process, and the rest of the machine.
 
     The stack is the process tree of the local stack we started, or, for a running stack, the
@@ -47,7 +49,8 @@ class CpuSampler(threading.Thread):
         self.stack_ports = set(stack_ports)
         self.stack_roots: list[int] = []
         self.cores = cores
-        self.locust_pid: int | None = None
+        self.client_pid: int | None = None
+        self.client_name = "locust"
         self._stop_event = threading.Event()
         self.series: defaultdict[str, list[float]] = defaultdict(list)
         self.totals: defaultdict[str, float] = defaultdict(float)
@@ -98,7 +101,7 @@ class CpuSampler(threading.Thread):
                     continue
                 usage[label] += times.user + times.system
 
-        tree(self.locust_pid, "locust")
+        tree(self.client_pid, self.client_name)
         for root in self.stack_roots:
             tree(root, None)
         own = psutil.Process(os.getpid()).cpu_times()
@@ -162,6 +165,6 @@ class CpuSampler(threading.Thread):
             "machine_busy_percent": round(busy / (self.seconds * self.cores) * 100, 1),
             "components": components,
             "series": {name: self.series[name] for name in ordered},
-            "note": "sampled every second while locust ran; 'rest of the machine' is everything "
-            "else on this host (other sessions included)",
+            "note": "sampled every second while the shoppers ran; 'rest of the machine' is "
+            "everything else on this host (other sessions included)",
         }

@@ -54,22 +54,28 @@ from locust.event import EventHook
 from locust.runners import MasterRunner, WorkerRunner
 
 from emulator.tokens import emulator_id_token
+from scripts.load_test.records import (
+    CODE,
+    CONNECTION_RETRY_PAUSE,
+    ERROR,
+    KIND_CAMPAIGN,
+    KIND_CLAIM,
+    KIND_DOUBLE,
+    KIND_JOURNEY,
+    KIND_ME,
+    MAX_RETRY_AFTER,
+    RETRIED_STATUSES,
+    SOLD_OUT,
+    TICKET_HEADER,
+    UNANSWERED,
+)
 
 # With --processes, the master stops the run when a worker misses 3 heartbeats (3 s) and
 # starts it again when the worker is back, with new users. On a machine that the system under
 # test saturates, workers do miss them: give them 30 s.
 runners.HEARTBEAT_LIVENESS = 30
 
-TICKET_HEADER = "X-Waiting-Room-Ticket"
 JOURNEY_MESSAGE = "codedrop_journey_done"
-# What a request is, in the JSONL records and in locust's statistics.
-KIND_CAMPAIGN, KIND_CLAIM, KIND_DOUBLE, KIND_ME, KIND_JOURNEY = (
-    "campaign",
-    "claim",
-    "double_click",
-    "me",
-    "journey",
-)
 STAT_NAMES = {
     KIND_CAMPAIGN: "/v1/campaigns/[id]",
     KIND_CLAIM: "/v1/campaigns/[id]/claims",
@@ -77,12 +83,7 @@ STAT_NAMES = {
     KIND_ME: "/v1/campaigns/[id]/claims/me",
     KIND_JOURNEY: "shopper: open, claim, read back",
 }
-# Final answers of a claim; 503 and 429 are "try again", anything else is an error answer.
-CODE, SOLD_OUT, ERROR, UNANSWERED = "code", "sold_out", "error", "unanswered"
-RETRIED_STATUSES = (429, 503)
 DOCUMENTED_STATUSES = (200, 201, 410, 429, 503)
-CONNECTION_RETRY_PAUSE = 0.1  # a browser retries a request on a dropped keep-alive at once
-MAX_RETRY_AFTER = 30.0
 FLUSH_EVERY = 200  # lines; a journey end flushes too
 
 # Shopper ids: a tag shared by the processes of one run (chosen before --processes forks), the

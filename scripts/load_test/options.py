@@ -23,6 +23,8 @@ class Options:
     ramp_seconds: float
     double_click_share: float
     max_per_user: int
+    client: str
+    threads: int
     processes: int
     claim_workers: int | None
     claim_threads: int | None
@@ -96,6 +98,17 @@ def _parser(description: str | None) -> argparse.ArgumentParser:
     )
 
     load = parser.add_argument_group("load generator")
+    load.add_argument(
+        "--client",
+        choices=("locust", "threads"),
+        default="locust",
+        help="locust: one greenlet per shopper (FastHttpUser); threads: a plain client, "
+        "--threads threads over keep-alive connections taking the shoppers as they come due "
+        "(scripts/load_test/shoppers.py); default %(default)s",
+    )
+    load.add_argument(
+        "--threads", type=int, default=64, help="threads of --client threads (default %(default)s)"
+    )
     load.add_argument(
         "--processes",
         type=int,
@@ -182,6 +195,8 @@ def parse_options(argv: Sequence[str] | None, description: str | None = None) ->
         parser.error("--target-claim and --target-admin go together")
     if args.prepare_only and not args.target_claim:
         parser.error("--prepare-only needs a running stack (--target-claim, --target-admin)")
+    if args.threads < 1:
+        parser.error("--threads must be positive")
     if args.processes == 0 or args.processes < -1:
         parser.error("--processes must be positive or -1")
     ports = {

@@ -1,5 +1,6 @@
 """Staging and running the sale: the campaign through admin_api, its codes through the bucket
-and import_codes, then locust's shoppers (scripts/load_test/locustfile.py)."""
+and import_codes, then the shoppers: locust's (scripts/load_test/locustfile.py) or the threads
+client's (scripts/load_test/shoppers.py)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from scripts.tools import upload_codes
 from shared.intake.service import import_job_id
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
+RECORDS = "responses.jsonl"
 IMPORT_TIMEOUT = 600.0
 PROGRESS_EVERY = 5.0
 
@@ -100,7 +102,8 @@ def wait_until_claimable(target: Target, campaign_id: str, codes: int) -> None:
 
 
 @dataclass
-class LocustRun:
+class ClientRun:
+    client: str  # "locust" or "threads"
     command: list[str]
     exit_code: int
     seconds: float
@@ -108,11 +111,9 @@ class LocustRun:
     records_path: Path
 
 
-def run_locust(
-    options: Options, target: Target, campaign_id: str, directory: Path, sampler: CpuSampler
-) -> LocustRun:
-    records_path = directory / "responses.jsonl"
-    records_path.unlink(missing_ok=True)
+def _locust_command(
+    options: Options, target: Target, campaign_id: str, directory: Path
+) -> list[str]:
     limit = math.ceil(options.arrival_seconds + options.give_up_after + 180)
     command = [
         sys.executable,
@@ -138,7 +139,7 @@ def run_locust(
         "--give-up-after",
         f"{options.give_up_after:g}",
         "--record",
-        str(records_path),
+        str(directory / RECORDS),
         "--run-time",
         f"{limit}s",
         "--only-summary",
@@ -147,18 +148,61 @@ def run_locust(
     ]
     if options.processes != 1:
         command += ["--processes", str(options.processes)]
-    say(
-        f"locust: {options.shoppers:,} shoppers, "
-        + (
-            "all at once"
-            if options.pattern == "burst"
-            else f"over {options.ramp_seconds:g} s ({options.spawn_rate:.0f}/s)"
-        )
-        + (f", {options.processes} processes" if options.processes != 1 else "")
+    return command
+
+
+def threads_command(
+    options: Options, target: Target, campaign_id: str, records: Path | None
+) -> list[str]:
+    """The threads client (scripts/load_test/shoppers.py) for this sale."""
+    command = [
+        sys.executable,
+        "-m",
+        "scripts.load_test.shoppers",
+        "--host",
+        target.claim_url,
+        "--campaign",
+        campaign_id,
+        "--project",
+        target.project,
+        "--shoppers",
+        str(options.shoppers),
+        "--threads",
+        str(options.threads),
+        "--ramp-seconds",
+        f"{options.arrival_seconds:g}",
+        "--double-click-share",
+        f"{options.double_click_share:g}",
+        "--claim-attempts",
+        str(options.claim_attempts),
+        "--give-up-after",
+        f"{options.give_up_after:g}",
+    ]
+    return command + (["--record", str(records)] if records is not None else [])
+
+
+def run_shoppers(
+    options: Options, target: Target, campaign_id: str, directory: Path, sampler: CpuSampler
+) -> ClientRun:
+    """The shoppers, with the client --client names, to the end; every response recorded."""
+    records_path = directory / RECORDS
+    records_path.unlink(missing_ok=True)
+    arrival = (
+        "all at once"
+        if options.pattern == "burst"
+        else f"over {options.ramp_seconds:g} s ({options.spawn_rate:.0f}/s)"
     )
+    if options.client == "threads":
+        command = threads_command(options, target, campaign_id, records_path)
+        say(f"threads client: {options.shoppers:,} shoppers, {arrival}, {options.threads} threads")
+    else:
+        command = _locust_command(options, target, campaign_id, directory)
+        processes = f", {options.processes} processes" if options.processes != 1 else ""
+        say(f"locust: {options.shoppers:,} shoppers, {arrival}{processes}")
+    sampler.client_name = options.client
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
-    with (directory / "locust.log").open("w") as log:
+    with (directory / f"{options.client}.log").open("w") as log:
         process = subprocess.Popen(
             command,
             cwd=REPO,
@@ -166,7 +210,7 @@ def run_locust(
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-        sampler.locust_pid = process.pid
+        sampler.client_pid = process.pid
         try:
             _follow(process, records_path, options.shoppers, started)
         except KeyboardInterrupt:
@@ -176,8 +220,11 @@ def run_locust(
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     seconds = time.monotonic() - started
-    say(f"locust finished in {seconds:.1f} s (exit {process.returncode}, {cpu:.1f} CPU s)")
-    return LocustRun(
+    say(
+        f"{options.client} finished in {seconds:.1f} s (exit {process.returncode}, {cpu:.1f} CPU s)"
+    )
+    return ClientRun(
+        client=options.client,
         command=command,
         exit_code=process.returncode,
         seconds=round(seconds, 2),

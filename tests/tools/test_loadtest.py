@@ -3,7 +3,8 @@ locustfile, audit and report).
 
 The emulator test runs the small scenario end to end, exactly as a person would: its own local
 stack on free ports, a campaign through admin_api, 150 codes through the bucket and import_codes,
-300 locust shoppers at once, the audit against Firestore. It asserts invariants, never timings.
+300 shoppers at once (with locust, and with the threads client), the audit against Firestore. It
+asserts invariants, never timings.
 The other tests feed the audit made-up sales to show that it catches each violation.
 """
 
@@ -42,7 +43,8 @@ def _clean_env() -> dict[str, str]:
 
 
 @pytest.mark.emulator
-def test_small_sale_has_no_violation_and_issues_every_code(tmp_path: Path) -> None:
+@pytest.mark.parametrize("client", ["locust", "threads"])
+def test_small_sale_has_no_violation_and_issues_every_code(tmp_path: Path, client: str) -> None:
     try:
         check_prerequisites()
     except EmulatorUnavailable as exc:
@@ -62,6 +64,10 @@ def test_small_sale_has_no_violation_and_issues_every_code(tmp_path: Path) -> No
             "burst",
             "--double-click-share",
             "0.2",
+            "--client",
+            client,
+            "--threads",
+            "16",
             "--free-ports",
             "--report-dir",
             str(out),
@@ -86,6 +92,7 @@ def test_small_sale_has_no_violation_and_issues_every_code(tmp_path: Path) -> No
     assert shoppers["double_clickers"] > 0
     assert summary["counters"]["settled"] is True
     assert summary["counters"]["stats"]["claimed"] == 150
+    assert summary["scenario"]["client"] == client
     # Every response was recorded, and the page is there with its charts.
     records = report.load_records(out / "responses.jsonl")
     assert sum(1 for r in records if r["kind"] == "journey") == 300
