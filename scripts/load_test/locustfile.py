@@ -68,6 +68,7 @@ from scripts.load_test.records import (
     SOLD_OUT,
     TICKET_HEADER,
     UNANSWERED,
+    journey_record,
 )
 
 # With --processes, the master stops the run when a worker misses 3 heartbeats (3 s) and
@@ -445,32 +446,9 @@ class Shopper(FastHttpUser):
             second = gevent.spawn_later(random.uniform(0.0, 0.03), self._claim, KIND_DOUBLE)
         answer = self._claim(KIND_CLAIM)
         double: Answer | None = second.get() if second is not None else None
-        # What the page ends up showing: a code if either click got one, else the first
-        # click's answer (the second's if the first got none).
-        final = answer
-        if double is not None and (
-            (double.code is not None and answer.code is None) or answer.outcome == UNANSWERED
-        ):
-            final = double
-        read_back: list[str] | None = None
-        if final.code is not None:
-            read_back = self._read_back()
-        context: dict[str, Any] = {
-            "shopper": self.shopper_id,
-            "kind": KIND_JOURNEY,
-            "outcome": final.outcome,
-            "status": final.status,
-            "code": final.code,
-            "attempts": answer.attempts,
-            "first_claim_at": answer.first_sent,
-            "answered_at": final.answered_at,
-            "double_click": double is not None,
-        }
-        if double is not None:
-            context["double_outcome"] = double.outcome
-            context["double_code"] = double.code
-        if read_back is not None:
-            context["read_back"] = read_back
+        got_code = answer.code is not None or (double is not None and double.code is not None)
+        read_back = self._read_back() if got_code else None
+        context = journey_record(self.shopper_id, answer, double, read_back)
         self.environment.events.request.fire(
             request_type="JOURNEY",
             name=STAT_NAMES[KIND_JOURNEY],
@@ -479,8 +457,8 @@ class Shopper(FastHttpUser):
             response=None,
             context=context,
             exception=None
-            if final.outcome in (CODE, SOLD_OUT)
-            else RuntimeError(f"no answer: {final.outcome} {final.status}"),
+            if context["outcome"] in (CODE, SOLD_OUT)
+            else RuntimeError(f"no answer: {context['outcome']} {context['status']}"),
             start_time=started,
             url=self.base,
         )

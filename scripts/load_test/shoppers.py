@@ -43,13 +43,13 @@ from scripts.load_test.records import (
     KIND_CAMPAIGN,
     KIND_CLAIM,
     KIND_DOUBLE,
-    KIND_JOURNEY,
     KIND_ME,
     MAX_RETRY_AFTER,
     RETRIED_STATUSES,
     SOLD_OUT,
     TICKET_HEADER,
     UNANSWERED,
+    journey_record,
 )
 
 # gunicorn closes a keep-alive connection idle for 2 s (its `keepalive`): one idle longer than
@@ -319,38 +319,19 @@ class Journey:
     def _finish(self, conn: Connection, scenario: Scenario, out: Recorder) -> None:
         answer = self.clicks[0]
         double = self.clicks[1] if len(self.clicks) > 1 else None
-        # What the page ends up showing, as in the locustfile.
-        final = answer
-        if double is not None and (
-            (double.code is not None and answer.code is None) or answer.outcome == UNANSWERED
-        ):
-            final = double
         read_back: list[str] | None = None
-        if final.code is not None:
+        if answer.code is not None or (double is not None and double.code is not None):
             conn.send("GET", f"{scenario.base}/claims/me", self.auth)
             reply = conn.receive()
             self._record(out, KIND_ME, reply)
             claims = reply.body.get("claims") if reply.status == 200 else None
             if isinstance(claims, list):
                 read_back = [str(c.get("code")) for c in claims if isinstance(c, dict)]
-        record: dict[str, Any] = {
+        record = {
             "t": round(self.started, 6),
-            "shopper": self.shopper,
-            "kind": KIND_JOURNEY,
             "ms": round((time.perf_counter() - self.clock) * 1000, 2),
-            "outcome": final.outcome,
-            "status": final.status,
-            "code": final.code,
-            "attempts": answer.attempts,
-            "first_claim_at": answer.first_sent,
-            "answered_at": final.answered_at,
-            "double_click": double is not None,
+            **journey_record(self.shopper, answer, double, read_back),
         }
-        if double is not None:
-            record["double_outcome"] = double.outcome
-            record["double_code"] = double.code
-        if read_back is not None:
-            record["read_back"] = read_back
         out.add(record)
 
 
