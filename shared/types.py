@@ -3,7 +3,9 @@ request bodies."""
 
 from __future__ import annotations
 
+import threading
 import unicodedata
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated
@@ -85,3 +87,20 @@ class RequestBody(BaseModel):
     time), and unknown fields refused rather than silently ignored."""
 
     model_config = ConfigDict(extra="forbid", strict=True, str_strip_whitespace=True)
+
+
+@dataclass
+class Tally:
+    """Counters that many threads add to (a subclass declares them as int fields); a snapshot
+    reads them all at one moment."""
+
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, **deltas: int) -> None:
+        with self._lock:
+            for name, delta in deltas.items():
+                setattr(self, name, getattr(self, name) + delta)
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "_lock"}

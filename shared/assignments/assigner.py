@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
@@ -41,6 +40,7 @@ from shared.claims.store import claim_id_for
 from shared.coupons.store import Candidate, CouponState
 from shared.events.models import COMMIT_COUNT, CodesAssigned, assigned_event_id
 from shared.gcp.firestore import Snapshot, claims_collection, coupons_collection
+from shared.types import Tally
 
 log = logging.getLogger(__name__)
 
@@ -88,23 +88,13 @@ class EventSink(Protocol):
 
 
 @dataclass
-class AssignerMetrics:
+class AssignerMetrics(Tally):
     batches: int = 0
     commits: int = 0
     conflicts: int = 0  # commits refused: a slot existed or a coupon was taken meanwhile
     transient: int = 0
     settled_reads: int = 0  # documents read back to settle a batch (or before committing it)
     coupons_taken_elsewhere: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def add(self, **deltas: int) -> None:
-        with self._lock:
-            for name, delta in deltas.items():
-                setattr(self, name, getattr(self, name) + delta)
-
-    def snapshot(self) -> dict[str, int]:
-        with self._lock:
-            return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "_lock"}
 
 
 Pair = tuple[RecipientRow, Candidate]

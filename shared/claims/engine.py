@@ -13,7 +13,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 
@@ -33,6 +33,7 @@ from shared.coupons.store import Candidate
 from shared.errors import CampaignNotActive, CampaignNotFound, Contended, SoldOut
 from shared.gcp.batched_reads import ReadCoalescer
 from shared.settings import Settings
+from shared.types import Tally
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ class _Retry(Enum):
 
 
 @dataclass
-class ClaimMetrics:
+class ClaimMetrics(Tally):
     """How the engine's claims went, for the benchmark and for logs. Firestore reads and
     writes are not counted here: benchmarks count them where the client sends them."""
 
@@ -83,16 +84,6 @@ class ClaimMetrics:
     transient: int = 0
     sold_out_answers: int = 0
     contended_answers: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def add(self, **deltas: int) -> None:
-        with self._lock:
-            for name, delta in deltas.items():
-                setattr(self, name, getattr(self, name) + delta)
-
-    def snapshot(self) -> dict[str, int]:
-        with self._lock:
-            return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "_lock"}
 
 
 class ClaimEngine:
