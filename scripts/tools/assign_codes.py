@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -40,21 +39,12 @@ FOLDER = "assignments"
 
 
 class AssignmentProgress(Progress):
-    def job(self, job: Mapping[str, Any]) -> None:
-        finished = job.get("state") in ("done", "failed")
-        rows = job.get("rows_read")
-        counts = (
-            f"rows {_n(rows)}/{_n(self._total)} lines  assigned {_n(job.get('assigned'))}  "
-            f"already held {_n(job.get('already_held'))}  "
-            f"unassigned {_n(job.get('unassigned'))}  invalid {_n(job.get('invalid'))}"
-        )
-        elapsed = time.monotonic() - self._started
-        self._draw(
-            f"{self.bar(rows if isinstance(rows, int) else None, full=finished)}  {counts}  "
-            f"{job.get('state')}  {elapsed:4.1f}s",
-            key=counts + str(job.get("state")),
-            force=finished,
-        )
+    COUNTS = (
+        ("assigned", "assigned"),
+        ("already held", "already_held"),
+        ("unassigned", "unassigned"),
+        ("invalid", "invalid"),
+    )
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -245,6 +245,12 @@ class Progress:
 
     WIDTH = 28
     PLAIN_EVERY = 5.0
+    # The job's counts shown after the lines read: (label, field of the job).
+    COUNTS: tuple[tuple[str, str], ...] = (
+        ("imported", "imported"),
+        ("duplicates", "duplicates"),
+        ("invalid", "invalid"),
+    )
 
     def __init__(self, stream: TextIO, *, total_lines: int) -> None:
         self._stream = stream
@@ -272,9 +278,9 @@ class Progress:
     def job(self, job: Mapping[str, Any]) -> None:
         finished = job.get("state") in ("done", "failed")
         rows = job.get("rows_read")
-        counts = (
-            f"rows {_n(rows)}/{_n(self._total)} lines  imported {_n(job.get('imported'))}  "
-            f"duplicates {_n(job.get('duplicates'))}  invalid {_n(job.get('invalid'))}"
+        counts = "  ".join(
+            [f"rows {_n(rows)}/{_n(self._total)} lines"]
+            + [f"{label} {_n(job.get(key))}" for label, key in self.COUNTS]
         )
         elapsed = time.monotonic() - self._started
         self._draw(

@@ -10,38 +10,19 @@ from __future__ import annotations
 import csv
 import os
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from google.cloud.storage import Client as StorageClient
 
-from emulator import EmulatorStack
-from scripts.localstack.storage_notifier import StorageNotifier, running
+from scripts.localstack.storage_notifier import StorageNotifier
 from scripts.tools import assign_codes
 from shared.assignments.service import assignment_job_id
 from shared.intake.service import StoredObject
-from tests.support.servers import fast_notifier, function_servers
 from tests.support.stack import BUCKET, PROJECT, ROOT, MakeCampaign
 
 LIST = "recipient,first_name\r\nc-1,Ann\r\nc-2,Bob\r\nc 3,bad\r\nc-4,Dee\r\nc-5,Eve\r\n"
-
-
-@pytest.fixture(scope="module")
-def servers(
-    emulators: EmulatorStack, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, str]]:
-    with function_servers(
-        {"admin_api": "http", "import_codes": "cloudevent"},
-        run_dir=tmp_path_factory.mktemp("servers"),
-    ) as urls:
-        yield urls
-
-
-@pytest.fixture
-def notifier(storage_client: StorageClient, servers: dict[str, str]) -> Iterator[StorageNotifier]:
-    with running(fast_notifier(storage_client, f"{servers['import_codes']}/")) as watcher:
-        yield watcher
 
 
 @pytest.mark.emulator

@@ -10,17 +10,16 @@ from __future__ import annotations
 import os
 import subprocess
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from google.cloud.storage import Client as StorageClient
 
-from emulator import EmulatorStack, free_port
-from scripts.localstack.storage_notifier import StorageNotifier, running
+from emulator import free_port
+from scripts.localstack.storage_notifier import StorageNotifier
 from scripts.tools import upload_codes
 from shared.intake.service import StoredObject, import_job_id
-from tests.support.servers import fast_notifier, function_servers
 from tests.support.stack import BUCKET, PROJECT, ROOT, MakeCampaign
 
 CSV = (
@@ -33,24 +32,6 @@ CSV = (
     "BAD CODE,space\r\n"
     "UP-004,d\r\n"
 )
-
-
-@pytest.fixture(scope="module")
-def servers(
-    emulators: EmulatorStack, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, str]]:
-    """admin_api and import_codes over HTTP, as the local stack serves them."""
-    with function_servers(
-        {"admin_api": "http", "import_codes": "cloudevent"},
-        run_dir=tmp_path_factory.mktemp("servers"),
-    ) as urls:
-        yield urls
-
-
-@pytest.fixture
-def notifier(storage_client: StorageClient, servers: dict[str, str]) -> Iterator[StorageNotifier]:
-    with running(fast_notifier(storage_client, f"{servers['import_codes']}/")) as watcher:
-        yield watcher
 
 
 @pytest.fixture
