@@ -249,6 +249,29 @@ def test_codes_in_flight_elsewhere_are_taken_only_after_starving_a_while(
     assert time.monotonic() - started >= 0.3
 
 
+def test_a_segment_held_but_read_to_its_top_sends_a_starving_instance_to_the_proof(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The holder and a stealer have read all of the only segment into pools that stopped
+    taking (their instances died): a third instance gets those codes through the proof after
+    starving a while, instead of waiting out the holder's lease."""
+    monkeypatch.setattr(candidate_pool, "STARVED_BEFORE_TAKING_IN_FLIGHT_SECONDS", 0.3)
+    monkeypatch.setattr(candidate_pool, "IDLE_HOLDER_SECONDS", 0.0)  # steals take it all
+    supply = FakeSupply(30, segments=1)
+    holder, stealer, third = _pool(supply), _pool(supply), _pool(supply)
+    assert holder.take(deadline=_deadline(), prove=_never) is not None  # leases, reads a few
+    assert stealer.take(deadline=_deadline(), prove=_never) is not None  # steals the rest
+    # Both stop here: the segment stays leased to the holder, with nothing left between its
+    # cursors, and every free code sits in their pools.
+
+    started = time.monotonic()
+    candidate = third.take(deadline=_deadline(), prove=_prover(supply))
+
+    assert candidate is not None
+    assert third.metrics.proofs > 0
+    assert time.monotonic() - started < candidate_pool.LEASE_SECONDS / 10
+
+
 def test_a_steal_takes_the_top_of_a_held_segment_and_never_what_its_holder_reads() -> None:
     # One segment: the second instance can only steal.
     supply = FakeSupply(1000, segments=1, latency=0.002)
