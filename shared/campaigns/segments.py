@@ -163,6 +163,47 @@ def _commit_guarded(
     ]
 
 
+def lease_changes(
+    segment: Segment, *, holder: str, until: datetime, generation: int
+) -> dict[str, Any]:
+    """What leasing a segment writes: a new holder reads from the segment's start, whatever an
+    earlier holder had read."""
+    return {
+        "holder": holder,
+        "lease_until": until,
+        **_cursor_fields(
+            segment, generation, bottom=None if segment.holder == holder else segment.low
+        ),
+    }
+
+
+def progress_changes(
+    segment: Segment, *, reached: float, holder: str, until: datetime, generation: int
+) -> dict[str, Any]:
+    """What the holder writes once it has read every unassigned coupon up to `reached`: a
+    segment read to its top is drained at `generation` (and let go), the one `reached` falls in
+    gets its bottom raised, and the lease of the rest is renewed."""
+    bottom, top = segment.cursors(generation)
+    if reached >= top:
+        return {
+            **_cursor_fields(segment, generation, bottom=top),
+            "drained_generation": generation,
+            "holder": None,
+            "lease_until": None,
+        }
+    raised = max(bottom, reached) if reached >= segment.low else bottom
+    return {
+        **_cursor_fields(segment, generation, bottom=raised),
+        "holder": holder,
+        "lease_until": until,
+    }
+
+
+def lower_top_changes(segment: Segment, *, top: float, generation: int) -> dict[str, Any]:
+    """What a steal writes: [top, the segment's top) is the stealer's."""
+    return _cursor_fields(segment, generation, top=top)
+
+
 def lease_run(
     db: firestore.Client,
     *,
@@ -172,26 +213,11 @@ def lease_run(
     until: datetime,
     generation: int,
 ) -> list[Segment] | None:
-    """Lease adjacent segments in one atomic write, unless one changed since it was read. A new
-    holder reads from the segment's start, whatever an earlier holder had read."""
-    lease_fields = {"holder": holder, "lease_until": until}
+    """Lease adjacent segments in one atomic write, unless one changed since it was read."""
     return _commit_guarded(
         db,
         campaign_id,
-        [
-            (
-                segment,
-                {
-                    **lease_fields,
-                    **_cursor_fields(
-                        segment,
-                        generation,
-                        bottom=None if segment.holder == holder else segment.low,
-                    ),
-                },
-            )
-            for segment in run
-        ],
+        [(s, lease_changes(s, holder=holder, until=until, generation=generation)) for s in run],
     )
 
 
@@ -205,29 +231,13 @@ def record_progress(
     until: datetime,
     generation: int,
 ) -> list[Segment] | None:
-    """The holder of a run has read every unassigned coupon of it up to `reached`: segments
-    read to their top are drained at `generation` (and let go), the one `reached` falls in gets
-    its bottom raised, and the leases of the rest are renewed; all or none, unless a segment
-    changed since it was read (a steal lowered its top, or the lease was lost)."""
-    writes = []
-    for segment in run:
-        bottom, top = segment.cursors(generation)
-        if reached >= top:
-            changes = {
-                **_cursor_fields(segment, generation, bottom=top),
-                "drained_generation": generation,
-                "holder": None,
-                "lease_until": None,
-            }
-        else:
-            raised = max(bottom, reached) if reached >= segment.low else bottom
-            changes = {
-                **_cursor_fields(segment, generation, bottom=raised),
-                "holder": holder,
-                "lease_until": until,
-            }
-        writes.append((segment, changes))
-    return _commit_guarded(db, campaign_id, writes)
+    """Record the holder's progress over its run (progress_changes), all or none, unless a
+    segment changed since it was read (a steal lowered its top, or the lease was lost)."""
+    changes = [
+        (s, progress_changes(s, reached=reached, holder=holder, until=until, generation=generation))
+        for s in run
+    ]
+    return _commit_guarded(db, campaign_id, changes)
 
 
 def lower_top(
@@ -235,6 +245,6 @@ def lower_top(
 ) -> Segment | None:
     """Reserve [top, the segment's top) for a steal, unless the segment changed since read."""
     written = _commit_guarded(
-        db, campaign_id, [(segment, _cursor_fields(segment, generation, top=top))]
+        db, campaign_id, [(segment, lower_top_changes(segment, top=top, generation=generation))]
     )
     return written[0] if written else None

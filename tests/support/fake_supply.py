@@ -11,7 +11,15 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from shared.campaigns.segments import COUNT, NEVER_DRAINED, Segment, segment_id
+from shared.campaigns.segments import (
+    COUNT,
+    NEVER_DRAINED,
+    Segment,
+    lease_changes,
+    lower_top_changes,
+    progress_changes,
+    segment_id,
+)
 from shared.coupons.store import Candidate
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -100,12 +108,12 @@ class FakeSupply:
     ) -> list[Segment] | None:
         self._pause()
         with self.lock:
-            lease = {"holder": holder, "lease_until": until}
-            writes = []
-            for s in run:
-                restart = {} if s.holder == holder else {"bottom": s.low}
-                writes.append((s, {**lease, **_cursors(s, generation, restart)}))
-            return self._commit(writes)
+            return self._commit(
+                [
+                    (s, lease_changes(s, holder=holder, until=until, generation=generation))
+                    for s in run
+                ]
+            )
 
     def record_progress(
         self,
@@ -118,30 +126,23 @@ class FakeSupply:
     ) -> list[Segment] | None:
         self._pause()
         with self.lock:
-            writes = []
-            for s in run:
-                bottom, top = s.cursors(generation)
-                if reached >= top:
-                    changes = {
-                        **_cursors(s, generation, {"bottom": top}),
-                        "drained_generation": generation,
-                        "holder": None,
-                        "lease_until": None,
-                    }
-                else:
-                    raised = max(bottom, reached) if reached >= s.low else bottom
-                    changes = {
-                        **_cursors(s, generation, {"bottom": raised}),
-                        "holder": holder,
-                        "lease_until": until,
-                    }
-                writes.append((s, changes))
-            return self._commit(writes)
+            return self._commit(
+                [
+                    (
+                        s,
+                        progress_changes(
+                            s, reached=reached, holder=holder, until=until, generation=generation
+                        ),
+                    )
+                    for s in run
+                ]
+            )
 
     def lower_top(self, segment: Segment, *, top: float, generation: int) -> Segment | None:
         self._pause()
         with self.lock:
-            written = self._commit([(segment, _cursors(segment, generation, {"top": top}))])
+            changes = lower_top_changes(segment, top=top, generation=generation)
+            written = self._commit([(segment, changes)])
             return written[0] if written else None
 
     def fetch(self, *, low: float, low_inclusive: bool, high: float, limit: int) -> list[Candidate]:
@@ -196,12 +197,3 @@ class FakeSupply:
     def segment(self, segment_id: str) -> Segment:
         with self.lock:
             return self._segments[segment_id]
-
-
-def _cursors(segment: Segment, generation: int, moved: dict[str, float]) -> dict[str, Any]:
-    bottom, top = segment.cursors(generation)
-    return {
-        "bottom": moved.get("bottom", bottom),
-        "top": moved.get("top", top),
-        "cursor_generation": max(generation, segment.cursor_generation),
-    }
