@@ -69,7 +69,7 @@ RECORD_ATTEMPTS = 3
 LEASED_BACKOFF_SECONDS = 2.0
 # Steals from the top of others' segments, and proofs that find codes in flight elsewhere.
 STEAL_INTERVAL_SECONDS = 0.1
-# After a lost race or an empty steal, the next waits longer, up to this: many instances
+# After a lost race, the next steal waits longer, up to this: many instances
 # starving at the end of a sale would otherwise all write the same few segments.
 MAX_STEAL_INTERVAL_SECONDS = 1.0
 MAX_STEAL = 64
@@ -575,7 +575,8 @@ class CandidatePool:
         # Nothing there: its holder has read that far, or is about to. Leave it to them.
         self._replace_target(target, reserved if found else None, generation)
         if not self._add(found):
-            return self._steal_lost()
+            # An empty top only drops that target (a sparse pool after a release has many).
+            return _Progress.WAIT
         with self._lock:
             self._steal_pause = STEAL_INTERVAL_SECONDS
         return _Progress.FOUND
