@@ -20,6 +20,7 @@ from enum import Enum
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
+from shared.cache import RecentReads
 from shared.campaigns import store as campaign_store
 from shared.campaigns.models import CampaignRecord, CampaignStatus
 from shared.claims import store as claim_store
@@ -101,8 +102,9 @@ class ClaimEngine:
         self._clock = clock
         self._pools: dict[str, CandidatePool] = {}
         self._pools_lock = threading.Lock()
-        self._cache: dict[str, tuple[CampaignRecord, float]] = {}
-        self._refreshing: set[str] = set()
+        self._campaigns: RecentReads[str, CampaignRecord] = RecentReads(
+            max_age=settings.campaign_cache_seconds
+        )
         self.metrics = ClaimMetrics()
         self._reader = ReadCoalescer(db=db)
 
@@ -125,22 +127,17 @@ class ClaimEngine:
         if snapshot is None:
             raise CampaignNotFound(f"Campaign {campaign_id!r} does not exist.")
         record = campaign_store.record_from_snapshot(snapshot)
-        self._cache[campaign_id] = (record, time.monotonic())
+        self._campaigns.put(campaign_id, record)
         return record, snapshot.update_time
 
     def _campaign_cached(self, campaign_id: str) -> CampaignRecord:
         """The campaign as read at most campaign_cache_seconds ago.
 
-        Saves a read on every claim; a pause or window change takes effect within that time.
-        It never decides SOLD_OUT on its own: that answer is always given on a fresh read.
+        Saves a read on every claim; a pause or window change takes effect within that time
+        and one read. It never decides SOLD_OUT on its own: that answer is always given on a
+        fresh read.
         """
-        cached = self._cache.get(campaign_id)
-        if (
-            cached is not None
-            and time.monotonic() - cached[1] < self._settings.campaign_cache_seconds
-        ):
-            return cached[0]
-        return self._campaign(campaign_id)[0]
+        return self._campaigns.get(campaign_id, lambda: self._campaign(campaign_id)[0])
 
     def _held(self, campaign: CampaignRecord, holder: str) -> list[ClaimRecord]:
         slots = _slots(campaign)
@@ -159,7 +156,7 @@ class ClaimEngine:
         if snapshot is None:
             raise CampaignNotFound(f"Campaign {campaign_id!r} does not exist.")
         record = campaign_store.record_from_snapshot(snapshot)
-        self._cache[campaign_id] = (record, time.monotonic())
+        self._campaigns.put(campaign_id, record)
         return record, held
 
     def campaign(self, campaign_id: str) -> CampaignRecord:
@@ -329,7 +326,7 @@ class ClaimEngine:
         if campaign_store.mark_sold_out(
             self._db, campaign_id=campaign_id, read_at=read_at, now=self._clock()
         ):
-            self._cache.pop(campaign_id, None)
+            self._campaigns.forget(campaign_id)
             log.info("campaign sold out", extra={"campaign_id": campaign_id})
             if self._on_sold_out is not None:
                 self._on_sold_out(campaign_id, campaign.codes_total)

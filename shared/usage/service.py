@@ -11,6 +11,7 @@ from typing import Any, TypeGuard
 
 from google.cloud import firestore
 
+from shared.cache import RecentReads
 from shared.campaigns import store as campaign_store
 from shared.campaigns.models import CampaignRecord, CampaignStats
 from shared.errors import CampaignNotFound
@@ -49,7 +50,8 @@ class UsageService:
         self._bus = bus
         self._clock = clock
         self._last_check: dict[str, tuple[float, int]] = {}
-        self._taken_cache: dict[str, tuple[int, float]] = {}  # claimed - released
+        # claimed - released, by campaign
+        self._taken: RecentReads[str, int] = RecentReads(max_age=REMAINING_CACHE_SECONDS)
         self._lock = threading.Lock()
         self._reader = ReadCoalescer(db=db)
 
@@ -278,15 +280,12 @@ class UsageService:
         polling the campaign does not read every shard per shopper."""
         if campaign.sold_out:
             return 0
-        now = time.monotonic()
-        with self._lock:
-            cached = self._taken_cache.get(campaign.campaign_id)
-        if cached is None or now - cached[1] > REMAINING_CACHE_SECONDS:
+
+        def taken() -> int:
             totals = self._counters.totals(campaign.campaign_id)
-            cached = (totals.claimed - totals.released, now)
-            with self._lock:
-                self._taken_cache[campaign.campaign_id] = cached
-        return max(campaign.codes_total - cached[0], 0)
+            return totals.claimed - totals.released
+
+        return max(campaign.codes_total - self._taken.get(campaign.campaign_id, taken), 0)
 
     def report(self, campaign: CampaignRecord, *, granularity: ReportGranularity) -> UsageReport:
         totals = self._counters.totals(campaign.campaign_id)
