@@ -162,7 +162,13 @@ class Services:
     def usage(self) -> UsageService:
         return self._once(
             "usage",
-            lambda: UsageService(db=self.db, counters=self.counters, bus=self.bus, clock=utcnow),
+            lambda: UsageService(
+                db=self.db,
+                counters=self.counters,
+                bus=self.bus,
+                clock=utcnow,
+                stock_cache_seconds=self.settings.stock_cache_seconds,
+            ),
         )
 
     @property

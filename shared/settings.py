@@ -63,6 +63,10 @@ class Settings(BaseSettings):
     campaign_cache_seconds: float = Field(
         default=0.5, ge=0, le=30, validation_alias="CODEDROP_CAMPAIGN_CACHE_SECONDS"
     )
+    # The codes left (from the counters) a waiting room and the public status work from.
+    stock_cache_seconds: float = Field(
+        default=1.0, ge=0, le=30, validation_alias="CODEDROP_STOCK_CACHE_SECONDS"
+    )
     contended_retry_after_seconds: int = Field(
         default=1, ge=1, le=60, validation_alias="CODEDROP_CONTENDED_RETRY_AFTER"
     )

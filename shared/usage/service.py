@@ -33,7 +33,6 @@ log = logging.getLogger(__name__)
 # threshold it checks after every claim.
 STOCK_CHECK_SECONDS = 0.5
 STOCK_CHECK_MARGIN = 64
-REMAINING_CACHE_SECONDS = 1.0
 
 
 class UsageService:
@@ -44,6 +43,7 @@ class UsageService:
         counters: ShardedCounters,
         bus: EventBus,
         clock: Callable[[], datetime],
+        stock_cache_seconds: float = 1.0,
     ) -> None:
         self._db = db
         self._counters = counters
@@ -51,7 +51,7 @@ class UsageService:
         self._clock = clock
         self._last_check: dict[str, tuple[float, int]] = {}
         # claimed - released, by campaign
-        self._taken: RecentReads[str, int] = RecentReads(max_age=REMAINING_CACHE_SECONDS)
+        self._taken: RecentReads[str, int] = RecentReads(max_age=stock_cache_seconds)
         self._lock = threading.Lock()
         self._reader = ReadCoalescer(db=db)
 

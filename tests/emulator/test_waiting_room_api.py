@@ -4,6 +4,7 @@ refused tickets, sold out at the next poll, and the public status."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import pytest
 from flask.testing import FlaskClient
@@ -13,11 +14,10 @@ from shared.campaigns import store as campaign_store
 from shared.container import instance_services
 from shared.errors import WaitingRoom
 from shared.settings import get_settings
-from shared.usage import service as usage_service
 from shared.waiting_room.admission import InvalidTicket, Ticket
 from shared.waiting_room.service import WaitingRoomService
 from tests.support.api import ADMIN, auth, function_client
-from tests.support.stack import MakeCampaign, Pump
+from tests.support.stack import MakeCampaign, Pump, reset_instance
 
 pytestmark = pytest.mark.emulator
 
@@ -25,6 +25,16 @@ pytestmark = pytest.mark.emulator
 
 
 _browsers: dict[str, FlaskClient] = {}
+
+
+@pytest.fixture
+def fresh_stock() -> Iterator[None]:
+    """The codes left read afresh at every poll (each instance otherwise trusts them a second)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CODEDROP_STOCK_CACHE_SECONDS", "0")
+        reset_instance()
+        yield
+    reset_instance()  # back to the suite's settings
 
 
 def browser(user: str) -> FlaskClient:
@@ -134,10 +144,8 @@ def test_sold_out_reaches_waiting_shoppers_at_their_next_poll(
     claim_client: FlaskClient,
     make_campaign: MakeCampaign,
     pump_events: Pump,
-    monkeypatch: pytest.MonkeyPatch,
+    fresh_stock: None,
 ) -> None:
-    # The stock each instance sees is otherwise cached for a second.
-    monkeypatch.setattr(usage_service, "REMAINING_CACHE_SECONDS", 0.0)
     campaign_id = make_campaign(codes=1, waiting_room_enabled=True, admissions_per_second=0.1)
     assert claim(claim_client, campaign_id, "lucky").status_code == 201
     waiting = claim(claim_client, campaign_id, "waiting")
