@@ -24,6 +24,7 @@ from typing import Any
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
+from google.cloud.firestore_v1.field_path import FieldPath
 
 from shared.gcp.firestore import Snapshot, segments_collection
 
@@ -104,19 +105,30 @@ def _segment(snapshot: Snapshot) -> Segment:
 
 
 def open_segments(
-    db: firestore.Client, *, campaign_id: str, generation: int, start: int, limit: int
+    db: firestore.Client,
+    *,
+    campaign_id: str,
+    generation: int,
+    start: int,
+    limit: int,
+    drained_at: int = NEVER_DRAINED,
 ) -> list[Segment]:
-    """Up to `limit` segments not known drained at `generation`, starting at segment `start`
-    among those never drained (so concurrent instances start at different places) and going
-    round. Leased ones are included: the caller sees who holds them and until when."""
+    """Up to `limit` segments not known drained at `generation`, in (drained_generation, id)
+    order from segment `start` among those drained at `drained_at`, going round. Concurrent
+    instances start at different places only within that group: the caller names the group
+    most open segments are in (never drained in a first generation; after a release or an
+    import, the generation they were drained at), or every instance would find the same
+    segments first. Leased ones are included: the caller sees who holds them and until when."""
     base = (
         segments_collection(db, campaign_id)
         .where(filter=FieldFilter("drained_generation", "<", generation))
         .order_by("drained_generation")
+        # Named, or the client drops the id from the cursor and every look starts at 000.
+        .order_by(FieldPath.document_id())
     )
-    cursor = {"drained_generation": NEVER_DRAINED, "__name__": segment_id(start)}
+    cursor = {"drained_generation": drained_at, "__name__": segment_id(start)}
     found = [_segment(s) for s in base.start_at(cursor).limit(limit).stream()]
-    if len(found) < limit and start > 0:
+    if len(found) < limit and (start > 0 or drained_at > NEVER_DRAINED):
         found += [_segment(s) for s in base.end_before(cursor).limit(limit - len(found)).stream()]
     return found
 

@@ -32,7 +32,7 @@ import random
 import threading
 import time
 import uuid
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -92,7 +92,9 @@ class Exhausted(Enum):
 class Supply(Protocol):
     """The Firestore reads and writes the pool needs (an in-memory one in the unit tests)."""
 
-    def open_segments(self, *, generation: int, start: float, limit: int) -> list[Segment]: ...
+    def open_segments(
+        self, *, generation: int, start: float, limit: int, drained_at: int
+    ) -> list[Segment]: ...
 
     def get_segments(self, segment_ids: Sequence[str]) -> list[Segment]: ...
 
@@ -185,6 +187,8 @@ class CandidatePool:
         self._sold_out_generation: int | None = None
         self._all_drained_generation: int | None = None
         self._look_for_segments_at = 0.0
+        # The generation most open segments were drained at, where a query starts at random.
+        self._drained_at = segments.NEVER_DRAINED
         self._steal_at = 0.0
         self._steal_pause = STEAL_INTERVAL_SECONDS
         self._prove_at = 0.0
@@ -203,12 +207,16 @@ class CandidatePool:
             if generation == self._generation:
                 return False
             first_look = self._generation is None
+            if self._generation is not None:
+                # What this pool saw drained is open again, most likely marked with that one.
+                self._drained_at = self._generation
             self._generation = generation
             self._sold_out_generation = None
             self._all_drained_generation = None
             self._look_for_segments_at = self._steal_at = self._prove_at = 0.0
             self._steal_pause, self._proof_pause = STEAL_INTERVAL_SECONDS, PROOF_INTERVAL_SECONDS
             self._only_waiting = False
+            self._free_seen = []  # read under the old generation: their guarded leases would fail
             if self._run is not None:
                 self._run.reset()
             self._changed.notify_all()
@@ -466,6 +474,7 @@ class CandidatePool:
             per_segment = max(1.0, self._codes_total / segments.COUNT)
             seen, self._free_seen = self._free_seen, []
             limit = WAITING_QUERY_LIMIT if self._only_waiting else OPEN_QUERY_LIMIT
+            drained_at = self._drained_at
         # Runs cover at least MIN_RUN_CODES codes' worth even when reads are smaller: a sparse
         # campaign (few codes, or a few released ones) is found in a few runs, not dozens.
         length = max(1, min(MAX_RUN, math.ceil(max(want, MIN_RUN_CODES) / per_segment)))
@@ -473,25 +482,30 @@ class CandidatePool:
         if seen and (run := self._lease(seen, length, generation)) is not None:
             return run
         found = self.supply.open_segments(
-            generation=generation, start=self.rng.random(), limit=max(limit, length + 2)
+            generation=generation,
+            start=self.rng.random(),
+            limit=max(limit, length + 2),
+            drained_at=drained_at,
         )
         self.metrics.segment_queries += 1
         now = self.clock()
-        if not found:
-            with self._lock:
+        with self._lock:
+            if not found:
                 if generation == self._generation:
                     self._all_drained_generation = generation
                     self._held_elsewhere = []
-            return None
+                return None
+            # Where the open segments really are, for the next query's start.
+            self._drained_at = Counter(s.drained_generation for s in found).most_common(1)[0][0]
         free = [s for s in found if not s.leased_to_other(self.holder, now)]
         if free and (run := self._lease(free, length, generation)) is not None:
             return run
         # Every open segment seen is someone else's: steal from their tops meanwhile, and look
-        # for a free one again later (at once if only races were lost).
+        # for a free one again later (at once if only races were lost: others are free).
         held = [s for s in found if s.leased_to_other(self.holder, now)]
         with self._lock:
             self._held_elsewhere = held
-            if held:
+            if held and not free:
                 self._look_for_segments_at = time.monotonic() + LEASED_BACKOFF_SECONDS
         return None
 

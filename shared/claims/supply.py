@@ -19,13 +19,16 @@ class FirestoreSupply:
     db: firestore.Client
     campaign_id: str
 
-    def open_segments(self, *, generation: int, start: float, limit: int) -> list[Segment]:
+    def open_segments(
+        self, *, generation: int, start: float, limit: int, drained_at: int
+    ) -> list[Segment]:
         return segments.open_segments(
             self.db,
             campaign_id=self.campaign_id,
             generation=generation,
             start=int(start * segments.COUNT),
             limit=limit,
+            drained_at=drained_at,
         )
 
     def get_segments(self, segment_ids: Sequence[str]) -> list[Segment]:

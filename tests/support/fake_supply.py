@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -74,13 +75,20 @@ class FakeSupply:
             time.sleep(self.latency)
 
     # --- the Supply protocol ------------------------------------------------------------------
-    def open_segments(self, *, generation: int, start: float, limit: int) -> list[Segment]:
+    def open_segments(
+        self, *, generation: int, start: float, limit: int, drained_at: int
+    ) -> list[Segment]:
+        """In Firestore's order, (drained_generation, id), from the cursor (drained_at, start)
+        and going round, as segments.open_segments asks."""
         self._pause()
         with self.lock:
-            ordered = sorted(self._segments.values(), key=lambda s: s.segment_id)
-            first = int(start * len(ordered))
-            rotated = ordered[first:] + ordered[:first]
-            found = [s for s in rotated if s.drained_generation < generation][:limit]
+            ordered = sorted(
+                (s for s in self._segments.values() if s.drained_generation < generation),
+                key=lambda s: (s.drained_generation, s.segment_id),
+            )
+            keys = [(s.drained_generation, s.segment_id) for s in ordered]
+            first = bisect_left(keys, (drained_at, segment_id(int(start * len(self._segments)))))
+            found = (ordered[first:] + ordered[:first])[:limit]
             self.bill.segment_queries += 1
             self.bill.reads += max(1, len(found))
         return found

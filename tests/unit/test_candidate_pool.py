@@ -3,6 +3,7 @@ pool, and several pools sharing one campaign as several instances would."""
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections import Counter
@@ -11,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from shared.campaigns.segments import segment_id
 from shared.claims import candidate_pool
 from shared.claims.candidate_pool import (
     MIN_REFILL,
@@ -205,6 +207,33 @@ def test_an_import_reopens_segments_drained_by_other_instances() -> None:
 
     assert len(shoppers.created) == 50
     assert not supply.free
+
+
+def test_after_a_release_instances_look_for_segments_in_different_places() -> None:
+    """Every segment was drained at the old generation: Firestore orders open segments by the
+    generation they were drained at, so each instance's first query starts at its own random
+    place inside that group, and they do not all race for the first segments."""
+    supply = FakeSupply(64 * 16, latency=0.001)
+    Shoppers(supply, [_pool(supply)]).run(threads_per_pool=4)
+    # Seeds whose first random start falls on seven different segments (a run is one segment:
+    # sixteen codes a segment, four wanted).
+    seeds = (0, 1, 2, 3, 5, 6, 7)
+    pools = [_pool(supply) for _ in seeds]
+    supply.add(64 * 16, seed=4)
+    for seed, pool in zip(seeds, pools, strict=True):
+        pool.rng = random.Random(seed)
+        pool.observe_generation(1, codes_total=64 * 16)
+    races_before = supply.bill.segment_races
+
+    with ThreadPoolExecutor(len(pools)) as ex:
+        taken = list(ex.map(lambda p: p.take(deadline=_deadline(), prove=_never), pools))
+
+    assert all(candidate is not None for candidate in taken)
+    assert supply.bill.segment_races == races_before
+    starts = {int(random.Random(seed).random() * 64) for seed in seeds}
+    holders = {pool.holder for pool in pools}
+    leased = {i for i in range(64) if supply.segment(segment_id(i)).holder in holders}
+    assert leased == starts
 
 
 def test_look_again_rescans_after_an_import_landed_during_the_proof() -> None:
