@@ -133,9 +133,9 @@ class ClaimEngine:
     def _campaign_cached(self, campaign_id: str) -> CampaignRecord:
         """The campaign as read at most campaign_cache_seconds ago.
 
-        Saves a read on every claim; a pause or window change takes effect within that time
-        and one read. It never decides SOLD_OUT on its own: that answer is always given on a
-        fresh read.
+        Saves a read on every claim; a pause, a window change or codes added after a sell-out
+        take effect within that time and one read. Only a campaign read (here or fresh) that
+        says `sold_out` answers SOLD_OUT: this instance's proof alone never does.
         """
         return self._campaigns.get(campaign_id, lambda: self._campaign(campaign_id)[0])
 
@@ -184,8 +184,13 @@ class ClaimEngine:
         pool = self.pool(campaign_id)
         held: list[ClaimRecord] | None = None
 
-        if campaign.sold_out or pool.sold_out:
-            # Sold out answers come from a fresh read: an import may have added codes since.
+        if campaign.sold_out:
+            # Recorded on the campaign as read at most campaign_cache_seconds ago: the answer
+            # needs only the shopper's own slots (a holder gets their code back).
+            held = self._held(campaign, holder)
+        elif pool.sold_out:
+            # Proven here, but this copy predates the record (or an import reopened the sale
+            # since): read both afresh, together.
             campaign, held = self._fresh_with_held(campaign_id, holder, _slots(campaign))
         elif idempotency_key is not None or campaign.max_per_user > 1:
             held = self._held(campaign, holder)
