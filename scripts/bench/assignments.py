@@ -14,10 +14,10 @@ email`, low-stock threshold 1% of the pool) gets a pool of as many codes as the 
 recipients, loaded with parallel plain batches before timing; a CSV of distinct recipients
 (`user0000001@bench.example,Name1`, …) is uploaded to `assignments/{campaign}/bench.csv`, and
 the real job path, `AssignmentService.handle_object_finalized`, runs in a child process of its
-own, so the child's peak RSS is the job's alone. The child reports wall time, CPU time, peak RSS
-(`ru_maxrss`), RSS growth during the job (sampled every 50 ms) and the Firestore RPCs its client
-sent (scripts/support/firestore_rpcs.py): documents read and written, queries, commits and
-commits refused. Then the parent reads everything back:
+own, so the child's peak RSS is the job's alone. The child reports wall time, CPU time, peak
+RSS (its own high-water mark, VmHWM), RSS growth during the job (sampled every 50 ms) and the
+Firestore RPCs its client sent (scripts/support/firestore_rpcs.py): documents read and written,
+queries, commits and commits refused. Then the parent reads everything back:
 
 - the job's counts; every claim and every coupon (no code held twice, no recipient twice, every
   assigned coupon pointing at its claim and back, assigned coupons = claims = assigned);
@@ -49,7 +49,6 @@ import csv
 import json
 import logging
 import os
-import resource
 import secrets
 import subprocess
 import sys
@@ -66,6 +65,7 @@ from scripts.bench import harness
 from scripts.bench.harness import positive
 from scripts.bench.imports import RssSampler
 from scripts.support.firestore_rpcs import RpcCounter
+from scripts.support.measure import peak_rss_bytes
 
 log = logging.getLogger("bench.assignments")
 
@@ -127,7 +127,7 @@ def measured(label: str, progress: Callable[[], str] | None = None) -> Iterator[
         result.rpcs = rpcs.snapshot().as_dict()
     result.elapsed_seconds = clock.wall_seconds
     result.cpu_seconds = clock.cpu_seconds
-    result.peak_rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    result.peak_rss_kib = peak_rss_bytes() // 1024
     result.rss_before_kib = sampler.before_kib
     result.rss_max_kib = sampler.max_kib
 

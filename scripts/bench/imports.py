@@ -11,9 +11,10 @@ bucket codedrop-imports), each in its own process group, and stops them at the e
 file, uploads it to `imports/{campaign}/bench.csv`, creates the campaign and runs the real import
 path, `IntakeService.handle_object_finalized`, in a child process of its own, so that the child's
 peak RSS is the importer's alone. The child reports the wall time of the import, its CPU time,
-its peak RSS (`ru_maxrss`), its RSS growth (the highest RSS sampled every 50 ms during the
-import minus the RSS just before it, clients created and connected beforehand) and the documents
-its client wrote (counted at its RPCs, scripts/support/firestore_rpcs.py).
+its peak RSS (its own high-water mark, VmHWM), its RSS growth (the highest RSS sampled every
+50 ms during the import minus the RSS just before it, clients created and connected
+beforehand) and the documents its client wrote (counted at its RPCs,
+scripts/support/firestore_rpcs.py).
 
 Every phase starts from an empty database on a warmed-up emulator: by default a new emulator on
 the same port (see `Bench.prepare` for why), `--warmup-docs` documents written to warm its JIT,
@@ -43,7 +44,6 @@ import contextlib
 import json
 import logging
 import os
-import resource
 import secrets
 import subprocess
 import sys
@@ -58,7 +58,7 @@ from typing import Any
 from scripts.bench import harness
 from scripts.bench.harness import positive
 from scripts.support.firestore_rpcs import RpcCounter
-from scripts.support.measure import rss_bytes
+from scripts.support.measure import peak_rss_bytes, rss_bytes
 
 log = logging.getLogger("bench.imports")
 
@@ -97,7 +97,7 @@ class ChildResult:
     written: int = 0  # codes imported, or documents written
     elapsed_seconds: float = 0.0
     cpu_seconds: float = 0.0  # the child's user + system time during the timed part
-    peak_rss_kib: int = 0  # ru_maxrss of the child, whole life
+    peak_rss_kib: int = 0  # the child's own high-water RSS, whole life
     rss_before_kib: int = 0  # RSS just before the timed part
     rss_max_kib: int = 0  # highest RSS sampled during it
     documents_written: int = 0  # by the child's client during the timed part, at its RPCs
@@ -184,7 +184,7 @@ def measured(spec: ChildSpec, progress: Callable[[], str] | None = None) -> Iter
         result.documents_written = rpcs.snapshot().writes
     result.elapsed_seconds = clock.wall_seconds
     result.cpu_seconds = clock.cpu_seconds
-    result.peak_rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    result.peak_rss_kib = peak_rss_bytes() // 1024
     result.rss_before_kib = sampler.before_kib
     result.rss_max_kib = sampler.max_kib
 

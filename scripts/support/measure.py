@@ -61,3 +61,16 @@ def cpu_seconds(pid: int | None = None, *, tree: bool = True) -> float | None:
 def rss_bytes(pid: int | None = None) -> int:
     """Resident set size of a process (this one by default)."""
     return int(psutil.Process(pid).memory_info().rss)
+
+
+def peak_rss_bytes() -> int:
+    """This process's own highest resident set size so far (Linux's VmHWM).
+
+    Not `ru_maxrss`: a child started by a process inherits its parent's RSS at the exec, so
+    a benchmark's child would report its parent's memory as its own. psutil has no peak on Linux.
+    """
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status (not Linux?)")
