@@ -131,8 +131,9 @@ class FairPolicy:
     """The service's controller, one per instance, sharing its counts through heartbeats.
 
     As in shared/waiting_room/service.py: an instance's first request, and then its first
-    request once `heartbeat_interval` has passed, writes its heartbeat (its RoomShare) and reads
-    everyone's.
+    request once the interval its controller asks for has passed (`heartbeat_interval`, sooner
+    while it learns the room or the queue is young), writes its heartbeat (its RoomShare) and
+    reads everyone's.
     A heartbeat becomes visible to readers `--heartbeat-lag` seconds after it is written (the
     write's round trip, a reader's request in flight)."""
 
@@ -162,7 +163,7 @@ class FairPolicy:
                 beats.popleft()
             if other != instance and beats and beats[0][0] <= now:
                 seen[str(other)] = beats[0][1]
-        controller.update_peers(seen, live=seen.keys())
+        controller.update_peers(seen, live=seen.keys(), now=now)
         self.heartbeat_reads += len(self._beats)
         interval = heartbeat_interval(self._beaten[instance])
         self._next_beat[instance] = now + controller.heartbeat_within(now, interval)

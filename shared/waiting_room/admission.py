@@ -1,12 +1,14 @@
 """Fair admission for flash sales: signed first-attempt tickets and a threshold that a
 proportional controller moves forward (Shopify's design), with a leaky bucket behind it.
 
-Per function instance (as Shopify did per load balancer): tickets whose first-attempt time is at
-or before the instance's threshold are admissible. Every tick the threshold advances over the
-tickets this instance issued, by as many as its share of the admission rate allows, corrected by
-a proportional term on the error between that share and what it actually admitted in the last
-tick. With no backlog the threshold follows the clock, so with spare capacity everybody passes
-at once. The leaky bucket caps the admitted rate whatever the threshold does.
+One threshold for the whole room: tickets whose first attempt is at or before it are
+admissible, whichever instance a poll reaches. Every instance computes it from the same data,
+the per-slot ticket counts and per-tick admissions that all instances publish in their
+heartbeats, and only over first-attempt time that every instance has reported on (the horizon):
+counts not heard yet are never guessed, so two instances that have heard different heartbeats
+may stop the threshold at different horizons, never put it at different places behind them.
+With no queue anywhere an instance knows of, the threshold follows the clock and everybody
+passes at once. The leaky bucket caps the admitted rate whatever the threshold does.
 
 The pure logic here takes time as an argument, so the simulation benchmark and the unit tests
 drive it with a virtual clock.
@@ -35,15 +37,22 @@ SLOT_SECONDS = 0.02
 # The last this many ticks are recomputed from everyone's data each time, so a heartbeat may be
 # this late and still count: several heartbeat periods.
 WINDOW_TICKS = 10
-# The admissions of all instances in a tick are known everywhere this many ticks later (two
-# heartbeat periods and the time a heartbeat takes to be seen).
-FEEDBACK_DELAY_TICKS = 5
+# The quota of a tick corrects for the admissions of the tick this many ticks earlier: every
+# instance has normally heard of them by the time the quota applies (two heartbeat periods and
+# the time a heartbeat takes to be seen). Until it has, an instance takes the smallest quota
+# the correction allows.
+FEEDBACK_DELAY_TICKS = 6
 # The proportional correction never exceeds this fraction of a tick's worth of the rate.
 MAX_CORRECTION = 0.2
+# A heartbeat is visible to every reader within this long of its time stamp (a slow write, the
+# instances' clocks). So an instance that a read did not see had issued no ticket before the
+# read's time minus this, and an instance has seen every one that wrote a heartbeat before its
+# own first once it has read this long after it.
+HEARD_WITHIN_SECONDS = 0.5
 # Shoppers due at the next tick ask again within this fraction of a tick after it starts.
 DUE_JITTER = 0.25
-# Those the threshold has just passed, or all but (a fraction of a quota away), ask again within
-# this many ticks: instances may differ that much while the others' heartbeats are on their way.
+# Those the threshold has passed, or all but (a fraction of a quota away), ask again within
+# this many ticks: the horizon that holds them back moves with every heartbeat exchange.
 NEAR = 0.1
 NEAR_RETRY = (0.2, 0.4)
 # The threshold sets the rate; each instance's leaky bucket only catches what would exceed it by
@@ -51,8 +60,9 @@ NEAR_RETRY = (0.2, 0.4)
 # the threshold passes, and a bucket that turns some away at random takes their place in line.
 BUCKET_HEADROOM = 1.25
 BUCKET_DEVIATIONS = 3.0
-# While the queue is young, heartbeats go round faster: this many per queue length (first
-# attempt at the threshold to now), but not more often than FRESH_HEARTBEAT_SECONDS.
+# While the queue is young (or the horizon holds the threshold), heartbeats go round faster:
+# this many per queue length (first attempt at the threshold to now), but not more often than
+# FRESH_HEARTBEAT_SECONDS, which is also the pace of an instance still learning the room.
 HEARTBEATS_PER_QUEUE = 4
 FRESH_HEARTBEAT_SECONDS = 0.1
 # Own ticket counts kept (and published) this many slots before the threshold.
@@ -171,20 +181,27 @@ class Decision:
     estimated_wait_seconds: float
 
 
+class UnreadableShare(Exception):
+    """A heartbeat document written by another version of the service."""
+
+
 @dataclass(frozen=True, slots=True)
 class RoomShare:
-    """What an instance publishes in its heartbeat: its own tickets and admissions, and where
-    its threshold stood, so that every instance computes the threshold from the same data."""
+    """What an instance publishes in its heartbeat: its own tickets and admissions, and the
+    room's base (a tick, and the tickets passed at its start, which every instance computes
+    alike), so that a newcomer starts where the room stands."""
 
-    published_at: float
+    published_at: float  # its counts are complete for the slots and ticks before this time
     first_slot: int  # the slot of tickets[0]
     before: int  # this instance's tickets in earlier slots
     tickets: tuple[int, ...]  # this instance's tickets per slot
     first_tick: int  # the tick of admitted[0]
     # This instance's admissions per tick.
     admitted: tuple[int, ...]
-    tick: int  # the tick of `passed`
-    passed: float  # tickets (all instances') the threshold had passed at that tick's start
+    base_tick: int
+    base_passed: float  # tickets (all instances') the threshold had passed at base_tick's start
+    since: int  # the room's first tick
+    settled: bool  # whether base and since are the room's (or still this new instance's own)
 
     def fields(self) -> dict[str, Any]:
         return {
@@ -195,22 +212,42 @@ class RoomShare:
             "tickets": zlib.compress(struct.pack(f"<{len(self.tickets)}I", *self.tickets)),
             "first_tick": self.first_tick,
             "admitted": list(self.admitted),
-            "tick": self.tick,
-            "passed": self.passed,
+            "base_tick": self.base_tick,
+            "base_passed": self.base_passed,
+            "since": self.since,
+            "settled": self.settled,
         }
 
     @classmethod
     def from_fields(cls, data: Mapping[str, Any]) -> RoomShare:
-        return cls(
-            published_at=float(data["published_at"]),
-            first_slot=int(data["first_slot"]),
-            before=int(data["before"]),
-            tickets=_unpack(data["tickets"]),
-            first_tick=int(data["first_tick"]),
-            admitted=tuple(int(n) for n in data["admitted"]),
-            tick=int(data["tick"]),
-            passed=float(data["passed"]),
-        )
+        try:
+            return cls(
+                published_at=float(data["published_at"]),
+                first_slot=int(data["first_slot"]),
+                before=int(data["before"]),
+                tickets=_unpack(data["tickets"]),
+                first_tick=int(data["first_tick"]),
+                admitted=tuple(int(n) for n in data["admitted"]),
+                base_tick=int(data["base_tick"]),
+                base_passed=float(data["base_passed"]),
+                since=int(data["since"]),
+                settled=bool(data["settled"]),
+            )
+        except (KeyError, TypeError, ValueError, zlib.error, struct.error) as exc:
+            raise UnreadableShare(f"not a heartbeat this version reads: {exc!r}") from exc
+
+    def count(self, slot: int) -> int:
+        index = slot - self.first_slot
+        return self.tickets[index] if 0 <= index < len(self.tickets) else 0
+
+    @property
+    def end_slot(self) -> int:
+        return self.first_slot + len(self.tickets)
+
+    @property
+    def known_slots(self) -> int:
+        """Slots before this one are complete in the share; later ones may still grow."""
+        return math.floor(self.published_at / SLOT_SECONDS)
 
 
 def _unpack(packed: bytes) -> tuple[int, ...]:
@@ -218,49 +255,42 @@ def _unpack(packed: bytes) -> tuple[int, ...]:
     return struct.unpack(f"<{len(raw) // 4}I", raw)
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _Peer:
     share: RoomShare
     live: bool
-
-    @property
-    def known_slots(self) -> int:
-        """Slots before this one are complete in the share; later ones are guessed."""
-        return math.floor(self.share.published_at / SLOT_SECONDS)
-
-
-def _contribution(peer: _Peer, slot: int, own: Mapping[int, int]) -> float:
-    """What an instance adds to a slot of the histogram: what it published, or, for a slot
-    after its last heartbeat and while it lives, a guess: as many as this instance issued (a
-    load balancer spreads shoppers evenly)."""
-    share = peer.share
-    if slot >= peer.known_slots and peer.live:
-        return own.get(slot, 0)
-    index = slot - share.first_slot
-    return share.tickets[index] if 0 <= index < len(share.tickets) else 0
 
 
 class AdmissionController:
     """One instance's view of one campaign's room. Not thread-safe: callers hold a lock.
 
     Every instance computes the threshold from the tickets and admissions of all instances (its
-    own, and the others' from their heartbeats) with the same deterministic rule, so the
-    thresholds agree whichever instance a shopper's poll reaches:
+    own, and the others' from their heartbeats) with the same deterministic rule:
 
-    - G(x): tickets issued, over all instances, with a first attempt before x. Counts an instance
-      has not published yet (the last heartbeat or two) are guessed from this instance's own
-      counts in the same slots: a load balancer spreads shoppers evenly.
-    - the quota of tick m: tick * (rate + kp * (rate - admitted in tick m-1 over all instances)),
-      the proportional controller of Shopify's design; its integral Q(a, b) from time a to b.
-    - P(t), the tickets passed by time t: min(G(t), min over past tick starts s of G(s) +
-      Q(s, t)) - what the quota could have passed since the room was last caught up, without
-      passing tickets that do not exist. It is recomputed from the data of the last
-      WINDOW_TICKS ticks each time (so late heartbeats correct it) on top of a base frozen
-      before them.
-    - the threshold: the first attempt x where G(x) = P(t). With no backlog it is now.
+    - G(x): tickets issued, over all instances, with a first attempt before x, as far as heard.
+    - H, the horizon: the first attempt up to which this instance has every instance's counts:
+      the oldest heartbeat it holds from a live instance, and its last read less
+      HEARD_WITHIN_SECONDS (an instance that read did not see issued nothing before that). A dead
+      instance (its heartbeat stale) stops holding it back; what it had published still counts.
+    - the quota of tick m: tick * (rate + kp * (rate - admitted in tick m - FEEDBACK_DELAY_TICKS
+      over all instances)), the proportional controller of Shopify's design.
+    - B(m), the tickets passed before tick m: min(B(m-1) + quota(m-1), G(m * tick)) (a quota
+      left unused is lost), from a base frozen WINDOW_TICKS behind (and only over ticks before
+      H, so the base is the same at every instance), recomputed from there each time so late
+      heartbeats count. P, what the threshold passes during tick m: B(m) + quota(m).
+    - the threshold: with a queue, the first attempt x where G(x) = P, but never past H; below
+      H, G is the same at every instance, so so is the threshold. With no queue this instance
+      knows of (every ticket it knows of was issued before the tick and passed): now.
 
-    Then, as per instance before: a ticket at or before the threshold is admissible, and a
-    leaky bucket (this instance's share of the rate) caps the rate whatever the threshold does.
+    An instance starting a room it has not heard of yet (the start of a sale) gives everyone a
+    ticket until it has read HEARD_WITHIN_SECONDS after its first heartbeat or heard a settled
+    instance, so that no instance lets shoppers straight in while another already queues
+    earlier ones; its base (and the room's first tick) is then the earliest instance's (nobody
+    had a ticket before that one existed). A newcomer to a settled room takes them from a
+    settled instance's heartbeat.
+
+    A leaky bucket (this instance's share of the rate) caps the rate whatever the threshold
+    does.
     """
 
     def __init__(self, *, rate: float, tick_seconds: float, kp: float, now: float) -> None:
@@ -273,24 +303,22 @@ class AdmissionController:
         self._own_before = 0  # tickets issued here in slots already dropped
         self._own_admitted: dict[int, int] = {}  # tick -> admissions here
         self._peers: dict[str, _Peer] = {}
-        # A new instance starts from what the others say (or, heard by none for a whole window,
-        # from nothing: it is the room).
-        self._adopted = False
-        self._created_tick = self._tick_of(now)
-        self._data_from = self._created_tick
-        self._base_tick = self._created_tick
+        self._first_read: float | None = None  # its first heartbeat exchange
+        self._settled = False
+        self._horizon = -math.inf  # nothing heard yet
+        self._base_tick = self._tick_of(now)
         self._base_passed = 0.0
+        self._since = self._base_tick  # the room's first tick
         self._threshold = now
         self._keep_from = self._slot_of(now) - HISTORY_SLOTS
-        # The merged histogram: counts per slot from _origin, all instances, guesses included.
+        # The merged histogram: counts per slot from _origin, all instances.
         self._origin = self._keep_from
         self._before = 0.0
         self._counts: list[float] = []
         self._folded = False  # whether slots were ever summed into _before
         self._prefix: list[float] = [0.0]
         self._dirty = False
-        self._guessing = 0  # live peers whose counts of new slots are guessed from ours
-        self._passed_at: dict[int, float] = {}  # tick -> P at its start (cache)
+        self._passed_at: dict[int, float] = {}  # tick -> B, passed before it (cache)
         self._quotas: dict[int, float] = {}  # tick -> its quota (cache)
 
     # --- configuration ------------------------------------------------------------------------
@@ -312,11 +340,20 @@ class AdmissionController:
     def _slot_of(t: float) -> int:
         return math.floor(t / SLOT_SECONDS)
 
+    @property
+    def horizon(self) -> float:
+        """H: the first attempt up to which every instance's tickets are known here."""
+        return self._horizon
+
+    @property
+    def settled(self) -> bool:
+        return self._settled
+
     # --- the histogram ------------------------------------------------------------------------
     def record_issued(self, first_attempt: float) -> None:
         slot = self._slot_of(first_attempt)
         self._own[slot] = self._own.get(slot, 0) + 1
-        self._add(slot, 1 + self._guessing)
+        self._add(slot, 1)
 
     def _add(self, slot: int, count: float) -> None:
         index = slot - self._origin
@@ -328,27 +365,24 @@ class AdmissionController:
         self._counts[index] += count
         self._dirty = True
 
-    def _merge(self, old: _Peer | None, new: _Peer) -> None:
+    def _merge(self, old: RoomShare | None, new: RoomShare) -> None:
         """Bring one instance's counts in the histogram from its `old` share to its `new` one.
 
         Counts of slots it had already published are final (tickets get the time they are
-        issued at): only what lies after the older of the two publication times changes, where
-        a guess (our own count, for a live instance) gives way to what it published."""
-        share = new.share
+        issued at): only what lies after the older of the two publication times changes, and
+        the slots it stopped listing, which its `before` now counts."""
         if old is None:
-            self._before += share.before
-            start = share.first_slot
+            self._before += new.before
+            start = new.first_slot
         else:
-            start = min(old.known_slots, new.known_slots)
-        last = max(
-            share.first_slot + len(share.tickets),
-            max(self._own, default=start) + 1,
-            old.share.first_slot + len(old.share.tickets) if old is not None else start,
-        )
-        for slot in range(start, last):
-            delta = _contribution(new, slot, self._own)
-            if old is not None:
-                delta -= _contribution(old, slot, self._own)
+            for slot in range(old.first_slot, min(new.first_slot, old.end_slot)):
+                self._add(slot, -old.count(slot))
+            self._before += new.before - old.before
+            self._dirty = True
+            start = max(new.first_slot, min(old.known_slots, new.known_slots))
+        end = max(new.end_slot, old.end_slot if old is not None else start)
+        for slot in range(start, end):
+            delta = new.count(slot) - (old.count(slot) if old is not None else 0)
             if delta:
                 self._add(slot, delta)
         self._dirty = True
@@ -372,7 +406,7 @@ class AdmissionController:
 
     def issued_before(self, x: float) -> float:
         """G(x): tickets of all instances with a first attempt before x (spread evenly over
-        each slot)."""
+        each slot), as far as heard."""
         prefix = self._cumulative()
         position = x / SLOT_SECONDS - self._origin
         index = math.floor(position)
@@ -383,50 +417,49 @@ class AdmissionController:
         return prefix[index] + (position - index) * self._counts[index]
 
     def _first_attempt_at(self, passed: float) -> float:
-        """The inverse of G: where `passed` tickets have been passed."""
+        """The inverse of G: where `passed` tickets have been passed (past every ticket heard
+        of: anywhere, up to the horizon)."""
         prefix = self._cumulative()
+        if passed >= prefix[-1]:
+            return math.inf
         if passed <= prefix[0]:
             return self._origin * SLOT_SECONDS
         index = bisect.bisect_left(prefix, passed) - 1
-        if index >= len(self._counts):
-            return (self._origin + len(self._counts)) * SLOT_SECONDS
         within = (passed - prefix[index]) / self._counts[index] if self._counts[index] else 1.0
         return (self._origin + index + min(1.0, within)) * SLOT_SECONDS
 
     # --- admissions and the quota -------------------------------------------------------------
     def _admitted_in(self, tick: int) -> float:
-        """Requests of all instances that passed the threshold in a tick (guessed from ours for
-        an instance not heard of since)."""
-        own = self._own_admitted.get(tick, 0)
-        total = float(own)
-        end = (tick + 1) * self.tick
+        """Requests of all instances that passed the threshold in a tick."""
+        total = float(self._own_admitted.get(tick, 0))
         for peer in self._peers.values():
             share = peer.share
             index = tick - share.first_tick
-            published = share.admitted[index] if 0 <= index < len(share.admitted) else 0
-            total += own if peer.live and share.published_at < end else published
+            total += share.admitted[index] if 0 <= index < len(share.admitted) else 0
         return total
 
     def _quota(self, tick: int) -> float:
-        """What the threshold passes at the end of `tick`: a tick's worth of the rate, plus the
-        proportional correction for what a tick admitted (all instances). With other instances
-        that tick is FEEDBACK_DELAY_TICKS older: every instance has heard of it by then, so all
-        compute the same quota."""
+        """What the threshold passes during `tick`: a tick's worth of the rate, plus the
+        proportional correction for what the tick FEEDBACK_DELAY_TICKS older admitted (all
+        instances). Every instance computes the same once it has heard of that tick from all;
+        until then it takes the smallest quota the correction allows, never a larger one."""
         quota = self._quotas.get(tick)
         if quota is None:
             target = self.rate * self.tick
-            observed = tick - (FEEDBACK_DELAY_TICKS if self._peers else 0)
-            error = 0.0  # nothing measured yet: no correction
-            if observed >= self._data_from:
-                error = target - self._admitted_in(observed)
-            # Bounded: a burst at the start (everyone passing at once) must not echo ticks later.
-            bound = MAX_CORRECTION * target
-            quota = max(0.0, target + self.kp * max(-bound, min(bound, error)))
+            bound = MAX_CORRECTION * target  # a burst must not echo ticks later
+            observed = tick - FEEDBACK_DELAY_TICKS
+            if (observed + 1) * self.tick > self._horizon:
+                error = -bound
+            elif observed < self._since:
+                error = 0.0  # before the room: nothing to measure
+            else:
+                error = max(-bound, min(bound, target - self._admitted_in(observed)))
+            quota = max(0.0, target + self.kp * error)
             self._quotas[tick] = quota
         return quota
 
     def _passed_at_tick(self, tick: int) -> float:
-        """P at the start of `tick`: min(base + Q, min over window ticks j of G(j) + Q(j))."""
+        """B(tick): min(B(j) + quota(j), G((j + 1) * tick)) from the base on."""
         cached = self._passed_at.get(tick)
         if cached is not None:
             return cached
@@ -437,13 +470,13 @@ class AdmissionController:
         return best
 
     def _slide(self, now: float) -> None:
-        """Freeze the base WINDOW_TICKS behind, and drop what no longer matters."""
-        current = self._tick_of(now)
-        if not self._adopted and current - self._created_tick > WINDOW_TICKS:
-            self._adopted = True  # heard nobody in a whole window: this instance is the room
-        if current - self._base_tick <= WINDOW_TICKS:
+        """Freeze the base WINDOW_TICKS behind (never past the horizon, so that it is the same
+        everywhere), and drop what no longer matters."""
+        if not self._settled or not math.isfinite(self._horizon):
             return
-        new_base = current - WINDOW_TICKS
+        new_base = min(self._tick_of(now) - WINDOW_TICKS, math.floor(self._horizon / self.tick))
+        if new_base <= self._base_tick:
+            return
         self._base_passed = self._passed_at_tick(new_base)
         self._base_tick = new_base
         self._passed_at = {k: v for k, v in self._passed_at.items() if k >= new_base}
@@ -458,31 +491,44 @@ class AdmissionController:
             self._fold(min([keep_from, *(p.share.first_slot for p in self._peers.values())]))
 
     def passed(self, now: float) -> float:
-        """P(now): tickets the threshold has passed by now."""
+        """P(now): tickets the threshold passes in this tick (as far as the horizon lets it)."""
         self._slide(now)
-        return self._passed_at_tick(self._tick_of(now))
+        tick = self._tick_of(now)
+        return self._passed_at_tick(tick) + self._quota(tick)
 
     def heartbeat_within(self, now: float, longest: float) -> float:
-        """How soon this instance should exchange heartbeats again: the threshold stops among
-        first attempts the others' heartbeats have not reported yet (guesses differ from one
-        instance to another) unless their counts are fresher than the queue is long."""
-        if not self._peers or self.backlog(now) < 0.5:
+        """How soon this instance should exchange heartbeats again: at once while it learns the
+        room; with a queue, several times per queue length, since the horizon (the oldest
+        heartbeat heard) must stay ahead of the threshold for it to move freely."""
+        if not self._settled:
+            return FRESH_HEARTBEAT_SECONDS
+        if self._open(now):
             return longest
-        age = now - self._threshold
+        age = now - self.threshold(now)
         return max(FRESH_HEARTBEAT_SECONDS, min(longest, age / HEARTBEATS_PER_QUEUE))
 
     def backlog(self, now: float) -> float:
-        """Tickets the threshold has not passed yet: nobody waits when it is below one."""
+        """Tickets the threshold has not passed yet, as far as heard: nobody waits when it is
+        below one."""
         return max(0.0, self.issued_before(now) - self.passed(now))
 
+    def _open(self, now: float) -> bool:
+        """Whether the room has no queue this instance knows of (and it knows the room): every
+        ticket it knows of was issued before this tick and passed."""
+        if not self._settled:
+            return False
+        self._slide(now)
+        return self.issued_before(now) - self._passed_at_tick(self._tick_of(now)) < 0.5
+
     def threshold(self, now: float) -> float:
-        """The first attempt up to which tickets are admissible (with no backlog, now)."""
-        passed = self.passed(now)
-        if passed >= self.issued_before(now) - 0.5:
+        """The first attempt up to which tickets are admissible (with no queue, now)."""
+        if self._open(now):
             position = now
         else:
-            position = min(now, self._first_attempt_at(passed))
-        self._threshold = position
+            passed = self.passed(now)
+            position = min(now, self._horizon, self._first_attempt_at(passed))
+        if math.isfinite(position):  # nothing heard yet: nobody passes, nothing to keep
+            self._threshold = position
         return position
 
     def retry_after(self, first_attempt: float, now: float, draw: float) -> float:
@@ -494,7 +540,7 @@ class AdmissionController:
         ahead = self.issued_before(first_attempt) - self.passed(now)
         quota = self.rate * self.tick
         if ahead <= NEAR * quota:
-            # Within what instances may disagree on: another instance may admit them now.
+            # Passed or all but: the horizon or the bucket holds them, for a moment.
             return (NEAR_RETRY[0] + (NEAR_RETRY[1] - NEAR_RETRY[0]) * draw) * self.tick
         if ahead <= quota:
             next_tick = (self._tick_of(now) + 1) * self.tick
@@ -517,8 +563,9 @@ class AdmissionController:
         self._own_admitted[tick] = self._own_admitted.get(tick, 0) + 1
 
     def arrive(self, now: float) -> Decision:
-        """A shopper's first attempt. Without a backlog (spare capacity) it passes at once."""
-        if self.backlog(now) < 0.5 and self._bucket.take(now):
+        """A shopper's first attempt. With no queue anywhere this instance knows of (spare
+        capacity) it passes at once."""
+        if self._open(now) and self._bucket.take(now):
             self._count(now)
             return Decision(admitted=True, estimated_wait_seconds=0.0)
         self.record_issued(now)
@@ -547,19 +594,17 @@ class AdmissionController:
             tickets=tuple(self._own.get(s, 0) for s in range(first_slot, last_slot + 1)),
             first_tick=first_tick,
             admitted=tuple(self._own_admitted.get(t, 0) for t in range(first_tick, tick + 1)),
-            tick=tick,
-            passed=self._passed_at_tick(tick),
+            base_tick=self._base_tick,
+            base_passed=self._base_passed,
+            since=self._since,
+            settled=self._settled,
         )
 
-    def update_peers(self, shares: Mapping[str, RoomShare], *, live: Collection[str]) -> None:
-        """The other instances' heartbeats, all of them (an instance gone stays: its shoppers
-        still hold their tickets). A new instance takes the base of the freshest live one."""
-        if not self._adopted:
-            heard = [share for name, share in shares.items() if name in live]
-            if heard:
-                freshest = max(heard, key=lambda s: (s.tick, s.passed))
-                self._base_tick, self._base_passed = freshest.tick, freshest.passed
-                self._adopted = True
+    def update_peers(
+        self, shares: Mapping[str, RoomShare], *, live: Collection[str], now: float
+    ) -> None:
+        """The other instances' heartbeats, all of them, as read at `now` (an instance gone
+        stays: its shoppers still hold their tickets)."""
         start = min((share.first_slot for share in shares.values()), default=self._origin)
         if start < self._origin and not self._folded:
             # A new instance: the others' counts go back further than its own.
@@ -568,16 +613,36 @@ class AdmissionController:
             self._dirty = True
         for name, share in shares.items():
             old = self._peers.get(name)
-            new = _Peer(share, name in live)
-            if old is None or old.share != share or old.live != new.live:
-                self._merge(old, new)
-                self._peers[name] = new
+            if old is None or old.share != share:
+                self._merge(old.share if old is not None else None, share)
+            self._peers[name] = _Peer(share, name in live)
         for name in set(self._peers) - set(shares):
             # Its heartbeat is gone; its shoppers still hold tickets: keep what it said.
-            old = self._peers[name]
-            if old.live:
-                self._merge(old, _Peer(old.share, live=False))
-                self._peers[name] = _Peer(old.share, live=False)
-        self._guessing = sum(1 for p in self._peers.values() if p.live)
+            self._peers[name] = _Peer(self._peers[name].share, live=False)
+        if self._first_read is None:
+            self._first_read = now
+        if not self._settled:
+            self._settle(shares.values(), now - self._first_read)
+        heard = [now - HEARD_WITHIN_SECONDS]
+        heard += [peer.share.published_at for peer in self._peers.values() if peer.live]
+        self._horizon = self._slot_of(min(heard)) * SLOT_SECONDS
         self._passed_at.clear()
         self._quotas.clear()
+
+    def _settle(self, shares: Collection[RoomShare], exchanging: float) -> None:
+        """Learn where the room stands: from a settled instance (its base is the room's), or,
+        in a room that is only starting, from the earliest instance once every instance that
+        wrote a heartbeat before this one's first has been heard (`exchanging`: seconds since
+        this one's first)."""
+        settled = [share for share in shares if share.settled]
+        if settled:
+            room = max(settled, key=lambda s: (s.base_tick, s.base_passed))
+            self._base_tick, self._base_passed = room.base_tick, room.base_passed
+            self._since = room.since
+            self._settled = True
+            return
+        for share in shares:
+            if share.base_tick < self._base_tick:
+                self._base_tick, self._base_passed = share.base_tick, share.base_passed
+        self._since = self._base_tick
+        self._settled = exchanging >= HEARD_WITHIN_SECONDS

@@ -2,17 +2,19 @@
 room, and stock awareness.
 
 One threshold, whatever the instance count: every instance writes a heartbeat document for the
-campaign every couple of seconds (sooner while it is new) carrying its own per-slot ticket counts
-and admissions (a RoomShare), and reads everyone's in the same refresh, so each instance computes
-the threshold from the same counts with the same rule (see admission.AdmissionController). No
-shared document is on the path of a poll: one request per instance and campaign refreshes, the
-others decide from memory. Each instance's leaky bucket takes its share of the rate among the
+campaign every couple of seconds (sooner while it is new) carrying its own
+per-slot ticket counts and admissions (a RoomShare), and reads everyone's in the same refresh,
+so each instance computes the threshold from the same counts with the same rule, over the
+first attempts every instance has reported on (see admission.AdmissionController). No shared
+document is on the path of a poll: one request per instance and campaign refreshes, the others
+decide from memory. Each instance's leaky bucket takes its share of the rate among the
 live instances (a heartbeat in the last few seconds), with room for the chance of the load
 balancer sending it more.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 import threading
@@ -29,7 +31,15 @@ from shared.campaigns.models import CampaignRecord, WaitingRoomStatus
 from shared.errors import WaitingRoom
 from shared.gcp.firestore import room_instances_collection
 from shared.settings import Settings
-from shared.waiting_room.admission import AdmissionController, RoomShare, Ticket, TicketSigner
+from shared.waiting_room.admission import (
+    AdmissionController,
+    RoomShare,
+    Ticket,
+    TicketSigner,
+    UnreadableShare,
+)
+
+log = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 2.0
 # A new instance looks again sooner at first: the others' counts tell it where the room is.
@@ -143,10 +153,20 @@ class WaitingRoomService:
             data = snapshot.to_dict() or {}
             if now - float(data.get("seen_at", 0)) < LIVE_SECONDS:
                 live.add(snapshot.id)
-            if snapshot.id != self._instance_id and "share" in data:
+            if snapshot.id == self._instance_id or "share" not in data:
+                continue
+            try:
                 shares[snapshot.id] = RoomShare.from_fields(data["share"])
+            except UnreadableShare as exc:
+                # Another version's heartbeat (during a deploy): its counts cannot be read, so
+                # the room goes on without them rather than fail every claim.
+                log.warning(
+                    "waiting-room heartbeat unreadable",
+                    extra={"campaign_id": campaign_id, "instance": snapshot.id, "error": repr(exc)},
+                )
+                live.discard(snapshot.id)
         with room.lock:
-            room.controller.update_peers(shares, live=live)
+            room.controller.update_peers(shares, live=live, now=now)
             room.instances = len(live)
             room.refreshed_at = now
             room.heartbeats += 1

@@ -99,10 +99,10 @@ def test_the_waiting_room_makes_the_shopper_wait_then_shows_the_code(
     shopper: Shopper, make_campaign: MakeCampaign, web_stack: WebStack, db: firestore.Client
 ) -> None:
     campaign_id = make_campaign(codes=10, waiting_room_enabled=True, admissions_per_second=1)
-    # Three shoppers ahead: the first passes at once, the next two queue, so the room engages.
+    # Three shoppers ahead, queued (a new room queues its first moments, and they are more than
+    # a second's worth), so the room engages.
     answers = [claim_over_http(web_stack, campaign_id).status_code for _ in range(3)]
-    assert answers[0] == 201
-    assert 429 in answers[1:]
+    assert 429 in answers
     page = shopper.open(campaign_id)
     page.get_by_test_id("claim-button").click()
 

@@ -1,5 +1,5 @@
 """The waiting room through claim_api on the emulators: 429 with a ticket, keeping one's place,
-refused tickets, sold out at the next poll, and the public status."""
+refused tickets, sold out at the next poll, the public status, and a new room's first moments."""
 
 from __future__ import annotations
 
@@ -22,7 +22,9 @@ from tests.support.stack import MakeCampaign, Pump, reset_instance
 
 pytestmark = pytest.mark.emulator
 
-# Rooms here admit 0.1 shoppers a second: one passes, the next waits, however slow the machine.
+# Rooms here admit 0.1 shoppers a second: whoever comes second waits, however slow the machine.
+# A room's first moments on an instance (until it has heard the others' heartbeats) queue
+# everyone, the first shopper too.
 
 
 _browsers: dict[str, FlaskClient] = {}
@@ -60,7 +62,7 @@ def test_a_busy_room_queues_shoppers_with_a_signed_ticket(
     first = claim(claim_client, campaign_id, "early")
     second = claim(claim_client, campaign_id, "later")
 
-    assert first.status_code == 201  # spare capacity: straight through
+    assert first.status_code == 429  # the room's first moments: nobody straight through
     assert second.status_code == 429
     body = second.get_json()
     assert body["error_code"] == "WAITING_ROOM"
@@ -144,14 +146,54 @@ def test_forged_or_borrowed_tickets_are_400_and_never_admit(
     assert response.get_json()["error_code"] == "INVALID_TICKET"
 
 
+def test_a_new_room_lets_shoppers_straight_through_once_it_has_heard_the_others(
+    claim_client: FlaskClient, make_campaign: MakeCampaign
+) -> None:
+    """Queued for a moment at the start (the instance has not heard the others yet), then, with
+    spare capacity, straight through."""
+    campaign_id = make_campaign(codes=50, waiting_room_enabled=True, admissions_per_second=50)
+    tick = get_settings().waiting_room_tick_seconds
+
+    queued = claim(claim_client, campaign_id, "first-moment")
+    assert queued.status_code == 429
+    ticket = queued.get_json()["ticket"]
+    started = time.time()
+    polls = 0
+    while (response := claim(claim_client, campaign_id, "first-moment", ticket)).status_code == 429:
+        polls += 1
+        assert time.time() - started < 10 * tick, "still queued with spare capacity"
+        ticket = response.get_json()["ticket"]
+        time.sleep(response.get_json()["retry_after_ms"] / 1000)
+    assert response.status_code == 201
+    first_attempt = (
+        instance_services()
+        .room.signer.verify(ticket, campaign_id=campaign_id, user_id="first-moment")
+        .first_attempt
+    )
+    # Once the tick of that first ticket is over (it passed), nobody is queued.
+    time.sleep(max(0.0, (math.floor(first_attempt / tick) + 1) * tick + 0.05 - time.time()))
+
+    assert claim(claim_client, campaign_id, "straight-through").status_code == 201
+    status = claim_client.get(f"/v1/campaigns/{campaign_id}").get_json()["waiting_room"]
+    assert status["engaged"] is False
+
+
 def test_sold_out_reaches_waiting_shoppers_at_their_next_poll(
+    admin_client: FlaskClient,
     claim_client: FlaskClient,
     make_campaign: MakeCampaign,
     pump_events: Pump,
     fresh_stock: None,
 ) -> None:
-    campaign_id = make_campaign(codes=1, waiting_room_enabled=True, admissions_per_second=0.1)
+    # The last code went before the room was switched on.
+    campaign_id = make_campaign(codes=1)
     assert claim(claim_client, campaign_id, "lucky").status_code == 201
+    patched = admin_client.patch(
+        f"/v1/campaigns/{campaign_id}",
+        json={"waiting_room_enabled": True, "admissions_per_second": 0.1},
+        headers=ADMIN,
+    )
+    assert patched.status_code == 200
     waiting = claim(claim_client, campaign_id, "waiting")
     assert waiting.status_code == 429
     pump_events()  # the counters learn that the last code went
@@ -200,7 +242,8 @@ def test_a_shopper_waiting_longer_than_a_ticket_life_keeps_their_place(
     settings = get_settings()
     clock = [time.time()]
     room = WaitingRoomService(db=db, settings=settings, clock=lambda: clock[0])
-    room.admit(campaign=campaign, user_id="first", ticket_token=None, remaining=50)
+    with pytest.raises(WaitingRoom):  # the room's first moments: the first queues too
+        room.admit(campaign=campaign, user_id="first", ticket_token=None, remaining=50)
     with pytest.raises(WaitingRoom) as queued:
         room.admit(campaign=campaign, user_id="patient", ticket_token=None, remaining=50)
     first_ticket = queued.value.details["ticket"]

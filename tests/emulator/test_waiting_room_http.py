@@ -161,7 +161,14 @@ def _warm_up(app: Flask, make_campaign: MakeCampaign) -> None:
 
     def claim(i: int) -> int:
         client = app.test_client()
-        response = client.post(f"/v1/campaigns/{warm}/claims", headers=auth(f"warm-up-{i}"))
+        headers = auth(f"warm-up-{i}")
+        # The room's first moments queue everyone for a moment: retry as the 429 says.
+        while (
+            response := client.post(f"/v1/campaigns/{warm}/claims", headers=headers)
+        ).status_code == 429:
+            body = response.get_json()
+            headers = {**headers, TICKET_HEADER: body["ticket"]}
+            time.sleep(body["retry_after_ms"] / 1000)
         return response.status_code
 
     with ThreadPoolExecutor(WARM_UP_THREADS) as pool:
