@@ -2,7 +2,7 @@
 room, and stock awareness.
 
 One threshold, whatever the instance count: every instance writes a heartbeat document for the
-campaign every couple of seconds (sooner while it is new) carrying its own
+campaign every couple of seconds (sooner while it is new or the queue is young) carrying its own
 per-slot ticket counts and admissions (a RoomShare), and reads everyone's in the same refresh,
 so each instance computes the threshold from the same counts with the same rule, over the
 first attempts every instance has reported on (see admission.AdmissionController). No shared
@@ -69,9 +69,9 @@ class _Room:
     controller: AdmissionController
     admitted: deque[float]
     lock: threading.Lock
-    # When the instances were last counted (and heartbeats exchanged), how many were live, and
-    # how many heartbeats this instance has written.
-    refreshed_at: float | None = None
+    # When this instance exchanges heartbeats next (None: it never did), how many instances were
+    # live at the last exchange, and how many heartbeats it has written.
+    due_at: float | None = None
     instances: int = 1
     heartbeats: int = 0
     refreshing: threading.Lock = field(default_factory=threading.Lock)
@@ -123,19 +123,17 @@ class WaitingRoomService:
         what the room knows (only the very first request waits for it): without that, every
         request arriving after the interval writes the same heartbeat document at once, and
         under a burst those writes abort on contention and fail the shoppers' claims."""
-        due = room.refreshed_at is None or (
-            now - room.refreshed_at >= heartbeat_interval(room.heartbeats - 1)
-        )
-        if not due or not room.refreshing.acquire(blocking=room.refreshed_at is None):
+        first = room.due_at is None
+        if room.due_at is not None and now < room.due_at:
+            return room.instances
+        if not room.refreshing.acquire(blocking=first):
             return room.instances
         try:
-            if room.refreshed_at is None or now - room.refreshed_at >= heartbeat_interval(
-                room.heartbeats - 1
-            ):
+            if room.due_at is None or now >= room.due_at:
                 self._exchange(room, campaign_id, now)
             return room.instances
         except GoogleAPIError:
-            if room.refreshed_at is None:
+            if room.due_at is None:
                 raise
             return room.instances  # go on with what the room knows; the next request retries
         finally:
@@ -168,8 +166,11 @@ class WaitingRoomService:
         with room.lock:
             room.controller.update_peers(shares, live=live, now=now)
             room.instances = len(live)
-            room.refreshed_at = now
             room.heartbeats += 1
+            # Sooner while this instance learns the room or the queue is young (the horizon, the
+            # oldest heartbeat heard, must stay ahead of the threshold).
+            interval = heartbeat_interval(room.heartbeats - 1)
+            room.due_at = now + room.controller.heartbeat_within(now, interval)
 
     def admit(
         self,
