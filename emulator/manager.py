@@ -361,12 +361,21 @@ def _spawn_firestore(
     return _spawn("firestore", command, host=host, port=port, log_dir=log_dir, env={"JAVA": java})
 
 
+# The JIT's first tier only, as for Firestore: in a 5,000-shopper burst through the local stack
+# (a publish and two pushes per claim) the Pub/Sub emulator took 1.09 ms of CPU per shopper with
+# it, 1.92 without (same code, sale and settling).
+PUBSUB_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1",)
+
+
 def _spawn_pubsub(*, host: str, port: int, log_dir: Path) -> RunningEmulator:
     _find_java()
     launcher = _sdk_launcher(PUBSUB_LAUNCHER, "Pub/Sub")
     # No --projects: it would reject every other project id instead of just naming this one.
     command = [str(launcher), f"--host={host}", f"--port={port}"]
-    return _spawn("pubsub", command, host=host, port=port, log_dir=log_dir)
+    # The launcher (a Gradle start script) adds $CLOUD_PUBSUB_EMULATOR_OPTS to the JVM's options.
+    options = " ".join([*PUBSUB_JVM_OPTIONS, os.environ.get("CLOUD_PUBSUB_EMULATOR_OPTS", "")])
+    env = {"CLOUD_PUBSUB_EMULATOR_OPTS": options.strip()}
+    return _spawn("pubsub", command, host=host, port=port, log_dir=log_dir, env=env)
 
 
 def _spawn_storage(*, host: str, port: int, bucket: str, log_dir: Path) -> RunningEmulator:

@@ -116,6 +116,7 @@ class Services:
         return self._once(
             "claims",
             lambda: ClaimService(
+                db=self.db,
                 engine=self.engine,
                 bus=self.bus,
                 room=self.room,

@@ -222,6 +222,7 @@ class Sale:
         # the claim API's path: the engine's commit, then coupon.claimed.
         self.instances = [
             ClaimService(
+                db=services.db,
                 engine=ClaimEngine(db=services.db, settings=services.settings),
                 bus=services.bus,
                 room=services.room,

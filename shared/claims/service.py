@@ -8,11 +8,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from google.cloud import firestore
+
+from shared.campaigns.models import CampaignRecord
 from shared.claims import policy
+from shared.claims import store as claim_store
 from shared.claims.engine import ClaimEngine, ClaimOutcome
-from shared.claims.models import coupon_claimed
+from shared.claims.models import ClaimRecord, coupon_claimed
 from shared.claims.policy import AppCheck, Shopper
 from shared.events.bus import EventBus
+from shared.gcp.batched_reads import ReadCoalescer
 from shared.usage.service import UsageService
 from shared.waiting_room.service import RoomPass, WaitingRoomService
 
@@ -27,6 +32,7 @@ class ClaimService:
     def __init__(
         self,
         *,
+        db: firestore.Client,
         engine: ClaimEngine,
         bus: EventBus,
         room: WaitingRoomService,
@@ -42,6 +48,19 @@ class ClaimService:
         self._room = room
         self._usage = usage
         self._clock = clock
+        # A shopper reading their codes back right after the claim: concurrent read-backs share
+        # one batched read (each still started after its request arrived).
+        self._reader = ReadCoalescer(db=db)
+
+    def held(self, campaign: CampaignRecord, shopper: Shopper) -> list[ClaimRecord]:
+        """The codes the shopper holds in the campaign, as its identity counts them: any of
+        the person's accounts finds them."""
+        return claim_store.held_claims(
+            self._reader,
+            campaign_id=campaign.campaign_id,
+            holder=policy.holder_key(campaign, shopper),
+            slots=max(campaign.max_per_user, campaign.slots_ceiling),
+        )
 
     def claim(
         self,

@@ -14,6 +14,7 @@ jobs/{job_id}                                            import and generation j
 outbox/{event_id}                                        events waiting to be published
 webhooks/{webhook_id}                                    a campaign's webhook and its drain lease
 webhooks/{webhook_id}/deliveries/{event_id}              one event's delivery to that webhook
+campaign_webhooks/{campaign_id}                          the campaign's webhooks and their events
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ JOBS = "jobs"
 OUTBOX = "outbox"
 WEBHOOKS = "webhooks"
 DELIVERIES = "deliveries"
+CAMPAIGN_WEBHOOKS = "campaign_webhooks"
 
 
 def make_client(project_id: str) -> firestore.Client:
@@ -126,3 +128,7 @@ def webhook_ref(db: firestore.Client, webhook_id: str) -> firestore.DocumentRefe
 def deliveries_collection(db: firestore.Client, webhook_id: str) -> firestore.CollectionReference:
     collection: firestore.CollectionReference = webhook_ref(db, webhook_id).collection(DELIVERIES)
     return collection
+
+
+def campaign_webhooks_ref(db: firestore.Client, campaign_id: str) -> firestore.DocumentReference:
+    return db.collection(CAMPAIGN_WEBHOOKS).document(campaign_id)

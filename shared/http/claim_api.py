@@ -8,8 +8,6 @@ import flask
 
 from shared.campaigns import service as campaign_service
 from shared.campaigns.models import CampaignPublic
-from shared.claims import policy
-from shared.claims import store as claim_store
 from shared.claims.models import ClaimPublic, HeldClaim, HeldClaims
 from shared.clock import utcnow
 from shared.errors import (
@@ -167,13 +165,7 @@ def _keep_ticket(response: flask.Response, cookie: str, ticket: object, max_age:
 def my_claims(call: Call, campaign_id: str) -> flask.Response:
     services = call.services
     campaign = services.engine.campaign(campaign_id_param(campaign_id))
-    # The codes of the person as the campaign counts them: any of their accounts finds them.
-    held = claim_store.held_claims(
-        services.db,
-        campaign_id=campaign.campaign_id,
-        holder=policy.holder_key(campaign, call.user.shopper()),
-        slots=max(campaign.max_per_user, campaign.slots_ceiling),
-    )
+    held = services.claims.held(campaign, call.user.shopper())
     if not held:
         raise ClaimNotFound(f"You hold no code in campaign {campaign.campaign_id!r}.")
     claims = [HeldClaim.model_validate(c, from_attributes=True) for c in held]

@@ -19,6 +19,7 @@ from google.cloud import firestore
 from shared.campaigns import store as campaign_store
 from shared.errors import TooManyWebhooks, WebhookNotFound, WebhookUrlNotAllowed
 from shared.events.models import Event
+from shared.gcp.batched_reads import ReadCoalescer
 from shared.settings import Settings
 from shared.webhooks import guard, store
 from shared.webhooks.delivery import DrainRun, Endpoint, RetryPolicy, RunReport
@@ -57,6 +58,8 @@ class WebhookService:
         self._retry = RetryPolicy(base_seconds=settings.webhook_retry_base_seconds)
         self._box: SecretBox | None = None
         self._box_lock = threading.Lock()
+        # Concurrent events share one read of their campaigns' lists of webhooks.
+        self._reader = ReadCoalescer(db=db)
 
     def _secrets(self) -> SecretBox:
         # Built on first need: without CODEDROP_WEBHOOK_KEY (outside demo- projects) only the
@@ -73,12 +76,6 @@ class WebhookService:
             url = self._addresses.check_url(data.url, self._resolve)
         except guard.AddressRefused as exc:
             raise WebhookUrlNotAllowed(f"Webhook URL refused: {exc}.") from exc
-        if len(store.campaign_webhooks(self._db, campaign_id=campaign_id)) >= (
-            MAX_WEBHOOKS_PER_CAMPAIGN
-        ):
-            raise TooManyWebhooks(
-                f"A campaign has at most {MAX_WEBHOOKS_PER_CAMPAIGN} webhooks; delete one first."
-            )
         webhook_id = f"wh_{secrets.token_hex(8)}"
         secret = new_secret()
         record = WebhookRecord(
@@ -91,7 +88,10 @@ class WebhookService:
             max_in_flight=data.max_in_flight,
             created_at=self._clock(),
         )
-        store.create_webhook(self._db, record=record)
+        if not store.create_webhook(self._db, record=record, limit=MAX_WEBHOOKS_PER_CAMPAIGN):
+            raise TooManyWebhooks(
+                f"A campaign has at most {MAX_WEBHOOKS_PER_CAMPAIGN} webhooks; delete one first."
+            )
         log.info("webhook created", extra={"webhook_id": webhook_id, "campaign_id": campaign_id})
         return WebhookCreated(**WebhookView.of(record).model_dump(), secret=secret)
 
@@ -109,7 +109,7 @@ class WebhookService:
 
     def unsubscribe(self, *, campaign_id: str, webhook_id: str) -> None:
         self._owned(campaign_id, webhook_id)
-        store.delete_webhook(self._db, webhook_id=webhook_id)
+        store.delete_webhook(self._db, webhook_id=webhook_id, campaign_id=campaign_id)
         log.info("webhook deleted", extra={"webhook_id": webhook_id, "campaign_id": campaign_id})
 
     def deliveries(self, *, campaign_id: str, webhook_id: str, limit: int) -> DeliveryList:
@@ -121,11 +121,8 @@ class WebhookService:
     def record(self, event: Event, body: bytes) -> list[str]:
         """One delivery per webhook of the event's campaign that lists its type (none twice);
         the ids of those webhooks."""
-        matched = [
-            w.webhook_id
-            for w in store.campaign_webhooks(self._db, campaign_id=event.campaign_id)
-            if event.type in w.events
-        ]
+        listing = store.listed_webhooks(self._reader, campaign_id=event.campaign_id)
+        matched = [w for w, events in listing.items() if event.type.value in events]
         if matched:
             created = store.record_deliveries(
                 self._db,

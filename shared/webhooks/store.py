@@ -1,5 +1,13 @@
-"""Firestore access for webhooks (`webhooks/{webhook_id}`) and their deliveries
-(`webhooks/{webhook_id}/deliveries/{event_id}`).
+"""Firestore access for webhooks (`webhooks/{webhook_id}`), their deliveries
+(`webhooks/{webhook_id}/deliveries/{event_id}`) and each campaign's list of them
+(`campaign_webhooks/{campaign_id}`).
+
+deliver_webhooks looks up the webhooks of every event's campaign. It reads the campaign's list by
+reference, one document whatever the database holds, rather than querying `webhooks` by campaign
+(a query is billed the same in production, but the emulator answers it by scanning every document,
+so at sale rate it cost more than anything else the event did). The list is written in the very
+transactions that create and delete webhooks; a campaign whose webhooks predate it has none, and
+its first reader, or the first change, writes it from the query.
 
 A delivery's id is its event's id, created with `create()`: a redelivered event finds it there
 and adds nothing. Deliveries are written at sale rate, in time order, so their times are never
@@ -13,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import secrets
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -22,7 +30,14 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
-from shared.gcp.firestore import Snapshot, deliveries_collection, webhook_ref, webhooks_collection
+from shared.gcp.batched_reads import ReadCoalescer
+from shared.gcp.firestore import (
+    Snapshot,
+    campaign_webhooks_ref,
+    deliveries_collection,
+    webhook_ref,
+    webhooks_collection,
+)
 from shared.webhooks.models import DeliveryRecord, DeliveryState, WebhookRecord
 
 SHARDS = 16
@@ -40,10 +55,6 @@ def shard_of(event_id: str) -> int:
 
 def _webhook(snapshot: Snapshot) -> WebhookRecord:
     return WebhookRecord(webhook_id=snapshot.id, **(snapshot.to_dict() or {}))
-
-
-def create_webhook(db: firestore.Client, *, record: WebhookRecord) -> None:
-    webhook_ref(db, record.webhook_id).create(record.model_dump(exclude={"webhook_id"}))
 
 
 def get_webhook(db: firestore.Client, *, webhook_id: str) -> WebhookRecord | None:
@@ -73,10 +84,85 @@ def all_webhooks(db: firestore.Client, *, page_size: int = 300) -> Iterator[Webh
         last = page[-1]
 
 
-def delete_webhook(db: firestore.Client, *, webhook_id: str) -> None:
-    """The subscription goes at once; its deliveries stay readable until their TTL and are
-    never attempted again (a drain needs the webhook)."""
-    webhook_ref(db, webhook_id).delete()
+# --- a campaign's list of webhooks --------------------------------------------------------------
+
+# webhook id -> the event types it listed (as their values)
+Listing = dict[str, list[str]]
+# Changes to one campaign's webhooks contend only with each other (an operator's calls).
+CHANGE_ATTEMPTS = 10
+
+
+def _listing(records: Iterable[WebhookRecord]) -> Listing:
+    return {w.webhook_id: [e.value for e in w.events] for w in records}
+
+
+def _listed(snapshot: Snapshot) -> Listing:
+    webhooks = (snapshot.to_dict() or {}).get("webhooks") or {}
+    return {str(w): [str(e) for e in events] for w, events in webhooks.items()}
+
+
+def listed_webhooks(reader: ReadCoalescer, *, campaign_id: str) -> Listing:
+    """The campaign's webhooks and their events, from a read that started after this call
+    (concurrent callers share it)."""
+    ref = campaign_webhooks_ref(reader.db, campaign_id)
+    snapshot = reader.get([ref])[ref.path]
+    if snapshot.exists:
+        return _listed(snapshot)
+    # Webhooks from before the list (or none yet): the query, kept as the list unless a
+    # change wrote one meanwhile (a change reads the list in its transaction, so it cannot
+    # miss this one: one of the two writes fails and that side reads again).
+    listing = _listing(campaign_webhooks(reader.db, campaign_id=campaign_id))
+    try:
+        ref.create({"webhooks": listing})
+    except gexc.AlreadyExists:
+        return _listed(ref.get())
+    return listing
+
+
+def _listing_in(
+    transaction: firestore.Transaction, db: firestore.Client, campaign_id: str
+) -> Listing:
+    snapshot = campaign_webhooks_ref(db, campaign_id).get(transaction=transaction)
+    if snapshot.exists:
+        return _listed(snapshot)
+    query = webhooks_collection(db).where(filter=FieldFilter("campaign_id", "==", campaign_id))
+    return _listing(_webhook(s) for s in query.stream(transaction=transaction))
+
+
+def create_webhook(db: firestore.Client, *, record: WebhookRecord, limit: int) -> bool:
+    """Create the webhook and add it to its campaign's list, in one transaction; False, and
+    nothing written, when the campaign has `limit` webhooks already."""
+    listing_ref = campaign_webhooks_ref(db, record.campaign_id)
+
+    @firestore.transactional
+    def create(transaction: firestore.Transaction) -> bool:
+        listing = _listing_in(transaction, db, record.campaign_id)
+        if len(listing) >= limit:
+            return False
+        listing.update(_listing([record]))
+        transaction.create(
+            webhook_ref(db, record.webhook_id), record.model_dump(exclude={"webhook_id"})
+        )
+        transaction.set(listing_ref, {"webhooks": listing})
+        return True
+
+    created: bool = create(db.transaction(max_attempts=CHANGE_ATTEMPTS))
+    return created
+
+
+def delete_webhook(db: firestore.Client, *, webhook_id: str, campaign_id: str) -> None:
+    """The subscription goes at once, from its campaign's list too; its deliveries stay
+    readable until their TTL and are never attempted again (a drain needs the webhook)."""
+    listing_ref = campaign_webhooks_ref(db, campaign_id)
+
+    @firestore.transactional
+    def delete(transaction: firestore.Transaction) -> None:
+        listing = _listing_in(transaction, db, campaign_id)
+        listing.pop(webhook_id, None)
+        transaction.delete(webhook_ref(db, webhook_id))
+        transaction.set(listing_ref, {"webhooks": listing})
+
+    delete(db.transaction(max_attempts=CHANGE_ATTEMPTS))
 
 
 # --- the drain lease ----------------------------------------------------------------------------

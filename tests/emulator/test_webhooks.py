@@ -21,16 +21,22 @@ from flask.testing import FlaskClient
 from google.cloud import firestore
 from pydantic import SecretStr
 
+from scripts.support.firestore_rpcs import RpcCounter
 from scripts.support.receiver import Received, Receiver
 from shared.claims.policy import Shopper
 from shared.clock import utcnow
 from shared.container import Services, instance_services
-from shared.errors import WebhookUrlNotAllowed
+from shared.errors import TooManyWebhooks, WebhookUrlNotAllowed
 from shared.events.models import CouponClaimed, EventType, encode_event
-from shared.gcp.firestore import deliveries_collection, webhook_ref
+from shared.gcp.firestore import campaign_webhooks_ref, deliveries_collection, webhook_ref
 from shared.settings import get_settings
 from shared.webhooks.guard import resolve_host
-from shared.webhooks.models import DeliveryState, WebhookCreate, WebhookCreated
+from shared.webhooks.models import (
+    MAX_WEBHOOKS_PER_CAMPAIGN,
+    DeliveryState,
+    WebhookCreate,
+    WebhookCreated,
+)
 from shared.webhooks.service import WebhookService
 from shared.webhooks.signing import verify
 from tests.support.api import ADMIN, auth, function_client
@@ -228,6 +234,121 @@ def test_webhooks_of_another_or_an_unknown_campaign_are_not_found(
     assert foreign.get_json()["error_code"] == "WEBHOOK_NOT_FOUND"
     assert unknown.get_json()["error_code"] == "CAMPAIGN_NOT_FOUND"
     assert shopper.status_code == 403
+
+
+def test_a_campaign_never_has_more_webhooks_than_allowed_however_many_subscribe_at_once(
+    db: firestore.Client,
+    make_campaign: MakeCampaign,
+    webhooks: WebhookService,
+    forget_webhook: Callable[[str], None],
+) -> None:
+    campaign_id = make_campaign()
+
+    def attempt(n: int) -> str | None:
+        data = WebhookCreate(url=f"http://127.0.0.1:9/{n}", events=[EventType.COUPON_CLAIMED])
+        try:
+            created = webhooks.subscribe(campaign_id=campaign_id, data=data)
+        except TooManyWebhooks:
+            return None
+        forget_webhook(created.webhook_id)
+        return created.webhook_id
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(attempt, range(MAX_WEBHOOKS_PER_CAMPAIGN + 4)))
+
+    created = {w for w in results if w is not None}
+    assert len(created) == MAX_WEBHOOKS_PER_CAMPAIGN
+    listed = webhooks.list_webhooks(campaign_id=campaign_id).webhooks
+    assert {w.webhook_id for w in listed} == created
+    listing = campaign_webhooks_ref(db, campaign_id).get().to_dict() or {}
+    assert set(listing["webhooks"]) == created
+
+
+def test_an_event_finds_its_webhooks_by_reference_not_by_a_query(
+    db: firestore.Client,
+    make_campaign: MakeCampaign,
+    receiver: Receiver,
+    webhooks: WebhookService,
+    subscribe: Subscribe,
+) -> None:
+    """The campaign's list is one read whatever the database holds; the emulator answers a
+    query by scanning every document."""
+    campaign_id = make_campaign()
+    webhook = subscribe(webhooks, campaign_id, receiver.url())
+    counted_db = firestore.Client(project=PROJECT)
+    service = _services(counted_db).webhooks
+
+    with RpcCounter(counted_db) as rpcs:
+        matched = [
+            service.record(event, encode_event(event))
+            for event in (
+                claimed(campaign_id, 1),
+                claimed(campaign_id, 2),
+            )
+        ]
+        counts = rpcs.snapshot()
+
+    assert matched == [[webhook.webhook_id], [webhook.webhook_id]]
+    assert "run_query" not in counts.calls
+    assert counts.reads_by_collection == {"campaign_webhooks": 2}
+    assert set(deliveries(db, webhook.webhook_id)) == {
+        "claimed." + campaign_id + ".c1",
+        "claimed." + campaign_id + ".c2",
+    }
+
+
+def test_webhooks_from_before_the_campaign_list_still_get_their_events(
+    db: firestore.Client,
+    make_campaign: MakeCampaign,
+    receiver: Receiver,
+    webhooks: WebhookService,
+    subscribe: Subscribe,
+    forget_webhook: Callable[[str], None],
+) -> None:
+    """A webhook stored without its campaign's list (as they all were before it): the first
+    event writes the list from a query, and later changes keep it."""
+    older_campaign, campaign_id = make_campaign(), make_campaign()
+    older = subscribe(webhooks, older_campaign, receiver.url())
+    stored = webhook_ref(db, older.webhook_id).get().to_dict() or {}
+    legacy_id = f"wh_legacy{uuid.uuid4().hex[:8]}"
+    webhook_ref(db, legacy_id).create({**stored, "campaign_id": campaign_id})
+    forget_webhook(legacy_id)
+
+    first = webhooks.record(claimed(campaign_id, 1), encode_event(claimed(campaign_id, 1)))
+    added = subscribe(webhooks, campaign_id, receiver.url())
+    webhooks.unsubscribe(campaign_id=campaign_id, webhook_id=legacy_id)
+    later = webhooks.record(claimed(campaign_id, 2), encode_event(claimed(campaign_id, 2)))
+
+    assert first == [legacy_id]
+    assert later == [added.webhook_id]
+    listing = campaign_webhooks_ref(db, campaign_id).get().to_dict() or {}
+    assert listing == {"webhooks": {added.webhook_id: ["coupon.claimed"]}}
+
+
+def test_a_webhook_from_before_the_list_counts_toward_the_limit_and_can_be_deleted(
+    db: firestore.Client,
+    make_campaign: MakeCampaign,
+    receiver: Receiver,
+    webhooks: WebhookService,
+    subscribe: Subscribe,
+    forget_webhook: Callable[[str], None],
+) -> None:
+    older_campaign, campaign_id = make_campaign(), make_campaign()
+    older = subscribe(webhooks, older_campaign, receiver.url())
+    stored = webhook_ref(db, older.webhook_id).get().to_dict() or {}
+    legacy = [f"wh_legacy{uuid.uuid4().hex[:8]}" for _ in range(MAX_WEBHOOKS_PER_CAMPAIGN)]
+    for webhook_id in legacy:
+        webhook_ref(db, webhook_id).create({**stored, "campaign_id": campaign_id})
+        forget_webhook(webhook_id)
+
+    with pytest.raises(TooManyWebhooks):
+        subscribe(webhooks, campaign_id, receiver.url())
+    webhooks.unsubscribe(campaign_id=campaign_id, webhook_id=legacy[0])
+    added = subscribe(webhooks, campaign_id, receiver.url())
+
+    listing = campaign_webhooks_ref(db, campaign_id).get().to_dict() or {}
+    assert set(listing["webhooks"]) == {*legacy[1:], added.webhook_id}
+    assert not webhook_ref(db, legacy[0]).get().exists
 
 
 # --- delivery -----------------------------------------------------------------------------------
