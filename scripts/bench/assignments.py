@@ -29,11 +29,12 @@ queries, commits and commits refused. Then the parent reads everything back:
 
 The ceiling, in the same run: a fresh pool of `--rows` codes, and the same writes the job makes
 for `--rows` recipients (each coupon updated as assigned and the recipient's claim slot created,
-with the same fields, ids from the same codes and recipients, their fields built before timing),
-written by plain atomic batches of 250 pairs (500 writes) from as many committers as the job runs
-batches in parallel, each batch's protobufs built as the job builds its own (shared/gcp/writes):
-no query, no read, no update-time guard (an update's and a create's own existence checks only),
-no CSV, no event. `--rows 100000 --skip-small` runs the job and its ceiling at 100k.
+with the same fields, ids from the same codes and recipients, their fields built before
+timing), written by plain atomic batches of 250 pairs (500 writes) from as many committers as
+the job runs batches in parallel, each batch's protobufs built and sent as the job does its own
+(shared/gcp/writes): no query, no read, no update-time guard (an update's and a create's own
+existence checks only), no CSV, no event. `--rows 100000 --skip-small` runs the job and its
+ceiling at 100k.
 
 `--profile DIR` writes each child's cProfile, every thread's, to DIR/{phase}.pstats.
 
@@ -229,8 +230,8 @@ def _child_ceiling(spec: ChildSpec) -> ChildResult:
     claim_prefix = writes.document_prefix(claims)
 
     def commit(chunk: list[tuple[str, dict[str, Any], str, dict[str, Any]]]) -> None:
-        # The job's own way of building a batch (raw Write protobufs), so the ceiling is never
-        # slowed by a costlier client than the job's.
+        # The job's own way of building and sending a batch (raw Write protobufs), so the
+        # ceiling is never slowed by a costlier client than the job's.
         nonlocal written
         batch = db.batch()
         pbs = []
@@ -238,7 +239,7 @@ def _child_ceiling(spec: ChildSpec) -> ChildResult:
             pbs.append(writes.update(coupon_prefix + coupon_id, update))
             pbs.append(writes.create(claim_prefix + claim_id, created))
         writes.add_writes(batch, pbs)
-        batch.commit()
+        writes.commit(batch)
         with lock:
             written += len(chunk)
 

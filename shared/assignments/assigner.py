@@ -168,8 +168,8 @@ class BulkAssigner:
         self._read_first = read_first
         self._coupons = coupons_collection(db, campaign_id)
         self._claims = claims_collection(db, campaign_id)
-        # Each pair's two writes are built as raw protobufs (shared/gcp/writes): the library's
-        # own builder cost about 350 µs of the job's CPU per recipient.
+        # Each pair's two writes are built and sent as raw protobufs (shared/gcp/writes): the
+        # library's proto-plus cost about 370 µs of the job's CPU per recipient.
         self._coupon_prefix = writes.document_prefix(self._coupons)
         self._claim_prefix = writes.document_prefix(self._claims)
         self._executor = ThreadPoolExecutor(parallel_commits, thread_name_prefix="assign")
@@ -292,7 +292,7 @@ class BulkAssigner:
         )
         self._events.stage(batch, event, now=now)
         self._limiter.acquire(2 * len(pairs) + 1)
-        batch.commit()
+        writes.commit(batch)
         self._events.deliver_staged([event])
         return [(row, candidate.code) for row, candidate in pairs]
 
