@@ -16,7 +16,8 @@ recipients, loaded with parallel plain batches before timing; a CSV of distinct 
 the real job path, `AssignmentService.handle_object_finalized`, runs in a child process of its
 own, so the child's peak RSS is the job's alone. The child reports wall time, CPU time, peak
 RSS (its own high-water mark, VmHWM), RSS growth during the job (sampled every 50 ms) and the
-Firestore RPCs its client sent (scripts/support/firestore_rpcs.py): documents read and written,
+Firestore RPCs its clients sent (scripts/support/firestore_rpcs.py; the walk of the pool goes
+through a client of its own): documents read and written,
 queries, commits and commits refused. Then the parent reads everything back:
 
 - the job's counts; every claim and every coupon (no code held twice, no recipient twice, every
@@ -131,10 +132,15 @@ def measured(label: str, progress: Callable[[], str] | None = None) -> Iterator[
     from shared.container import instance_services
 
     result = ChildResult()
-    with RpcCounter(instance_services().db) as rpcs, RssSampler(label, progress) as sampler:
+    services = instance_services()
+    with (
+        RpcCounter(services.db) as rpcs,
+        RpcCounter(services.streams_db) as streamed,  # the job's walk of the pool
+        RssSampler(label, progress) as sampler,
+    ):
         with harness.timed() as clock:
             yield result
-        result.rpcs = rpcs.snapshot().as_dict()
+        result.rpcs = (rpcs.snapshot() + streamed.snapshot()).as_dict()
     result.elapsed_seconds = clock.wall_seconds
     result.cpu_seconds = clock.cpu_seconds
     result.peak_rss_kib = peak_rss_bytes() // 1024
