@@ -687,7 +687,10 @@ def verdicts(bench: Bench) -> list[Verdict]:
     large = next((p for p in assigns if p.rows == bench.args.rows), None)
     ceiling = next((p for p in done if p.kind == CEILING), None)
     for p in assigns:
-        violations = sum((p.audit or {}).get("violations", {}).values())
+        if p.audit is None:  # interrupted before its read-back ended: nothing was verified
+            out.append((f"{p.name}: read back", None, "completes", False))
+            continue
+        violations = sum(p.audit.get("violations", {}).values())
         out.append((f"{p.name}: invariant violations", float(violations), "0", violations == 0))
     if small is not None and large is not None:
         ratio = large.peak_rss_kib / small.peak_rss_kib
