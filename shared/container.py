@@ -74,6 +74,13 @@ class Services:
         return self._once("db", lambda: gcp_firestore.make_client(self.settings.project_id))
 
     @property
+    def streams_db(self) -> firestore.Client:
+        """For long streamed reads read by one thread (gcp_firestore.make_streaming_client)."""
+        return self._once(
+            "streams_db", lambda: gcp_firestore.make_streaming_client(self.settings.project_id)
+        )
+
+    @property
     def storage(self) -> StorageClient:
         return self._once("storage", lambda: gcp_storage.make_client(self.settings.project_id))
 
@@ -146,6 +153,7 @@ class Services:
             "assignments",
             lambda: AssignmentService(
                 db=self.db,
+                streams=self.streams_db,
                 storage_client=self.storage,
                 settings=self.settings,
                 events=self.bus,

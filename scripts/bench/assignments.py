@@ -3,7 +3,7 @@ plain atomic batches of the same writes, on emulators of its own.
 
     .venv/bin/python -m scripts.bench.assignments [--rows 1000000] [--small-rows 100000]
         [--skip-small] [--skip-ceiling] [--parallel N] [--batch-size N] [--query-limit N]
-        [--warmup-docs 20000] [--emulator-heap 8g] [--json PATH] [-v]
+        [--warmup-docs 20000] [--emulator-heap 8g] [--profile DIR] [--json PATH] [-v]
 
 Starts a Firestore, a Cloud Storage and a Pub/Sub emulator on free ports (project
 demo-codedrop-bench, bucket codedrop-imports, topic coupon-events), each in its own process
@@ -16,7 +16,8 @@ recipients, loaded with parallel plain batches before timing; a CSV of distinct 
 the real job path, `AssignmentService.handle_object_finalized`, runs in a child process of its
 own, so the child's peak RSS is the job's alone. The child reports wall time, CPU time, peak
 RSS (its own high-water mark, VmHWM), RSS growth during the job (sampled every 50 ms) and the
-Firestore RPCs its client sent (scripts/support/firestore_rpcs.py): documents read and written,
+Firestore RPCs its clients sent (scripts/support/firestore_rpcs.py; the walk of the pool goes
+through a client of its own): documents read and written,
 queries, commits and commits refused. Then the parent reads everything back:
 
 - the job's counts; every claim and every coupon (no code held twice, no recipient twice, every
@@ -27,11 +28,18 @@ queries, commits and commits refused. Then the parent reads everything back:
   every event); the counters must equal the documents, and the low-stock and sold-out
   announcements must have been made exactly once.
 
-The ceiling, in the same run: a fresh pool of `--rows` codes, and the same writes the job makes
+The ceiling, in the same run (first: the largest phase's read-back is the run's longest part,
+mostly count_usage's stock check after each event, a query the emulator answers in time growing
+with the documents it holds): a fresh pool of `--rows` codes, and the same writes the job makes
 for `--rows` recipients (each coupon updated as assigned and the recipient's claim slot created,
-with the same fields, ids from the same codes and recipients, all built before timing), written
-by plain atomic batches of 250 pairs (500 writes) from as many committers as the job runs
-batches in parallel: no query, no read, no precondition, no CSV, no event.
+with the same fields, ids from the same codes and recipients, their fields built before
+timing), written by plain atomic batches of 250 pairs (500 writes) from as many committers as
+the job runs batches in parallel, each batch's protobufs built and sent as the job does its own
+(shared/gcp/writes): no query, no read, no update-time guard (an update's and a create's own
+existence checks only), no CSV, no event. `--rows 100000 --skip-small` runs the job and its
+ceiling at 100k.
+
+`--profile DIR` writes each child's cProfile, every thread's, to DIR/{phase}.pstats.
 
 Every phase starts on a new Firestore emulator on the same port (the emulator keeps ~2 KiB of
 heap per document ever written), warmed up with `--warmup-docs` documents. Prints a table and
@@ -101,6 +109,11 @@ class ChildSpec:
     committers: int
     object_name: str = ""  # ASSIGN: the uploaded list and its generation
     generation: str = ""
+    profile: str = ""  # a directory: the child's measured block is profiled into it
+
+
+def _profile_path(spec: ChildSpec) -> Path | None:
+    return Path(spec.profile) / f"{spec.label}.pstats" if spec.profile else None
 
 
 @dataclass
@@ -121,10 +134,15 @@ def measured(label: str, progress: Callable[[], str] | None = None) -> Iterator[
     from shared.container import instance_services
 
     result = ChildResult()
-    with RpcCounter(instance_services().db) as rpcs, RssSampler(label, progress) as sampler:
+    services = instance_services()
+    with (
+        RpcCounter(services.db) as rpcs,
+        RpcCounter(services.streams_db) as streamed,  # the job's walk of the pool
+        RssSampler(label, progress) as sampler,
+    ):
         with harness.timed() as clock:
             yield result
-        result.rpcs = rpcs.snapshot().as_dict()
+        result.rpcs = (rpcs.snapshot() + streamed.snapshot()).as_dict()
     result.elapsed_seconds = clock.wall_seconds
     result.cpu_seconds = clock.cpu_seconds
     result.peak_rss_kib = peak_rss_bytes() // 1024
@@ -169,7 +187,7 @@ def _child_assign(spec: ChildSpec) -> ChildResult:
         settings.assignment_parallel_commits,
         settings.assignment_query_limit,
     )
-    with measured(spec.label) as result:
+    with measured(spec.label) as result, harness.profiled(_profile_path(spec)):
         job = services.assignments.handle_object_finalized(obj)
     if job is None:
         raise RuntimeError("handle_object_finalized returned no job")
@@ -191,6 +209,7 @@ def _child_ceiling(spec: ChildSpec) -> ChildResult:
     from shared.clock import utcnow
     from shared.container import instance_services
     from shared.coupons.store import Candidate, coupon_id_for
+    from shared.gcp import writes
     from shared.gcp.firestore import claims_collection, coupons_collection
 
     db = instance_services().db
@@ -215,19 +234,27 @@ def _child_ceiling(spec: ChildSpec) -> ChildResult:
     written = 0
     lock = threading.Lock()
 
+    coupon_prefix = writes.document_prefix(coupons)
+    claim_prefix = writes.document_prefix(claims)
+
     def commit(chunk: list[tuple[str, dict[str, Any], str, dict[str, Any]]]) -> None:
+        # The job's own way of building and sending a batch (raw Write protobufs), so the
+        # ceiling is never slowed by a costlier client than the job's.
         nonlocal written
         batch = db.batch()
+        pbs = []
         for coupon_id, update, claim_id, created in chunk:
-            batch.update(coupons.document(coupon_id), update)
-            batch.create(claims.document(claim_id), created)
-        batch.commit()
+            pbs.append(writes.update(coupon_prefix + coupon_id, update))
+            pbs.append(writes.create(claim_prefix + claim_id, created))
+        writes.add_writes(batch, pbs)
+        writes.commit(batch)
         with lock:
             written += len(chunk)
 
     db.collection("warm").document("up").get()  # connect outside the measurement
     with (
         measured(spec.label, progress=lambda: f"{written} written") as result,
+        harness.profiled(_profile_path(spec)),
         ThreadPoolExecutor(spec.committers, thread_name_prefix="commit") as executor,
     ):
         for _ in executor.map(commit, chunks):
@@ -262,7 +289,7 @@ def audit_database(campaign_id: str, audit: Audit) -> dict[str, str]:
     from shared.container import instance_services
     from shared.gcp.firestore import claims_collection, coupons_collection
 
-    db = instance_services().db
+    db = instance_services().streams_db  # two collections read whole: a stream each
     holder: dict[str, str] = {}
     coupon_claim: dict[str, str] = {}
     claim_ids: set[str] = set()
@@ -397,6 +424,10 @@ class Bench:
     phases: list[Phase] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     prepared: bool = False
+
+    @property
+    def profile_dir(self) -> str:
+        return str(self.args.profile.resolve()) if self.args.profile else ""
 
     def prepare(self) -> None:
         """A new, warmed-up and emptied Firestore emulator for the next phase."""
@@ -542,6 +573,7 @@ class Bench:
             committers=get_settings().assignment_parallel_commits,
             object_name=name,
             generation=generation,
+            profile=self.profile_dir,
         )
         phase = self.run(f"assign {_count(rows)}", spec)
         if phase.error is None:
@@ -581,6 +613,7 @@ class Bench:
             rows=rows,
             log_level=log.getEffectiveLevel(),
             committers=committers,
+            profile=self.profile_dir,
         )
         return self.run(f"ceiling batch x{committers}", spec)
 
@@ -654,7 +687,10 @@ def verdicts(bench: Bench) -> list[Verdict]:
     large = next((p for p in assigns if p.rows == bench.args.rows), None)
     ceiling = next((p for p in done if p.kind == CEILING), None)
     for p in assigns:
-        violations = sum((p.audit or {}).get("violations", {}).values())
+        if p.audit is None:  # interrupted before its read-back ended: nothing was verified
+            out.append((f"{p.name}: read back", None, "completes", False))
+            continue
+        violations = sum(p.audit.get("violations", {}).values())
         out.append((f"{p.name}: invariant violations", float(violations), "0", violations == 0))
     if small is not None and large is not None:
         ratio = large.peak_rss_kib / small.peak_rss_kib
@@ -697,11 +733,12 @@ def bench(run: Bench) -> int:
     load_before = harness.load_average()
     interrupted = False
     try:
+        # The ceiling first: the read-back after the largest phase is the run's longest part.
+        if not args.skip_ceiling:
+            run.ceiling_phase(args.rows, settings.assignment_parallel_commits)
         if not args.skip_small:
             run.assign_phase("small", args.small_rows)
         run.assign_phase("large", args.rows)
-        if not args.skip_ceiling:
-            run.ceiling_phase(args.rows, settings.assignment_parallel_commits)
     except KeyboardInterrupt:
         if not run.phases:
             raise
@@ -716,6 +753,7 @@ def bench(run: Bench) -> int:
         f"in parallel, queries of up to {settings.assignment_query_limit:,}; ceiling batches of "
         f"{CEILING_PAIRS} pairs; a new emulator for each phase"
         + (" (INTERRUPTED)" if interrupted else "")
+        + (" (PROFILED: times and CPU include the profiler's)" if args.profile else "")
     )
     print()
     print(render_table(run.phases))
@@ -774,6 +812,13 @@ OPTIONS: list[harness.Option] = [
     ),
     ("--warmup-docs", int, 20_000, "documents written to warm each emulator up (0: none)"),
     ("--emulator-heap", str, None, "the emulators' JVM heap, e.g. 8g (default: the JVM's)"),
+    (
+        "--profile",
+        Path,
+        None,
+        "a directory: cProfile each child's measured block, every thread, into it (its "
+        "figures are then slowed by the profiler)",
+    ),
 ]
 
 
@@ -819,7 +864,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for flag, variable in (
         ("parallel", "CODEDROP_ASSIGNMENT_PARALLEL_COMMITS"),
         ("batch_size", "CODEDROP_ASSIGNMENT_BATCH_SIZE"),
-        ("query_limit", "CODEDROP_ASSIGNMENT_PAGE_SIZE"),
+        ("query_limit", "CODEDROP_ASSIGNMENT_QUERY_LIMIT"),
     ):
         if getattr(args, flag) is not None:
             os.environ[variable] = str(getattr(args, flag))

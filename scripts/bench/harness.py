@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
 import json
 import logging
 import math
 import os
+import pstats
 import shutil
 import signal
 import sys
@@ -247,6 +249,41 @@ def timed(emulator_pid: int | None = None) -> Iterator[Phase]:
         if emulator_before is not None and emulator_after is not None:
             phase.emulator_cpu_seconds = emulator_after - emulator_before
         phase.load = (load_before, load_average()[0])
+
+
+@contextlib.contextmanager
+def profiled(path: Path | None) -> Iterator[None]:
+    """cProfile the block in every Python thread it starts (a pool's committers too; cProfile
+    alone sees one thread), the profiles merged into `path` (pstats). No path: no profiling."""
+    if path is None:
+        yield
+        return
+    profiles: list[cProfile.Profile] = []
+    original = threading.Thread.run
+
+    def run(thread: threading.Thread) -> None:
+        profile = cProfile.Profile()
+        profiles.append(profile)
+        profile.enable()
+        try:
+            original(thread)
+        finally:
+            profile.disable()
+
+    threading.Thread.run = run  # type: ignore[method-assign,assignment]
+    main = cProfile.Profile()
+    main.enable()
+    try:
+        yield
+    finally:
+        main.disable()
+        threading.Thread.run = original  # type: ignore[method-assign]
+        stats = pstats.Stats(main)
+        for profile in profiles:
+            profile.disable()  # a thread still running (a daemon) stops being profiled here
+            stats.add(profile)
+        stats.dump_stats(path)
+        log.info("profile of %d threads written to %s", len(profiles) + 1, path)
 
 
 @dataclass(frozen=True, slots=True)

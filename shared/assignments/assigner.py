@@ -39,6 +39,7 @@ from shared.assignments.supply import CandidateSupply
 from shared.claims.store import claim_id_for
 from shared.coupons.store import Candidate, CouponState
 from shared.events.models import COMMIT_COUNT, CodesAssigned, assigned_event_id
+from shared.gcp import writes
 from shared.gcp.firestore import Snapshot, claims_collection, coupons_collection
 from shared.types import Tally
 
@@ -167,6 +168,10 @@ class BulkAssigner:
         self._read_first = read_first
         self._coupons = coupons_collection(db, campaign_id)
         self._claims = claims_collection(db, campaign_id)
+        # Each pair's two writes are built and sent as raw protobufs (shared/gcp/writes): the
+        # library's proto-plus cost about 370 µs of the job's CPU per recipient.
+        self._coupon_prefix = writes.document_prefix(self._coupons)
+        self._claim_prefix = writes.document_prefix(self._claims)
         self._executor = ThreadPoolExecutor(parallel_commits, thread_name_prefix="assign")
         self._in_flight: deque[Future[list[RowOutcome]]] = deque()
         self._chunk: dict[str, RecipientRow] = {}
@@ -253,12 +258,15 @@ class BulkAssigner:
     def _commit(self, pairs: list[Pair]) -> list[tuple[RecipientRow, str]]:
         now = self._clock()
         batch = self._db.batch()
+        pbs = []
         for row, candidate in pairs:
             claim_id = claim_id_for(row.key, SLOT)
-            batch.update(
-                self._coupons.document(candidate.coupon_id),
-                coupon_claimed_fields(row=row, claim_id=claim_id, now=now),
-                option=self._db.write_option(last_update_time=candidate.read_at),
+            pbs.append(
+                writes.update(
+                    self._coupon_prefix + candidate.coupon_id,
+                    coupon_claimed_fields(row=row, claim_id=claim_id, now=now),
+                    last_update_time=candidate.read_at,
+                )
             )
             fields = claim_fields(
                 campaign_id=self._campaign_id,
@@ -270,7 +278,8 @@ class BulkAssigner:
             if row is pairs[0][0]:
                 # The commit's first claim records its size: count_usage checks the event by it.
                 fields[COMMIT_COUNT] = len(pairs)
-            batch.create(self._claims.document(claim_id), fields)
+            pbs.append(writes.create(self._claim_prefix + claim_id, fields))
+        writes.add_writes(batch, pbs)
         first = pairs[0][0]
         event = CodesAssigned(
             # One commit per first line succeeds (its slot is created once), in any attempt.
@@ -283,7 +292,7 @@ class BulkAssigner:
         )
         self._events.stage(batch, event, now=now)
         self._limiter.acquire(2 * len(pairs) + 1)
-        batch.commit()
+        writes.commit(batch)
         self._events.deliver_staged([event])
         return [(row, candidate.code) for row, candidate in pairs]
 

@@ -122,8 +122,12 @@ class AssignmentService:
         settings: Settings,
         events: EventSink,
         clock: Callable[[], datetime],
+        streams: firestore.Client | None = None,
     ) -> None:
         self._db = db
+        # The walk of the pool is read through a client whose streams are read on the reading
+        # thread (gcp.firestore.make_streaming_client): one thread reads a query at a time.
+        self._streams = streams or db
         self._storage = storage_client
         self._settings = settings
         self._events = events
@@ -237,7 +241,7 @@ class AssignmentService:
         settings = self._settings
         supply = CandidateSupply(
             stream=lambda low, inclusive, high, limit: coupon_store.stream_unassigned(
-                self._db,
+                self._streams,
                 campaign_id=job.campaign_id,
                 low=low,
                 low_inclusive=inclusive,

@@ -84,6 +84,7 @@ class CandidateSupply:
             _Segment(low=0.0, high=self.start, floor=0.0),
         ]
         self._refilling = False
+        self._closed = False
         self._exhausted = False
         self._failure: BaseException | None = None
         self._taken_elsewhere = 0
@@ -157,7 +158,15 @@ class CandidateSupply:
             self._changed.notify_all()
 
     def close(self) -> None:
-        """End the queries still open."""
+        """End the queries still open. A refill under way (a prefetch may outlive the job's
+        batches) is reading one of them: it ends them itself when it is done."""
+        with self._lock:
+            self._closed = True
+            if self._refilling:
+                return
+        self._close_streams()
+
+    def _close_streams(self) -> None:
         for segment in self._segments:
             for stream in (segment.stream, _done(segment.opening)):
                 if isinstance(stream, Generator):
@@ -169,7 +178,13 @@ class CandidateSupply:
         return all(segment.drained for segment in self._segments)
 
     def _claim_prefetch_locked(self) -> bool:
-        if self._refilling or self._exhausted or self._walk_over() or len(self._items) >= self.pull:
+        if (
+            self._refilling
+            or self._closed
+            or self._exhausted
+            or self._walk_over()
+            or len(self._items) >= self.pull
+        ):
             return False
         self._refilling = True
         return True
@@ -182,16 +197,20 @@ class CandidateSupply:
             with self._lock:
                 self._failure = exc
                 self._refilling = False
+                closed = self._closed
                 self._changed.notify_all()
-            return
-        with self._lock:
-            # A query started again, or the final look, meets candidates out with batches.
-            fresh = [c for c in found if c.coupon_id not in self._known]
-            self._known.update(c.coupon_id for c in fresh)
-            self._items.extend(fresh)
-            self.metrics.candidates += len(fresh)
-            self._refilling = False
-            self._changed.notify_all()
+        else:
+            with self._lock:
+                # A query started again, or the final look, meets candidates out with batches.
+                fresh = [c for c in found if c.coupon_id not in self._known]
+                self._known.update(c.coupon_id for c in fresh)
+                self._items.extend(fresh)
+                self.metrics.candidates += len(fresh)
+                self._refilling = False
+                closed = self._closed
+                self._changed.notify_all()
+        if closed:
+            self._close_streams()  # closed while this refill read them (see close)
 
     def _next_candidates(self) -> list[Candidate]:
         """Up to `pull` candidates from the walk; after the walk, what the final look found."""

@@ -21,7 +21,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import grpc  # type: ignore[import-untyped]
 from google.cloud import firestore
+from google.cloud.firestore_v1.base_client import _GRPC_MSG_SIZE_OPTIONS
+from google.cloud.firestore_v1.services.firestore import client as gapic_module
+from google.cloud.firestore_v1.services.firestore.client import FirestoreClient
+from google.cloud.firestore_v1.services.firestore.transports.grpc import FirestoreGrpcTransport
 
 # The client library's snapshot type is generic over its reference type.
 Snapshot = firestore.DocumentSnapshot[Any]
@@ -47,6 +52,43 @@ CAMPAIGN_WEBHOOKS = "campaign_webhooks"
 def make_client(project_id: str) -> firestore.Client:
     # With FIRESTORE_EMULATOR_HOST set the client talks to the emulator.
     return firestore.Client(project=project_id)
+
+
+def make_streaming_client(project_id: str) -> firestore.Client:
+    """A client for long server-streaming reads (a bulk job's walk of a million candidates): its
+    channel reads a stream's messages on the thread that iterates it (gRPC's experimental
+    SingleThreadedUnaryStream), instead of handing each one over from the channel's own thread.
+    The hand-over cost about 56 µs of Python a document here, this 16. Use it only for streams
+    read by one thread at a time (the client's other calls are the usual ones)."""
+    return _CallingThreadStreams(project=project_id)
+
+
+# gRPC reads a unary-stream call's responses on the calling thread.
+_CALLING_THREAD_STREAMS = (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1)
+
+
+class _CallingThreadTransport(FirestoreGrpcTransport):
+    @classmethod
+    def create_channel(cls, *args: Any, **kwargs: Any) -> grpc.Channel:
+        # The library asks for its production channel through here, with its own options.
+        kwargs["options"] = [*(kwargs.get("options") or ()), _CALLING_THREAD_STREAMS]
+        return super().create_channel(*args, **kwargs)
+
+
+class _CallingThreadStreams(firestore.Client):
+    """The library's client on the channel the library would make, plus the option."""
+
+    @property
+    def _firestore_api(self) -> Any:
+        return self._firestore_api_helper(_CallingThreadTransport, FirestoreClient, gapic_module)
+
+    def _emulator_channel(self, transport: Any) -> grpc.Channel:
+        # The library's own emulator channel (base_client._emulator_channel), plus the option.
+        token = getattr(self._credentials, "id_token", None) or "owner"
+        options = [("Authorization", f"Bearer {token}"), *_GRPC_MSG_SIZE_OPTIONS]
+        return grpc.insecure_channel(
+            self._emulator_host, options=[*options, _CALLING_THREAD_STREAMS]
+        )
 
 
 def campaigns_collection(db: firestore.Client) -> firestore.CollectionReference:

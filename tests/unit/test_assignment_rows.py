@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import random
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -300,3 +301,34 @@ def test_a_failed_query_reaches_a_taker() -> None:
     supply = CandidateSupply(stream=stream, start=0.5, pull=10, query_limit=10)
     with pytest.raises(ConnectionError):
         supply.take(3)
+
+
+def test_closing_while_a_prefetch_reads_a_query_leaves_it_to_the_prefetch() -> None:
+    """The job ends (or stops) while a prefetch is inside a query's stream: closing the stream
+    then would fail ("generator already executing"); the prefetch closes it when it is done."""
+    reading, release = threading.Event(), threading.Event()
+    closed: list[bool] = []
+
+    def stream(
+        low: float | None, inclusive: bool, high: float | None, limit: int
+    ) -> Iterator[Candidate]:
+        try:
+            for n in range(limit):
+                if n == 15:  # the prefetch's read: the taker's 10 are out already
+                    reading.set()
+                    release.wait(5)
+                yield Candidate(f"c{n}", f"c{n}", 0.5 + n / 1000, READ_AT)
+        finally:
+            closed.append(True)
+
+    supply = CandidateSupply(stream=stream, start=0.5, pull=10, query_limit=100)
+    batch = supply.take(10)  # leaves nothing in hand: a prefetch starts
+    assert len(batch) == 10
+    assert reading.wait(5)
+    supply.close()  # no error, and the stream is left to the prefetch
+    assert not closed
+    release.set()
+    deadline = time.monotonic() + 5
+    while not closed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert closed == [True]

@@ -1,0 +1,91 @@
+"""Raw writes committed by shared/gcp/writes.commit on the emulator: they write what the library's
+own would, fail as they would, and are counted as any commit by the benchmarks' RPC counter."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+from google.api_core import exceptions as gexc
+from google.cloud import firestore
+
+from scripts.support.firestore_rpcs import RpcCounter
+from shared.gcp import writes
+
+pytestmark = pytest.mark.emulator
+
+NOW = datetime(2026, 11, 26, 11, 0, 0, 123_456, tzinfo=UTC)
+
+
+@pytest.fixture
+def collection(db: firestore.Client) -> Iterator[firestore.CollectionReference]:
+    ref = db.collection(f"writes-test-{uuid.uuid4().hex[:12]}")
+    yield ref
+    db.recursive_delete(ref)
+
+
+def test_raw_and_library_writes_commit_together(
+    db: firestore.Client, collection: firestore.CollectionReference
+) -> None:
+    collection.document("old").set({"state": "available", "n": 1})
+    read_at = collection.document("old").get().update_time
+    prefix = writes.document_prefix(collection)
+    batch = db.batch()
+    writes.add_writes(
+        batch,
+        [
+            writes.create(prefix + "new", {"code": "A", "at": NOW, "none": None, "n": 2}),
+            writes.update(prefix + "old", {"state": "claimed"}, last_update_time=read_at),
+        ],
+    )
+    batch.set(collection.document("lib"), {"x": True})
+    with RpcCounter(db) as counter:
+        writes.commit(batch)
+        counts = counter.snapshot()
+    assert counts.writes == 3
+    assert counts.calls == {"commit": 1}
+    assert counts.writes_by_collection == {collection.id: 3}
+    assert batch._write_pbs == []
+    assert collection.document("new").get().to_dict() == {
+        "code": "A",
+        "at": NOW,
+        "none": None,
+        "n": 2,
+    }
+    assert collection.document("old").get().to_dict() == {"state": "claimed", "n": 1}
+    assert collection.document("lib").get().to_dict() == {"x": True}
+
+
+def test_a_raw_commit_fails_whole_as_the_librarys(
+    db: firestore.Client, collection: firestore.CollectionReference
+) -> None:
+    collection.document("taken").set({"state": "available"})
+    read_at = collection.document("taken").get().update_time
+    collection.document("taken").update({"state": "claimed"})  # someone else, since the read
+    prefix = writes.document_prefix(collection)
+
+    guarded = db.batch()
+    writes.add_writes(
+        guarded,
+        [
+            writes.create(prefix + "slot", {"n": 1}),
+            writes.update(prefix + "taken", {"state": "mine"}, last_update_time=read_at),
+        ],
+    )
+    with RpcCounter(db) as counter, pytest.raises(gexc.FailedPrecondition):
+        writes.commit(guarded)
+    assert counter.snapshot().writes_rejected == 2
+    assert not collection.document("slot").get().exists
+
+    collection.document("slot").set({"n": 0})
+    twice = db.batch()
+    writes.add_writes(twice, [writes.create(prefix + "slot", {"n": 1})])
+    with pytest.raises(gexc.AlreadyExists):
+        writes.commit(twice)
+
+    missing = db.batch()
+    writes.add_writes(missing, [writes.update(prefix + "gone", {"n": 1})])
+    with pytest.raises(gexc.NotFound):
+        writes.commit(missing)
