@@ -225,8 +225,29 @@ class ShardedCounters:
 
     # --- reading ------------------------------------------------------------------------------
     def totals(self, campaign_id: str) -> CounterTotals:
+        """The sum of every shard, read by reference with the config that numbers them.
+
+        Not a query: the emulator answers one by scanning its whole database (58 ms of its CPU
+        per check beside 100k documents, against 2 ms for the same shards by reference), and
+        count_usage sums the shards after every bulk-assignment event. Complete: a shard is
+        written only below a count that was committed to the config before the write (or the
+        initial count), so the shards below the config's count read here hold every increment
+        committed before it was read."""
+        config = self._config_ref(campaign_id)
+        shards = counter_shards_collection(self._db, campaign_id)
+        known = self.shard_count(campaign_id)
+        refs = [config, *(shards.document(str(n)) for n in range(known))]
+        snapshots = list(self._db.get_all(refs))
+        config_data = next((s.to_dict() or {} for s in snapshots if s.id == config.id), {})
+        count = max(int(config_data.get("shards", 0)), self._settings.counter_initial_shards, known)
+        if count > known:  # grown since this instance last looked
+            snapshots += self._db.get_all([shards.document(str(n)) for n in range(known, count)])
+            with self._lock:
+                self._shard_counts[campaign_id] = (count, time.monotonic())
         totals = CounterTotals()
-        for snapshot in counter_shards_collection(self._db, campaign_id).stream():
+        for snapshot in snapshots:
+            if not snapshot.exists or snapshot.reference.parent.id != shards.id:
+                continue
             data = snapshot.to_dict() or {}
             totals.shards += 1
             for name in _TOTALS:

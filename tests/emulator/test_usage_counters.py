@@ -379,6 +379,25 @@ def test_shard_growth_is_shared_by_concurrent_writers(
     assert set(results) == {2}  # doubled once, not eight times
 
 
+def test_totals_read_the_shards_another_instance_grew_to(
+    db: firestore.Client, make_campaign: MakeCampaign
+) -> None:
+    campaign_id = make_campaign()
+    reader = ShardedCounters(db=db, settings=get_settings(), clock=utcnow)
+    writer = ShardedCounters(db=db, settings=get_settings(), clock=utcnow)
+    assert reader.totals(campaign_id).claimed == 0  # the reader now trusts one shard
+    grown = writer.grow(campaign_id, seen=4)
+    shards = counter_shards_collection(db, campaign_id)
+    shards.document("0").set({"claimed": firestore.Increment(1)}, merge=True)
+    shards.document(str(grown - 1)).set({"claimed": firestore.Increment(5)}, merge=True)
+
+    totals = reader.totals(campaign_id)
+
+    assert grown == 8
+    assert (totals.claimed, totals.shards) == (6, 2)
+    assert reader.shard_count(campaign_id) == 8
+
+
 def test_the_reconcile_command_reports_then_repairs(
     db: firestore.Client, make_campaign: MakeCampaign, capsys: pytest.CaptureFixture[str]
 ) -> None:
