@@ -267,7 +267,7 @@ def webhook_id_param(value: str) -> str:
     summary="Subscribe an endpoint to the campaign's events (its signing secret is shown once).",
     body=WebhookCreate,
     responses={201: WebhookCreated},
-    raises=[CampaignNotFound, WebhookUrlNotAllowed, TooManyWebhooks],
+    raises=[CampaignNotFound, WebhookUrlNotAllowed, TooManyWebhooks, Contended],
 )
 def create_webhook(call: Call, campaign_id: str) -> flask.Response:
     data = call.body_as(WebhookCreate)
@@ -296,7 +296,7 @@ def list_webhooks(call: Call, campaign_id: str) -> flask.Response:
     access=ADMIN,
     summary="Stop delivering to an endpoint.",
     responses={204: None},
-    raises=[CampaignNotFound, WebhookNotFound],
+    raises=[CampaignNotFound, WebhookNotFound, Contended],
 )
 def delete_webhook(call: Call, campaign_id: str, webhook_id: str) -> flask.Response:
     call.services.webhooks.unsubscribe(

@@ -5,9 +5,9 @@
 deliver_webhooks looks up the webhooks of every event's campaign. It reads the campaign's list by
 reference, one document whatever the database holds, rather than querying `webhooks` by campaign
 (a query is billed the same in production, but the emulator answers it by scanning every document,
-so at sale rate it cost more than anything else the event did). The list is written in the very
-transactions that create and delete webhooks; a campaign whose webhooks predate it has none, and
-its first reader, or the first change, writes it from the query.
+so at sale rate it cost more than anything else the event did). The list is written in the same
+batches that create and delete webhooks, guarded by the list as read; a campaign whose webhooks
+predate it has none, and its first reader, or the first change, writes it from the query.
 
 A delivery's id is its event's id, created with `create()`: a redelivered event finds it there
 and adds nothing. Deliveries are written at sale rate, in time order, so their times are never
@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import random
 import secrets
-from collections.abc import Iterable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -30,6 +32,7 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
+from shared.errors import Contended
 from shared.gcp.batched_reads import ReadCoalescer
 from shared.gcp.firestore import (
     Snapshot,
@@ -109,8 +112,8 @@ def listed_webhooks(reader: ReadCoalescer, *, campaign_id: str) -> Listing:
     if snapshot.exists:
         return _listed(snapshot)
     # Webhooks from before the list (or none yet): the query, kept as the list unless a
-    # change wrote one meanwhile (a change reads the list in its transaction, so it cannot
-    # miss this one: one of the two writes fails and that side reads again).
+    # change wrote one meanwhile (a change's write is guarded by the list it read, or creates
+    # it: one of the two writes fails and that side reads again).
     listing = _listing(campaign_webhooks(reader.db, campaign_id=campaign_id))
     try:
         ref.create({"webhooks": listing})
@@ -119,50 +122,70 @@ def listed_webhooks(reader: ReadCoalescer, *, campaign_id: str) -> Listing:
     return listing
 
 
-def _listing_in(
-    transaction: firestore.Transaction, db: firestore.Client, campaign_id: str
-) -> Listing:
-    snapshot = campaign_webhooks_ref(db, campaign_id).get(transaction=transaction)
+def _read_listing(db: firestore.Client, campaign_id: str) -> tuple[Listing, datetime | None]:
+    """The campaign's list and the update time to guard a change with (None: no list yet, so
+    it is built from the query and the change creates it)."""
+    snapshot = campaign_webhooks_ref(db, campaign_id).get()
     if snapshot.exists:
-        return _listed(snapshot)
-    query = webhooks_collection(db).where(filter=FieldFilter("campaign_id", "==", campaign_id))
-    return _listing(_webhook(s) for s in query.stream(transaction=transaction))
+        return _listed(snapshot), snapshot.update_time
+    return _listing(campaign_webhooks(db, campaign_id=campaign_id)), None
+
+
+def _change(
+    db: firestore.Client,
+    campaign_id: str,
+    change: Callable[[Listing, firestore.WriteBatch], bool],
+) -> bool:
+    """Apply `change` to the campaign's list in one batch guarded by the list as read, again
+    on a lost race (the list changed, or somebody wrote it first), with a little random wait.
+
+    Not a transaction: two concurrent changes would both hold the list's read lock, and each
+    waits out the other's lock timeout before one aborts (a handful of concurrent subscribes
+    exhausted ten attempts on a loaded machine). A guarded write fails at once instead."""
+    ref = campaign_webhooks_ref(db, campaign_id)
+    for attempt in range(CHANGE_ATTEMPTS):
+        listing, read_at = _read_listing(db, campaign_id)
+        batch = db.batch()
+        if not change(listing, batch):
+            return False
+        if read_at is None:
+            batch.create(ref, {"webhooks": listing})
+        else:
+            guard = db.write_option(last_update_time=read_at)
+            batch.update(ref, {"webhooks": listing}, option=guard)
+        try:
+            batch.commit()
+        except (gexc.FailedPrecondition, gexc.AlreadyExists):
+            time.sleep(random.uniform(0, 0.01 * 2**attempt))
+            continue
+        return True
+    raise Contended("The campaign's webhooks are changing; retry shortly.", retry_after=1)
 
 
 def create_webhook(db: firestore.Client, *, record: WebhookRecord, limit: int) -> bool:
-    """Create the webhook and add it to its campaign's list, in one transaction; False, and
+    """Create the webhook and add it to its campaign's list, in one guarded batch; False, and
     nothing written, when the campaign has `limit` webhooks already."""
-    listing_ref = campaign_webhooks_ref(db, record.campaign_id)
 
-    @firestore.transactional
-    def create(transaction: firestore.Transaction) -> bool:
-        listing = _listing_in(transaction, db, record.campaign_id)
+    def create(listing: Listing, batch: firestore.WriteBatch) -> bool:
         if len(listing) >= limit:
             return False
         listing.update(_listing([record]))
-        transaction.create(
-            webhook_ref(db, record.webhook_id), record.model_dump(exclude={"webhook_id"})
-        )
-        transaction.set(listing_ref, {"webhooks": listing})
+        batch.create(webhook_ref(db, record.webhook_id), record.model_dump(exclude={"webhook_id"}))
         return True
 
-    created: bool = create(db.transaction(max_attempts=CHANGE_ATTEMPTS))
-    return created
+    return _change(db, record.campaign_id, create)
 
 
 def delete_webhook(db: firestore.Client, *, webhook_id: str, campaign_id: str) -> None:
     """The subscription goes at once, from its campaign's list too; its deliveries stay
     readable until their TTL and are never attempted again (a drain needs the webhook)."""
-    listing_ref = campaign_webhooks_ref(db, campaign_id)
 
-    @firestore.transactional
-    def delete(transaction: firestore.Transaction) -> None:
-        listing = _listing_in(transaction, db, campaign_id)
+    def delete(listing: Listing, batch: firestore.WriteBatch) -> bool:
         listing.pop(webhook_id, None)
-        transaction.delete(webhook_ref(db, webhook_id))
-        transaction.set(listing_ref, {"webhooks": listing})
+        batch.delete(webhook_ref(db, webhook_id))
+        return True
 
-    delete(db.transaction(max_attempts=CHANGE_ATTEMPTS))
+    _change(db, campaign_id, delete)
 
 
 # --- the drain lease ----------------------------------------------------------------------------
