@@ -219,7 +219,7 @@ class RpcCounter:
             try:
                 response = method(*args, **kwargs)
             except Exception as exc:
-                writes = _field(_request(args, kwargs), "writes") if name == "commit" else None
+                writes = _writes(_request(args, kwargs)) if name == "commit" else None
                 into = sorted({_collection(_written(w)) for w in writes or ()} - {""})
                 self._failed(name, exc, rejected=len(writes or ()), collections="+".join(into))
                 raise
@@ -228,8 +228,8 @@ class RpcCounter:
                     name, _queried(_field(_request(args, kwargs), "structured_aggregation_query"))
                 )
             elif name == "commit":
-                self._wrote(len(response.write_results))
-                writes = _field(_request(args, kwargs), "writes") or ()
+                writes = _writes(_request(args, kwargs))
+                self._wrote(len(response._pb.write_results))
                 with self._lock:
                     self._written_to.update(_collection(_written(w)) for w in writes)
             elif name == "batch_write":
@@ -265,6 +265,12 @@ def _queried(request: Any) -> str:
 
 def _request(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
     return kwargs.get("request", args[0] if args else None)
+
+
+def _writes(request: Any) -> Any:
+    """A commit's writes, read from the protobuf message under a proto-plus request if it is
+    one (its wrappers cost more than the counting)."""
+    return _field(getattr(request, "_pb", request), "writes") or ()
 
 
 def _field(request: Any, name: str) -> Any:
