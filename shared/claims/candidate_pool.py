@@ -51,6 +51,8 @@ STALE_RUN_FLUSH = 16
 # A refill holds about this much of the instance's recent demand, within these bounds.
 REFILL_HORIZON_SECONDS = 1.0
 MIN_REFILL = 4
+# A read takes the rest of its run when that is at most this many times what it wanted.
+TAIL_FACTOR = 1.5
 MIN_RUN_CODES = 16
 DEMAND_WINDOW_SECONDS = 2.0
 MIN_DEMAND_SPAN_SECONDS = 0.25
@@ -413,14 +415,20 @@ class CandidatePool:
 
     def _read(self, run: _Run, limit: int) -> int:
         """Read the next `limit` unassigned coupons of the run from its floor, then record how
-        far in one atomic write (see segments.record_progress)."""
+        far in one atomic write (see segments.record_progress). When what is left of the run
+        is not much more than that, read it all: a later query for its last few codes would
+        cost as much as this one."""
         with self._lock:
             generation = self._generation
             low, inclusive = run.floor, run.floor_inclusive
             leased = list(run.segments)
+            density = self._codes_total  # coupons per unit of random_float, at most
         if generation is None:
             return 0
         end = leased[-1].cursors(generation)[1]
+        left = math.ceil((end - low) * density)
+        if left <= TAIL_FACTOR * limit:
+            limit = min(self.max_refill, max(limit, left + left // 4 + MIN_REFILL))
         raw = self.supply.fetch(low=low, low_inclusive=inclusive, high=end, limit=limit)
         self.metrics.queries += 1
         reached = raw[-1].random_float if len(raw) == limit else end
