@@ -12,6 +12,7 @@ import logging
 import random
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -231,12 +232,18 @@ class ClaimEngine:
             return self._prove_sold_out(campaign_id, pool, limit)
 
         attempts_left = self._settings.claim_attempts
+        tried: Counter[str] = Counter()  # what each attempt met, logged if the claim gives up
+        started, in_pool = time.monotonic(), 0.0
         while attempts_left > 0 and time.monotonic() < attempt.deadline:
             attempts_left -= 1
+            waited = time.monotonic()
             try:
                 candidate = pool.take(deadline=attempt.deadline, prove=prove)
             except PoolTimeout:
+                tried["pool_timeout"] += 1
                 break
+            finally:
+                in_pool += time.monotonic() - waited
             if candidate is None:
                 # Proven and recorded: this instance found no unassigned code anywhere.
                 campaign, held = self._fresh_with_held(
@@ -252,10 +259,21 @@ class ClaimEngine:
             outcome = self._commit(attempt, pool, candidate)
             if isinstance(outcome, ClaimOutcome):
                 return outcome
+            tried[outcome.value] += 1
             if outcome is _Retry.FREE:
                 attempts_left += 1
 
         self.metrics.add(contended_answers=1)
+        log.warning(
+            "claim contended",
+            extra={
+                "campaign_id": campaign_id,
+                "seconds": round(time.monotonic() - started, 3),
+                "seconds_waiting_for_the_pool": round(in_pool, 3),
+                "tried": dict(tried),
+                "pool": pool.state(),
+            },
+        )
         raise Contended(retry_after=self._settings.contended_retry_after_seconds)
 
     def _commit(
