@@ -467,8 +467,10 @@ class CandidatePool:
             return 0
         end = leased[-1].cursors(generation)[1]
         left = math.ceil((end - low) * density)
-        if left <= TAIL_FACTOR * limit:
-            limit = min(self.max_refill, max(limit, left + left // 4 + MIN_REFILL))
+        # (Not in a sparse campaign: a few codes more here would sit in this pool while other
+        # instances look for them.)
+        if MIN_RUN_CODES <= left <= TAIL_FACTOR * limit:
+            limit = min(self.max_refill, max(limit, left + left // 4 + 1))
         raw = self.supply.fetch(low=low, low_inclusive=inclusive, high=end, limit=limit)
         self.metrics.queries += 1
         reached = raw[-1].random_float if len(raw) == limit else end
@@ -638,6 +640,12 @@ class CandidatePool:
         self._replace_target(target, reserved if found else None, generation)
         if not self._add(found):
             # An empty top only drops that target (a sparse pool after a release has many).
+            # An idle holder's segment taken whole and found empty was the last one seen: what
+            # is left sits in pools (that holder read it), and the proof finds it now instead of
+            # after more looks at the same segments.
+            with self._lock:
+                if new_top == bottom and not self._held_elsewhere:
+                    return _Progress.EXHAUSTED
             return _Progress.WAIT
         with self._lock:
             self._steal_pause = STEAL_INTERVAL_SECONDS
