@@ -4,6 +4,7 @@ as it was."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -14,6 +15,7 @@ from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
 from scripts.support.firestore_rpcs import RpcCounter, RpcCounts
+from shared.gcp.firestore import Snapshot
 
 pytestmark = pytest.mark.emulator
 
@@ -144,10 +146,43 @@ def test_counts_from_many_threads_add_up_and_snapshots_subtract(
     assert (before + phase).documents_read == 201
 
 
+def test_a_listener_reads_its_document_once_then_once_per_change(
+    db: firestore.Client, collection: firestore.CollectionReference
+) -> None:
+    seen: list[int] = []
+    changed = threading.Condition()
+
+    def on_snapshot(documents: list[Snapshot], *_: object) -> None:
+        with changed:
+            seen.append((documents[0].to_dict() or {})["n"])
+            changed.notify_all()
+
+    def delivered(count: int) -> None:
+        with changed:
+            assert changed.wait_for(lambda: len(seen) == count, timeout=10)
+
+    with RpcCounter(db) as counter:
+        watch = collection.document("d1").on_snapshot(on_snapshot)
+        try:
+            delivered(1)
+            collection.document("d1").update({"n": 10})
+            delivered(2)
+            collection.document("d1").update({"n": 11})
+            delivered(3)
+        finally:
+            watch.unsubscribe()  # type: ignore[no-untyped-call]
+        counts = counter.snapshot()
+    assert seen == [1, 10, 11]
+    assert counts.reads == {"listen": 3}
+    assert counts.reads_by_collection == {collection.id: 3}
+    assert counts.calls["listen"] == 1
+
+
 def test_closing_puts_the_client_back(
     db: firestore.Client, collection: firestore.CollectionReference
 ) -> None:
     api = db._firestore_api
+    listen = api._transport.listen
     counter = RpcCounter(db)
     with pytest.raises(RuntimeError, match="already counted"):
         RpcCounter(db)
@@ -156,3 +191,4 @@ def test_closing_puts_the_client_back(
     assert counter.snapshot().documents_read == 0
     assert "batch_get_documents" not in vars(api)
     assert "commit" not in vars(api)
+    assert api._transport.listen is listen
