@@ -7,6 +7,8 @@ counting wrappers, until `close()`.
 
 What counts as a document read or written follows Firestore's billing:
 - BatchGetDocuments (`get`, `get_all`): one read per document asked for, found or missing;
+- GetDocument (shared/gcp/batched_reads.py's single reads): one read, found or missing (a
+  missing document answers NotFound, counted as a missing read, not as an error);
 - RunQuery (`stream`, `get` of a query): one read per document streamed back, and one for a
   query that completes with no document (the minimum charge of a query);
 - RunAggregationQuery (`count()`): one read per call (the minimum; a large count bills one
@@ -34,12 +36,20 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
+from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
 # Documents counted as the stream arrives:
 STREAMING = ("batch_get_documents", "run_query")
 # Counted when the call returns (an aggregation's stream carries no documents: one read a call):
-UNARY = ("run_aggregation_query", "commit", "batch_write", "begin_transaction", "rollback")
+UNARY = (
+    "get_document",
+    "run_aggregation_query",
+    "commit",
+    "batch_write",
+    "begin_transaction",
+    "rollback",
+)
 _INSTALLED = "_codedrop_rpc_counter"
 
 
@@ -231,11 +241,16 @@ class RpcCounter:
             try:
                 response = method(*args, **kwargs)
             except Exception as exc:
+                if name == "get_document" and isinstance(exc, gexc.NotFound):
+                    self._read(name, _collection(_field(_request(args, kwargs), "name")), missing=1)
+                    raise
                 writes = _writes(_request(args, kwargs)) if name == "commit" else None
                 into = sorted({_collection(_written(w)) for w in writes or ()} - {""})
                 self._failed(name, exc, rejected=len(writes or ()), collections="+".join(into))
                 raise
-            if name == "run_aggregation_query":
+            if name == "get_document":
+                self._read(name, _collection(response.name))
+            elif name == "run_aggregation_query":
                 self._read(
                     name, _queried(_field(_request(args, kwargs), "structured_aggregation_query"))
                 )

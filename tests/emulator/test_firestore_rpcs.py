@@ -15,6 +15,7 @@ from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
 from scripts.support.firestore_rpcs import RpcCounter, RpcCounts
+from shared.gcp.batched_reads import ReadCoalescer, read_document
 from shared.gcp.firestore import Snapshot
 
 pytestmark = pytest.mark.emulator
@@ -192,3 +193,43 @@ def test_closing_puts_the_client_back(
     assert "batch_get_documents" not in vars(api)
     assert "commit" not in vars(api)
     assert api._transport.listen is listen
+
+
+def test_a_single_read_through_get_document_is_one_read_found_or_missing(
+    db: firestore.Client, collection: firestore.CollectionReference
+) -> None:
+    """The read coalescer reads a lone document with GetDocument (a unary call); a missing one
+    answers NotFound, which bills a read like a batch get's `missing`."""
+    with RpcCounter(db) as counter:
+        found = read_document(db, collection.document("d1"))
+        missing = read_document(db, collection.document("nope"))
+        counts = counter.snapshot()
+
+    assert found.exists
+    assert found.to_dict() == {"n": 1}
+    assert found.reference.path == collection.document("d1").path
+    assert found.update_time == collection.document("d1").get().update_time
+    assert not missing.exists
+    assert missing.to_dict() is None
+    assert counts.calls == {"get_document": 2}
+    assert counts.reads == {"get_document": 2}
+    assert counts.reads_by_collection == {collection.id: 2}
+    assert counts.missing == 1
+    assert counts.errors == {}
+
+
+def test_the_read_coalescer_reads_a_lone_document_with_get_document_and_batches_with_get_all(
+    db: firestore.Client, collection: firestore.CollectionReference
+) -> None:
+    reader = ReadCoalescer(db=db)
+    one, two = collection.document("d0"), collection.document("d2")
+    with RpcCounter(db) as counter:
+        alone = reader.get([one])
+        together = reader.get([one, two, collection.document("nope")])
+        counts = counter.snapshot()
+
+    assert alone[one.path].to_dict() == {"n": 0}
+    assert together[two.path].to_dict() == {"n": 2}
+    assert not together[collection.document("nope").path].exists
+    assert counts.calls == {"get_document": 1, "batch_get_documents": 1}
+    assert counts.documents_read == 4
