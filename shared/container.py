@@ -210,6 +210,12 @@ class Services:
             ),
         )
 
+    def close(self) -> None:
+        """Stop what runs in the background: the claim engine's campaign listeners (tests)."""
+        engine: ClaimEngine | None = self._built.get("engine")
+        if engine is not None:
+            engine.close()
+
     # --- announcements ------------------------------------------------------------------------
     def _announce_sold_out(self, campaign_id: str, codes_total: int) -> None:
         now = utcnow()

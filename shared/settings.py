@@ -63,6 +63,11 @@ class Settings(BaseSettings):
     campaign_cache_seconds: float = Field(
         default=0.5, ge=0, le=30, validation_alias="CODEDROP_CAMPAIGN_CACHE_SECONDS"
     )
+    # How long a campaign listener's silence is trusted before a read checks it (0: no listener;
+    # see shared/campaigns/live.py).
+    campaign_listen_seconds: float = Field(
+        default=5.0, ge=0, le=300, validation_alias="CODEDROP_CAMPAIGN_LISTEN_SECONDS"
+    )
     # The codes left (from the counters) a waiting room and the public status work from.
     stock_cache_seconds: float = Field(
         default=1.0, ge=0, le=30, validation_alias="CODEDROP_STOCK_CACHE_SECONDS"

@@ -151,7 +151,7 @@ def counting_rpcs() -> Iterator[Counter[str]]:
 
     counts: Counter[str] = Counter()
     lock = threading.Lock()
-    names = ("commit", "run_query", "batch_get_documents", "run_aggregation_query")
+    names = ("commit", "run_query", "batch_get_documents", "get_document", "run_aggregation_query")
     originals = {name: getattr(FirestoreClient, name) for name in names}
 
     def wrap(name: str) -> Callable[..., Any]:

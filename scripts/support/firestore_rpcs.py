@@ -7,6 +7,8 @@ counting wrappers, until `close()`.
 
 What counts as a document read or written follows Firestore's billing:
 - BatchGetDocuments (`get`, `get_all`): one read per document asked for, found or missing;
+- GetDocument (shared/gcp/batched_reads.py's single reads): one read, found or missing (a
+  missing document answers NotFound, counted as a missing read, not as an error);
 - RunQuery (`stream`, `get` of a query): one read per document streamed back, and one for a
   query that completes with no document (the minimum charge of a query);
 - RunAggregationQuery (`count()`): one read per call (the minimum; a large count bills one
@@ -14,12 +16,15 @@ What counts as a document read or written follows Firestore's billing:
 - Commit: the documents of a commit that succeeded (one per write result); the writes of a commit
   that failed wrote and billed nothing and are counted apart as rejected;
 - BatchWrite (BulkWriter): the writes whose status is OK;
-- BeginTransaction, Rollback: calls only.
+- BeginTransaction, Rollback: calls only;
+- Listen (`on_snapshot`): one read per document the stream delivers as added or changed (the
+  listener's first snapshot, then each change), read from the transport's stream, which the
+  client library calls directly.
 Every call, and every call that raised (by method and error, e.g. Aborted), is counted too.
 Reads and rejected writes are also counted by collection (the last collection of the document's
 path, or the collection a query asks), so a benchmark can tell a claim that lost its coupon to
 another instance from a lost race on some other document.
-Other RPCs (listen, list_documents, …) are not wrapped. Counts are totals since the counter was
+Other RPCs (list_documents, …) are not wrapped. Counts are totals since the counter was
 installed, safe to update from any thread; `snapshot()` differences give a phase's share.
 """
 
@@ -31,12 +36,20 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
+from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
 # Documents counted as the stream arrives:
 STREAMING = ("batch_get_documents", "run_query")
 # Counted when the call returns (an aggregation's stream carries no documents: one read a call):
-UNARY = ("run_aggregation_query", "commit", "batch_write", "begin_transaction", "rollback")
+UNARY = (
+    "get_document",
+    "run_aggregation_query",
+    "commit",
+    "batch_write",
+    "begin_transaction",
+    "rollback",
+)
 _INSTALLED = "_codedrop_rpc_counter"
 
 
@@ -123,6 +136,11 @@ class RpcCounter:
             setattr(self._api, name, self._streaming(name, getattr(self._api, name)))
         for name in UNARY:
             setattr(self._api, name, self._unary(name, getattr(self._api, name)))
+        # Listeners open their stream on the transport's stub itself (google.cloud.firestore_v1
+        # .watch): the stub is replaced where the transport keeps it.
+        self._stubs: dict[str, Any] = self._api._transport._stubs
+        self._listen = self._api._transport.listen
+        self._stubs["listen"] = self._listening(self._listen)
         setattr(self._api, _INSTALLED, self)
 
     def close(self) -> None:
@@ -131,6 +149,7 @@ class RpcCounter:
             return
         for name in (*STREAMING, *UNARY, _INSTALLED):
             delattr(self._api, name)
+        self._stubs["listen"] = self._listen
 
     def __enter__(self) -> Self:
         return self
@@ -222,17 +241,22 @@ class RpcCounter:
             try:
                 response = method(*args, **kwargs)
             except Exception as exc:
+                if name == "get_document" and isinstance(exc, gexc.NotFound):
+                    self._read(name, _collection(_field(_request(args, kwargs), "name")), missing=1)
+                    raise
                 writes = _writes(_request(args, kwargs)) if name == "commit" else None
                 into = sorted({_collection(_written(w)) for w in writes or ()} - {""})
                 self._failed(name, exc, rejected=len(writes or ()), collections="+".join(into))
                 raise
-            if name == "run_aggregation_query":
+            if name == "get_document":
+                self._read(name, _collection(response.name))
+            elif name == "run_aggregation_query":
                 self._read(
                     name, _queried(_field(_request(args, kwargs), "structured_aggregation_query"))
                 )
             elif name == "commit":
-                self._wrote(len(response.write_results))
-                writes = _writes(_request(args, kwargs)) or ()
+                writes = _writes(_request(args, kwargs))
+                self._wrote(len(response._pb.write_results))
                 with self._lock:
                     self._written_to.update(_collection(_written(w)) for w in writes)
             elif name == "batch_write":
@@ -241,6 +265,42 @@ class RpcCounter:
             return response
 
         return counted
+
+    def _listening(self, method: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self._called("listen")
+            try:
+                call = method(*args, **kwargs)
+            except Exception as exc:
+                self._failed("listen", exc)
+                raise
+            return _CountedListen(call, self)
+
+        return counted
+
+
+class _CountedListen:
+    """A Listen stream (a gRPC call the library also cancels and asks whether it is active)
+    that counts the documents it delivers."""
+
+    def __init__(self, call: Any, counter: RpcCounter) -> None:
+        self._call = call
+        self._counter = counter
+
+    def __iter__(self) -> Self:
+        return self
+
+    def __next__(self) -> Any:
+        response = next(self._call)
+        message = response._pb
+        if message.WhichOneof("response_type") == "document_change":
+            change = message.document_change
+            if change.target_ids:  # added to or changed in the listened result
+                self._counter._read("listen", _collection(change.document.name))
+        return response
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._call, name)
 
 
 def _collection(document_name: str) -> str:
@@ -266,14 +326,14 @@ def _queried(request: Any) -> str:
     return str(sources[0].collection_id) if sources else ""
 
 
+def _request(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+    return kwargs.get("request", args[0] if args else None)
+
+
 def _writes(request: Any) -> Any:
     """A commit's writes, raw when the request is a proto-plus message (iterating its writes
     through proto-plus would wrap each one, at the measured code's expense)."""
-    return _field(getattr(request, "_pb", request), "writes")
-
-
-def _request(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
-    return kwargs.get("request", args[0] if args else None)
+    return _field(getattr(request, "_pb", request), "writes") or ()
 
 
 def _field(request: Any, name: str) -> Any:

@@ -98,19 +98,21 @@ def update_campaign(
 
 def mark_sold_out(
     db: firestore.Client, *, campaign_id: str, read_at: datetime, now: datetime
-) -> bool:
+) -> datetime | None:
     """Set sold_out unless the campaign changed since `read_at` (an import may have added codes).
 
-    Returns False when the precondition failed: the caller must look again.
+    Returns the campaign's new update time, or None when the precondition failed: the caller
+    must look again.
     """
     try:
-        campaign_ref(db, campaign_id).update(
+        result = campaign_ref(db, campaign_id).update(
             {"sold_out": True, "sold_out_at": now},
             option=db.write_option(last_update_time=read_at),
         )
     except gexc.FailedPrecondition:
-        return False
-    return True
+        return None
+    updated: datetime = result.update_time
+    return updated
 
 
 def record_pool_growth(

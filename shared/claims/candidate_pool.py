@@ -34,7 +34,7 @@ import time
 import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
 from typing import Protocol
@@ -50,7 +50,14 @@ log = logging.getLogger(__name__)
 STALE_RUN_FLUSH = 16
 # A refill holds about this much of the instance's recent demand, within these bounds.
 REFILL_HORIZON_SECONDS = 1.0
+# ... and at least this many times as long as refills take (a prefetch starts when half is left,
+# which must last until it lands), up to a bound: when Firestore answers slowly, larger refills
+# instead of more of them.
+REFILL_LATENCY_FACTOR = 2.0
+MAX_REFILL_HORIZON_SECONDS = 5.0
 MIN_REFILL = 4
+# A read takes the rest of its run when that is at most this many times what it wanted.
+TAIL_FACTOR = 1.5
 MIN_RUN_CODES = 16
 DEMAND_WINDOW_SECONDS = 2.0
 MIN_DEMAND_SPAN_SECONDS = 0.25
@@ -75,9 +82,6 @@ MAX_STEAL_INTERVAL_SECONDS = 1.0
 MAX_STEAL = 64
 # A holder that has not read its segment for this long is taken to have stopped.
 IDLE_HOLDER_SECONDS = 2.0
-PROOF_INTERVAL_SECONDS = 0.25
-# Proofs that keep finding codes in flight elsewhere look again less and less often, up to this.
-MAX_PROOF_INTERVAL_SECONDS = 1.0
 STARVED_BEFORE_TAKING_IN_FLIGHT_SECONDS = 1.0
 WAIT_SECONDS = 0.05
 
@@ -192,8 +196,8 @@ class CandidatePool:
         self._steal_at = 0.0
         self._steal_pause = STEAL_INTERVAL_SECONDS
         self._prove_at = 0.0
-        self._proof_pause = PROOF_INTERVAL_SECONDS
         self._starved_since: float | None = None
+        self._refill_seconds = 0.0  # how long refills that found codes took, smoothed
 
     # --- generation ---------------------------------------------------------------------------
     def observe_generation(self, generation: int, codes_total: int | None = None) -> bool:
@@ -214,13 +218,35 @@ class CandidatePool:
             self._sold_out_generation = None
             self._all_drained_generation = None
             self._look_for_segments_at = self._steal_at = self._prove_at = 0.0
-            self._steal_pause, self._proof_pause = STEAL_INTERVAL_SECONDS, PROOF_INTERVAL_SECONDS
+            self._steal_pause = STEAL_INTERVAL_SECONDS
             self._only_waiting = False
             self._free_seen = []  # read under the old generation: their guarded leases would fail
             if self._run is not None:
                 self._run.reset()
             self._changed.notify_all()
             return not first_look
+
+    def state(self) -> dict[str, object]:
+        """What the pool holds and waits for, for a log line."""
+        now = time.monotonic()
+        with self._lock:
+            return {
+                "items": len(self._items),
+                "leased": len(self._leased),
+                "waiting": self._waiting,
+                "refilling": self._refilling,
+                "run": [s.segment_id for s in self._run.segments] if self._run else None,
+                "all_drained": self._all_drained_generation == self._generation,
+                "held_elsewhere": len(self._held_elsewhere),
+                "starved_for": None
+                if self._starved_since is None
+                else round(now - self._starved_since, 3),
+                "look_in": round(max(0.0, self._look_for_segments_at - now), 3),
+                "steal_in": round(max(0.0, self._steal_at - now), 3),
+                "prove_in": round(max(0.0, self._prove_at - now), 3),
+                "horizon": round(self._horizon_locked(), 3),
+                "metrics": asdict(self.metrics),
+            }
 
     @property
     def sold_out(self) -> bool:
@@ -289,12 +315,18 @@ class CandidatePool:
         self._leased.add(candidate.coupon_id)
         self._takes.append(time.monotonic())
         self._starved_since = None
-        self._proof_pause = PROOF_INTERVAL_SECONDS
         return candidate
 
+    def _horizon_locked(self, floor: float = REFILL_HORIZON_SECONDS) -> float:
+        """How many seconds of demand a refill brings (and so about how long a code waits in a
+        pool before it is used): `floor`, or more when refills are slow."""
+        return min(
+            MAX_REFILL_HORIZON_SECONDS, max(floor, REFILL_LATENCY_FACTOR * self._refill_seconds)
+        )
+
     def _want_locked(self) -> int:
-        """How many candidates a refill should bring: the recent demand, or twice the requests
-        waiting right now, whichever is more."""
+        """How many candidates a refill should bring: the recent demand over the refill horizon,
+        or twice the requests waiting right now, whichever is more."""
         now = time.monotonic()
         while self._takes and now - self._takes[0] > DEMAND_WINDOW_SECONDS:
             self._takes.popleft()
@@ -302,7 +334,7 @@ class CandidatePool:
         if self._takes:
             # Over the window, or since the first take (a sale's first moments count fully).
             span = max(now - self._takes[0], MIN_DEMAND_SPAN_SECONDS)
-            recent = math.ceil(len(self._takes) / span * REFILL_HORIZON_SECONDS)
+            recent = math.ceil(len(self._takes) / span * self._horizon_locked())
         return max(MIN_REFILL, min(self.max_refill, max(recent, 2 * self._waiting)))
 
     def release(self, candidate: Candidate) -> None:
@@ -357,11 +389,14 @@ class CandidatePool:
             if self._starved_since is None:
                 self._starved_since = now
             starved = now - self._starved_since
+            # Codes in another instance's pool are used within about a refill horizon: take
+            # them only after starving that long.
+            patience = self._horizon_locked(STARVED_BEFORE_TAKING_IN_FLIGHT_SECONDS)
             # Only what the requests waiting here need (other starving instances look too),
             # until this instance has starved long enough to take codes in flight elsewhere:
             # then its own demand, or the tail of a sale trickles out a few codes a proof.
             limit = max(1, self._waiting)
-            if starved >= STARVED_BEFORE_TAKING_IN_FLIGHT_SECONDS:
+            if starved >= patience:
                 limit = max(limit, self._want_locked())
         result = prove(limit)
         self.metrics.proofs += 1
@@ -374,11 +409,12 @@ class CandidatePool:
             return _Progress.FOUND
         # Codes still unassigned although every segment is drained: in flight in another
         # instance (which is about to use them), or left by one that died. Take them only after
-        # starving a while; until then look again now and then.
-        if starved < STARVED_BEFORE_TAKING_IN_FLIGHT_SECONDS:
+        # starving a while, and look again only then: a look in between would find the same
+        # codes in flight (or, once they are used, sold_out, which the campaign's listener
+        # brings as soon as one instance records it).
+        if starved < patience:
             with self._lock:
-                self._prove_at = now + self._proof_pause
-                self._proof_pause = min(MAX_PROOF_INTERVAL_SECONDS, 2 * self._proof_pause)
+                self._prove_at = now - starved + patience
             return _Progress.WAIT
         return _Progress.FOUND if self._add(result) else _Progress.WAIT
 
@@ -397,6 +433,7 @@ class CandidatePool:
     def _refill(self) -> _Progress:
         """Read this instance's run of segments (leasing another as needed) until the pool holds
         about the recent demand; failing that, steal from the top of others' segments."""
+        started = time.monotonic()
         with self._lock:
             want = self._want_locked()
         added = 0
@@ -407,20 +444,33 @@ class CandidatePool:
             if run is None:
                 break
             added += self._read(run, want - added)
-        if added:
-            return _Progress.FOUND
-        return self._steal(want)
+        progress = _Progress.FOUND if added else self._steal(want)
+        if progress is _Progress.FOUND:
+            with self._lock:
+                took = time.monotonic() - started
+                self._refill_seconds = (
+                    0.7 * self._refill_seconds + 0.3 * took if self._refill_seconds else took
+                )
+        return progress
 
     def _read(self, run: _Run, limit: int) -> int:
         """Read the next `limit` unassigned coupons of the run from its floor, then record how
-        far in one atomic write (see segments.record_progress)."""
+        far in one atomic write (see segments.record_progress). When what is left of the run
+        is not much more than that, read it all: a later query for its last few codes would
+        cost as much as this one."""
         with self._lock:
             generation = self._generation
             low, inclusive = run.floor, run.floor_inclusive
             leased = list(run.segments)
+            density = self._codes_total  # coupons per unit of random_float, at most
         if generation is None:
             return 0
         end = leased[-1].cursors(generation)[1]
+        left = math.ceil((end - low) * density)
+        # (Not in a sparse campaign: a few codes more here would sit in this pool while other
+        # instances look for them.)
+        if MIN_RUN_CODES <= left <= TAIL_FACTOR * limit:
+            limit = min(self.max_refill, max(limit, left + left // 4 + 1))
         raw = self.supply.fetch(low=low, low_inclusive=inclusive, high=end, limit=limit)
         self.metrics.queries += 1
         reached = raw[-1].random_float if len(raw) == limit else end
@@ -590,6 +640,12 @@ class CandidatePool:
         self._replace_target(target, reserved if found else None, generation)
         if not self._add(found):
             # An empty top only drops that target (a sparse pool after a release has many).
+            # An idle holder's segment taken whole and found empty was the last one seen: what
+            # is left sits in pools (that holder read it), and the proof finds it now instead of
+            # after more looks at the same segments.
+            with self._lock:
+                if new_top == bottom and not self._held_elsewhere:
+                    return _Progress.EXHAUSTED
             return _Progress.WAIT
         with self._lock:
             self._steal_pause = STEAL_INTERVAL_SECONDS

@@ -12,6 +12,7 @@ import logging
 import random
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,8 +21,8 @@ from enum import Enum
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
-from shared.cache import RecentReads
 from shared.campaigns import store as campaign_store
+from shared.campaigns.live import LiveCampaigns, Version, version_of
 from shared.campaigns.models import CampaignRecord, CampaignStatus
 from shared.claims import store as claim_store
 from shared.claims.candidate_pool import CandidatePool, Exhausted, PoolTimeout
@@ -31,7 +32,7 @@ from shared.claims.supply import FirestoreSupply
 from shared.clock import utcnow
 from shared.coupons import store as coupon_store
 from shared.coupons.store import Candidate
-from shared.errors import CampaignNotActive, CampaignNotFound, Contended, SoldOut
+from shared.errors import CampaignNotActive, Contended, SoldOut
 from shared.gcp.batched_reads import ReadCoalescer
 from shared.settings import Settings
 from shared.types import Tally
@@ -102,8 +103,10 @@ class ClaimEngine:
         self._clock = clock
         self._pools: dict[str, CandidatePool] = {}
         self._pools_lock = threading.Lock()
-        self._campaigns: RecentReads[str, CampaignRecord] = RecentReads(
-            max_age=settings.campaign_cache_seconds
+        self._campaigns = LiveCampaigns.on_firestore(
+            db,
+            max_age=settings.campaign_cache_seconds,
+            trust_seconds=settings.campaign_listen_seconds,
         )
         self.metrics = ClaimMetrics()
         self._reader = ReadCoalescer(db=db)
@@ -120,24 +123,17 @@ class ClaimEngine:
                 self._pools[campaign_id] = pool
             return pool
 
+    def close(self) -> None:
+        """Stop the campaign listeners (tests and benchmarks; an instance keeps them)."""
+        self._campaigns.close()
+
     # --- reads --------------------------------------------------------------------------------
-    def _campaign(self, campaign_id: str) -> tuple[CampaignRecord, datetime]:
-        """A fresh read of the campaign, also refreshing the cache."""
-        snapshot = campaign_store.get_campaign_snapshot(self._db, campaign_id=campaign_id)
-        if snapshot is None:
-            raise CampaignNotFound(f"Campaign {campaign_id!r} does not exist.")
-        record = campaign_store.record_from_snapshot(snapshot)
-        self._campaigns.put(campaign_id, record)
-        return record, snapshot.update_time
-
     def _campaign_cached(self, campaign_id: str) -> CampaignRecord:
-        """The campaign as read at most campaign_cache_seconds ago.
-
-        Saves a read on every claim; a pause, a window change or codes added after a sell-out
-        take effect within that time and one read. Only a campaign read (here or fresh) that
-        says `sold_out` answers SOLD_OUT: this instance's proof alone never does.
-        """
-        return self._campaigns.get(campaign_id, lambda: self._campaign(campaign_id)[0])
+        """The instance's copy of the campaign (shared/campaigns/live.py): kept current by a
+        listener, so a pause, a window change or codes added after a sell-out take effect as
+        soon as Firestore delivers them. Only a copy that says `sold_out` answers SOLD_OUT:
+        this instance's proof alone never does."""
+        return self._campaigns.get(campaign_id)[0]
 
     def _held(self, campaign: CampaignRecord, holder: str) -> list[ClaimRecord]:
         slots = _slots(campaign)
@@ -150,17 +146,16 @@ class ClaimEngine:
     ) -> tuple[CampaignRecord, list[ClaimRecord]]:
         """The campaign and the shopper's claims, read after this request arrived. Concurrent
         requests share the read (the campaign is fetched once for all of them)."""
+        asked = time.monotonic()
         snapshot, held = claim_store.campaign_with_held_claims(
             self._reader, campaign_id=campaign_id, holder=holder, slots=slots
         )
-        if snapshot is None:
-            raise CampaignNotFound(f"Campaign {campaign_id!r} does not exist.")
-        record = campaign_store.record_from_snapshot(snapshot)
-        self._campaigns.put(campaign_id, record)
-        return record, held
+        version = version_of(snapshot)
+        self._campaigns.offer(campaign_id, version, read_at=asked)
+        return version.existing(campaign_id)[0], held
 
     def campaign(self, campaign_id: str) -> CampaignRecord:
-        """The campaign as the engine sees it (cached for campaign_cache_seconds)."""
+        """The campaign as the engine sees it (the instance's copy, see _campaign_cached)."""
         return self._campaign_cached(campaign_id)
 
     def sold_out(self, campaign_id: str) -> bool:
@@ -177,6 +172,13 @@ class ClaimEngine:
     ) -> ClaimOutcome:
         """Give `user_id` a code. `holder` is the key the per-user limit counts (the campaign's
         identity, shared/claims/policy.py); without it, the account's own key."""
+        # A request in progress: the instance has its CPU, its campaign listeners keep up.
+        with self._campaigns.serving():
+            return self._claim(campaign_id, user_id, idempotency_key, holder)
+
+    def _claim(
+        self, campaign_id: str, user_id: str, idempotency_key: str | None, holder: str | None
+    ) -> ClaimOutcome:
         holder = holder or claim_store.user_key(user_id)
         deadline = time.monotonic() + self._settings.claim_deadline_seconds
         self.metrics.add(claims=1)
@@ -230,12 +232,18 @@ class ClaimEngine:
             return self._prove_sold_out(campaign_id, pool, limit)
 
         attempts_left = self._settings.claim_attempts
+        tried: Counter[str] = Counter()  # what each attempt met, logged if the claim gives up
+        started, in_pool = time.monotonic(), 0.0
         while attempts_left > 0 and time.monotonic() < attempt.deadline:
             attempts_left -= 1
+            waited = time.monotonic()
             try:
                 candidate = pool.take(deadline=attempt.deadline, prove=prove)
             except PoolTimeout:
+                tried["pool_timeout"] += 1
                 break
+            finally:
+                in_pool += time.monotonic() - waited
             if candidate is None:
                 # Proven and recorded: this instance found no unassigned code anywhere.
                 campaign, held = self._fresh_with_held(
@@ -251,10 +259,21 @@ class ClaimEngine:
             outcome = self._commit(attempt, pool, candidate)
             if isinstance(outcome, ClaimOutcome):
                 return outcome
+            tried[outcome.value] += 1
             if outcome is _Retry.FREE:
                 attempts_left += 1
 
         self.metrics.add(contended_answers=1)
+        log.warning(
+            "claim contended",
+            extra={
+                "campaign_id": campaign_id,
+                "seconds": round(time.monotonic() - started, 3),
+                "seconds_waiting_for_the_pool": round(in_pool, 3),
+                "tried": dict(tried),
+                "pool": pool.state(),
+            },
+        )
         raise Contended(retry_after=self._settings.contended_retry_after_seconds)
 
     def _commit(
@@ -305,11 +324,12 @@ class ClaimEngine:
     def _prove_sold_out(
         self, campaign_id: str, pool: CandidatePool, limit: int
     ) -> Sequence[Candidate] | Exhausted:
-        """Run when every segment is drained: look at the whole collection after reading the
-        campaign, and record sold_out guarded by that read, so an import that lands in between
-        (it bumps the campaign) makes the write fail instead of lying. The look starts at a
-        random pivot, so instances finding codes still in flight do not all find the same."""
-        campaign, read_at = self._campaign(campaign_id)
+        """Run when every segment is drained: look at the whole collection, and record sold_out
+        guarded by the update time of the copy of the campaign it started from, so an import
+        that landed since (it bumps the campaign) makes the write fail instead of lying,
+        however old that copy. The look starts at a random pivot, so instances finding codes
+        still in flight do not all find the same."""
+        campaign, read_at = self._campaigns.get(campaign_id)
         if pool.observe_generation(campaign.pool_generation, campaign.codes_total):
             # Codes were imported or holds released since this pool last looked: its segments
             # open again, and find those codes without a scan of the whole collection.
@@ -325,13 +345,17 @@ class ClaimEngine:
         if found:
             # Codes freed after the campaign was read (a release or an import committing in
             # between) are no miss of the ranges: their commit bumped the generation.
-            if pool.observe_generation(self._campaign(campaign_id)[0].pool_generation):
+            if pool.observe_generation(self._campaign_cached(campaign_id).pool_generation):
                 return Exhausted.LOOK_AGAIN
             return found
-        if campaign_store.mark_sold_out(
-            self._db, campaign_id=campaign_id, read_at=read_at, now=self._clock()
-        ):
-            self._campaigns.forget(campaign_id)
+        now = self._clock()
+        written = campaign_store.mark_sold_out(
+            self._db, campaign_id=campaign_id, read_at=read_at, now=now
+        )
+        if written is not None:
+            # Guarded by the copy's update time: the document is that copy plus this write.
+            marked = campaign.model_copy(update={"sold_out": True, "sold_out_at": now})
+            self._campaigns.offer(campaign_id, Version(record=marked, update_time=written))
             log.info("campaign sold out", extra={"campaign_id": campaign_id})
             if self._on_sold_out is not None:
                 self._on_sold_out(campaign_id, campaign.codes_total)

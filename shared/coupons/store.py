@@ -255,23 +255,19 @@ def find_unassigned(
 ) -> list[Candidate]:
     """Unassigned coupons above `low` and below `high`, in random_float order.
 
-    Without bounds it is the proof query for "sold out": any unassigned coupon at all.
+    Without bounds it is the proof query for "sold out": any unassigned coupon at all. Read as
+    stream_unassigned reads them (the claim path reads every code of a sale this way).
     """
-    query = unassigned_query(
-        db, campaign_id=campaign_id, limit=limit, low=low, low_inclusive=low_inclusive, high=high
-    )
-    candidates = []
-    for snapshot in query.stream():
-        data = snapshot.to_dict() or {}
-        candidates.append(
-            Candidate(
-                coupon_id=snapshot.id,
-                code=data["code"],
-                random_float=data["random_float"],
-                read_at=snapshot.update_time,
-            )
+    return list(
+        stream_unassigned(
+            db,
+            campaign_id=campaign_id,
+            limit=limit,
+            low=low,
+            low_inclusive=low_inclusive,
+            high=high,
         )
-    return candidates
+    )
 
 
 def stream_unassigned(

@@ -6,18 +6,50 @@ the shopper's own claim slot. One `get_all` per shopper costs a round trip and ~
 here the requests that arrive while a read is in flight are served together by the next read,
 which fetches the campaign once for all of them. Every answer still rests on a read that started
 after its request arrived.
+
+A read of a single document (a batch nobody joined: most of count_usage's and deliver_webhooks'
+reads, which the Pub/Sub push hands over one or two at a time) goes through GetDocument instead
+of BatchGetDocuments. BatchGetDocuments is a stream, and gRPC starts a Python thread to drive the
+streams of a channel whenever none is running, so a stream sent alone pays for a thread: about
+0.6 ms of this process's CPU more than the unary call (1.0 against 0.4 ms a read here, 0.5
+against 0.45 ms of the emulator's). Both bill one read, found or missing.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from google.api_core import exceptions as gexc
 from google.cloud import firestore
+from google.cloud.firestore_v1 import _helpers
+from google.cloud.firestore_v1.base_document import DocumentSnapshot
 
 MAX_BATCH_DOCUMENTS = 300
+
+
+def read_document(db: firestore.Client, ref: firestore.DocumentReference) -> Any:
+    """One document's snapshot through GetDocument, with the client's own retry and timeout
+    defaults (a missing document has `exists` False, as from a batch get)."""
+    try:
+        document = db._firestore_api.get_document(
+            request={"name": f"{db._database_string}/documents/{ref.path}"},
+            metadata=db._rpc_metadata,
+        )
+    except gexc.NotFound:
+        return DocumentSnapshot(
+            ref, None, exists=False, read_time=None, create_time=None, update_time=None
+        )
+    return DocumentSnapshot(
+        ref,
+        _helpers.decode_dict(document.fields, db),
+        exists=True,
+        read_time=None,  # GetDocument does not say; no caller asks
+        create_time=document.create_time,
+        update_time=document.update_time,
+    )
 
 
 @dataclass(eq=False)
@@ -31,8 +63,14 @@ class _Request:
 
 
 class ReadCoalescer:
-    def __init__(self, *, db: firestore.Client) -> None:
+    def __init__(
+        self,
+        *,
+        db: firestore.Client,
+        read_one: Callable[[firestore.Client, Any], Any] = read_document,
+    ) -> None:
         self.db = db
+        self._read_one = read_one
         self._lock = threading.Lock()
         self._pending: list[_Request] = []
         self._reading = False
@@ -65,7 +103,11 @@ class ReadCoalescer:
                 size += len(batch[-1].refs)
         unique = {ref.path: ref for request in batch for ref in request.refs}
         try:
-            snapshots = {s.reference.path: s for s in self.db.get_all(list(unique.values()))}
+            if len(unique) == 1:
+                [(path, ref)] = unique.items()
+                snapshots = {path: self._read_one(self.db, ref)}
+            else:
+                snapshots = {s.reference.path: s for s in self.db.get_all(list(unique.values()))}
             for request in batch:
                 request.result = {ref.path: snapshots[ref.path] for ref in request.refs}
         # Whatever the read raised, every waiter gets the failure a direct read would have given.

@@ -4,6 +4,7 @@ as it was."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -14,6 +15,8 @@ from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
 from scripts.support.firestore_rpcs import RpcCounter, RpcCounts
+from shared.gcp.batched_reads import ReadCoalescer, read_document
+from shared.gcp.firestore import Snapshot
 
 pytestmark = pytest.mark.emulator
 
@@ -144,10 +147,43 @@ def test_counts_from_many_threads_add_up_and_snapshots_subtract(
     assert (before + phase).documents_read == 201
 
 
+def test_a_listener_reads_its_document_once_then_once_per_change(
+    db: firestore.Client, collection: firestore.CollectionReference
+) -> None:
+    seen: list[int] = []
+    changed = threading.Condition()
+
+    def on_snapshot(documents: list[Snapshot], *_: object) -> None:
+        with changed:
+            seen.append((documents[0].to_dict() or {})["n"])
+            changed.notify_all()
+
+    def delivered(count: int) -> None:
+        with changed:
+            assert changed.wait_for(lambda: len(seen) == count, timeout=10)
+
+    with RpcCounter(db) as counter:
+        watch = collection.document("d1").on_snapshot(on_snapshot)
+        try:
+            delivered(1)
+            collection.document("d1").update({"n": 10})
+            delivered(2)
+            collection.document("d1").update({"n": 11})
+            delivered(3)
+        finally:
+            watch.unsubscribe()  # type: ignore[no-untyped-call]
+        counts = counter.snapshot()
+    assert seen == [1, 10, 11]
+    assert counts.reads == {"listen": 3}
+    assert counts.reads_by_collection == {collection.id: 3}
+    assert counts.calls["listen"] == 1
+
+
 def test_closing_puts_the_client_back(
     db: firestore.Client, collection: firestore.CollectionReference
 ) -> None:
     api = db._firestore_api
+    listen = api._transport.listen
     counter = RpcCounter(db)
     with pytest.raises(RuntimeError, match="already counted"):
         RpcCounter(db)
@@ -156,3 +192,44 @@ def test_closing_puts_the_client_back(
     assert counter.snapshot().documents_read == 0
     assert "batch_get_documents" not in vars(api)
     assert "commit" not in vars(api)
+    assert api._transport.listen is listen
+
+
+def test_a_single_read_through_get_document_is_one_read_found_or_missing(
+    db: firestore.Client, collection: firestore.CollectionReference
+) -> None:
+    """The read coalescer reads a lone document with GetDocument (a unary call); a missing one
+    answers NotFound, which bills a read like a batch get's `missing`."""
+    with RpcCounter(db) as counter:
+        found = read_document(db, collection.document("d1"))
+        missing = read_document(db, collection.document("nope"))
+        counts = counter.snapshot()
+
+    assert found.exists
+    assert found.to_dict() == {"n": 1}
+    assert found.reference.path == collection.document("d1").path
+    assert found.update_time == collection.document("d1").get().update_time
+    assert not missing.exists
+    assert missing.to_dict() is None
+    assert counts.calls == {"get_document": 2}
+    assert counts.reads == {"get_document": 2}
+    assert counts.reads_by_collection == {collection.id: 2}
+    assert counts.missing == 1
+    assert counts.errors == {}
+
+
+def test_the_read_coalescer_reads_a_lone_document_with_get_document_and_batches_with_get_all(
+    db: firestore.Client, collection: firestore.CollectionReference
+) -> None:
+    reader = ReadCoalescer(db=db)
+    one, two = collection.document("d0"), collection.document("d2")
+    with RpcCounter(db) as counter:
+        alone = reader.get([one])
+        together = reader.get([one, two, collection.document("nope")])
+        counts = counter.snapshot()
+
+    assert alone[one.path].to_dict() == {"n": 0}
+    assert together[two.path].to_dict() == {"n": 2}
+    assert not together[collection.document("nope").path].exists
+    assert counts.calls == {"get_document": 1, "batch_get_documents": 1}
+    assert counts.documents_read == 4

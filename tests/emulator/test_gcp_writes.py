@@ -1,5 +1,6 @@
-"""Raw writes committed by shared/gcp/writes.commit on the emulator: they write what the library's
-own would, fail as they would, and are counted as any commit by the benchmarks' RPC counter."""
+"""Raw writes committed by shared/gcp/writes (`commit` of a batch, `commit_writes` of a list) on
+the emulator: they write what the library's own would, fail as they would, and are counted as any
+commit by the benchmarks' RPC counter."""
 
 from __future__ import annotations
 
@@ -17,6 +18,15 @@ from shared.gcp import writes
 pytestmark = pytest.mark.emulator
 
 NOW = datetime(2026, 11, 26, 11, 0, 0, 123_456, tzinfo=UTC)
+FIELDS: dict[str, object] = {
+    "flag": True,
+    "count": 7,
+    "big": 2**62,
+    "share": 0.25,
+    "name": "shopper-1",
+    "nothing": None,
+    "at": NOW,
+}
 
 
 @pytest.fixture
@@ -89,3 +99,44 @@ def test_a_raw_commit_fails_whole_as_the_librarys(
     writes.add_writes(missing, [writes.update(prefix + "gone", {"n": 1})])
     with pytest.raises(gexc.NotFound):
         writes.commit(missing)
+
+
+def test_a_create_stores_what_the_librarys_batch_stores(
+    db: firestore.Client, collection: firestore.CollectionReference
+) -> None:
+    batch = db.batch()
+    batch.create(collection.document("library"), FIELDS)
+    batch.commit()
+
+    writes.commit_writes(
+        db, [writes.create(writes.document_name(collection.document("built")), FIELDS)]
+    )
+
+    built = collection.document("built").get().to_dict()
+    assert built == collection.document("library").get().to_dict()
+    assert built == FIELDS
+
+
+def test_a_list_of_writes_commits_and_fails_together(
+    db: firestore.Client, collection: firestore.CollectionReference
+) -> None:
+    prefix = writes.document_prefix(collection)
+    writes.commit_writes(
+        db, [writes.create(prefix + "a", {"n": 1}), writes.create(prefix + "b", {"n": 1})]
+    )
+    read_at = collection.document("a").get().update_time
+
+    with pytest.raises(gexc.AlreadyExists):  # the update would apply, the create cannot
+        writes.commit_writes(
+            db,
+            [
+                writes.update(prefix + "a", {"n": 2}, last_update_time=read_at),
+                writes.create(prefix + "b", {"n": 3}),
+            ],
+        )
+    assert collection.document("a").get().to_dict() == {"n": 1}
+
+    writes.commit_writes(db, [writes.update(prefix + "a", {"m": 2}, last_update_time=read_at)])
+    assert collection.document("a").get().to_dict() == {"n": 1, "m": 2}  # other fields kept
+    with pytest.raises(gexc.FailedPrecondition):  # changed since that read
+        writes.commit_writes(db, [writes.update(prefix + "a", {"n": 9}, last_update_time=read_at)])

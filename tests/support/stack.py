@@ -26,5 +26,7 @@ def reset_instance() -> None:
     """Forget this process's settings and service container (the environment changed)."""
     from shared import container, settings
 
+    if container.instance_services.cache_info().currsize:
+        container.instance_services().close()
     settings.get_settings.cache_clear()
     container.instance_services.cache_clear()

@@ -278,6 +278,38 @@ def test_codes_in_flight_elsewhere_are_taken_only_after_starving_a_while(
     assert time.monotonic() - started >= 0.3
 
 
+def test_a_starving_instance_looks_again_only_when_it_may_take_codes_in_flight(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its first look finds the code in another pool; looking again before it has starved long
+    enough to take it would only find the same."""
+    monkeypatch.setattr(candidate_pool, "STARVED_BEFORE_TAKING_IN_FLIGHT_SECONDS", 0.3)
+    supply = FakeSupply(1)
+    elsewhere = _pool(supply)
+    assert elsewhere.take(deadline=_deadline(), prove=_never) is not None  # and keeps it
+    starving = _pool(supply)
+
+    candidate = starving.take(deadline=_deadline(), prove=_prover(supply))
+
+    assert candidate is not None
+    assert starving.metrics.proofs == 2
+
+
+def test_slow_refills_bring_more_of_the_demand_at_a_time() -> None:
+    """When Firestore answers slowly, a prefetch must last until it lands: refills cover
+    REFILL_LATENCY_FACTOR times as long as they take, not fewer codes more often."""
+    fast, slow = FakeSupply(200), FakeSupply(200, latency=0.4)
+    pools = [_pool(fast), _pool(slow)]
+
+    for pool, supply in zip(pools, (fast, slow), strict=True):
+        candidate = pool.take(deadline=_deadline(), prove=_never)
+        assert candidate is not None
+        assert supply.assign(candidate)
+
+    assert pools[0].state()["horizon"] == REFILL_HORIZON_SECONDS
+    assert float(pools[1].state()["horizon"]) > 2 * REFILL_HORIZON_SECONDS  # type: ignore[arg-type]
+
+
 def test_a_segment_held_but_read_to_its_top_sends_a_starving_instance_to_the_proof(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

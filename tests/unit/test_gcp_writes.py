@@ -79,7 +79,7 @@ def test_writes_go_into_a_batch_as_the_librarys_do(db: firestore.Client) -> None
     theirs.create(ref, {"a": 1})
     assert [_as_raw(w) for w in ours._write_pbs] == [_as_raw(w) for w in theirs._write_pbs]
     prefix = writes.document_prefix(db.collection("campaigns/c/coupons"))
-    assert prefix + "abc" == ref._document_path
+    assert prefix + "abc" == writes.document_name(ref) == ref._document_path
 
 
 def _as_raw(write: Any) -> Any:
