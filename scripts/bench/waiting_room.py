@@ -92,6 +92,7 @@ class Config:
     jitter_high: float
     instances: int
     heartbeat_lag: float
+    exchange_seconds: float
     seed: int
     horizon_seconds: float
 
@@ -151,23 +152,41 @@ class FairPolicy:
         self.heartbeat_reads = 0  # heartbeat documents read (each exchange reads all of them)
         # Per instance: its heartbeats as (visible from, share), oldest first.
         self._beats: list[deque[tuple[float, RoomShare]]] = [deque() for _ in self.controllers]
+        # Exchanges under way, as (when the read completes, instance, when it began).
+        self._exchanging: list[tuple[float, int, float]] = []
+        self._busy = [False] * cfg.instances
 
-    def _heartbeat(self, instance: int, now: float) -> None:
-        if now < self._next_beat[instance]:
-            return
-        controller = self.controllers[instance]
-        self._beats[instance].append((now + self.cfg.heartbeat_lag, controller.share(now)))
+    def _read(self, instance: int, began: float, at: float) -> None:
+        """An exchange's read, at `at`: every heartbeat visible then, handed to the controller
+        with the time the exchange began (the service's `now`)."""
         seen: dict[str, RoomShare] = {}
         for other, beats in enumerate(self._beats):
-            while len(beats) > 1 and beats[1][0] <= now:
+            while len(beats) > 1 and beats[1][0] <= at:
                 beats.popleft()
-            if other != instance and beats and beats[0][0] <= now:
+            if other != instance and beats and beats[0][0] <= at:
                 seen[str(other)] = beats[0][1]
-        controller.update_peers(seen, live=seen.keys(), now=now)
+        controller = self.controllers[instance]
+        controller.update_peers(seen, live=seen.keys(), now=began)
         self.heartbeat_reads += len(self._beats)
         interval = heartbeat_interval(self._beaten[instance])
-        self._next_beat[instance] = now + controller.heartbeat_within(now, interval)
+        self._next_beat[instance] = began + controller.heartbeat_within(began, interval)
         self._beaten[instance] += 1
+        self._busy[instance] = False
+
+    def _heartbeat(self, instance: int, now: float) -> None:
+        # Reads completed by now, in time order (they may belong to other instances).
+        while self._exchanging and self._exchanging[0][0] <= now:
+            at, other, began = heapq.heappop(self._exchanging)
+            self._read(other, began, at)
+        if self._busy[instance] or now < self._next_beat[instance]:
+            return  # an exchange under way: the others go on with what the instance knows
+        controller = self.controllers[instance]
+        self._beats[instance].append((now + self.cfg.heartbeat_lag, controller.share(now)))
+        if self.cfg.exchange_seconds <= 0:
+            self._read(instance, now, now)
+        else:
+            self._busy[instance] = True
+            heapq.heappush(self._exchanging, (now + self.cfg.exchange_seconds, instance, now))
 
     def first(self, instance: int, now: float) -> bool:
         self._heartbeat(instance, now)
@@ -440,6 +459,7 @@ OPTIONS: list[harness.Option] = [
     ("--jitter-high", float, 1.0, "Retry-After high, in ticks"),
     ("--instances", str, "1", "instances sharing the room; several: comma-separated (1,2,10,100)"),
     ("--heartbeat-lag", float, 0.1, "a heartbeat is seen this long after it is written (s)"),
+    ("--exchange-seconds", float, 0.0, "an exchange's read completes this long after it began"),
     ("--seed", int, 7, "arrivals and polls"),
     ("--horizon-seconds", float, 0.0, "stop the clock here (0: 5x the ideal drain time)"),
     ("--policies", str, "random,fair,ideal-fifo", "comma-separated"),

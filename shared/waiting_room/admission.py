@@ -306,6 +306,9 @@ class AdmissionController:
         self._first_read: float | None = None  # its first heartbeat exchange
         self._settled = False
         self._horizon = -math.inf  # nothing heard yet
+        # tick -> the horizon at this instance's last exchange in the tick: the threshold could
+        # pass nothing after it by the tick's end.
+        self._held: dict[int, float] = {}
         self._base_tick = self._tick_of(now)
         self._base_passed = 0.0
         self._since = self._base_tick  # the room's first tick
@@ -465,9 +468,25 @@ class AdmissionController:
             return cached
         best = self._base_passed
         for j in range(self._base_tick, tick):
-            best = min(best + self._quota(j), self.issued_before((j + 1) * self.tick))
+            # A quota the horizon held back is lost, not banked: released all at once when the
+            # horizon moves, an exact bucket would let shoppers in by who polls first.
+            end = min((j + 1) * self.tick, self._held_back(j))
+            best = min(best + self._quota(j), self.issued_before(end) if end > -math.inf else 0.0)
         self._passed_at[tick] = best
         return best
+
+    def _held_at(self, tick: int) -> float:
+        """The horizon this instance had at the end of `tick` (-inf: nothing heard by then)."""
+        earlier = [t for t in self._held if t <= tick]
+        return self._held[max(earlier)] if earlier else -math.inf
+
+    def _held_back(self, tick: int) -> float:
+        """Where a lone instance's horizon stopped the threshold by the end of `tick` (inf with
+        live peers: their buckets have headroom for a quota released late, and their horizons
+        differ, so that a cap from any one of them would part the instances' thresholds)."""
+        if any(peer.live for peer in self._peers.values()):
+            return math.inf
+        return self._held_at(tick)
 
     def _slide(self, now: float) -> None:
         """Freeze the base WINDOW_TICKS behind (never past the horizon, so that it is the same
@@ -480,6 +499,9 @@ class AdmissionController:
         self._base_passed = self._passed_at_tick(new_base)
         self._base_tick = new_base
         self._passed_at = {k: v for k, v in self._passed_at.items() if k >= new_base}
+        last = self._held_at(new_base)
+        self._held = {k: v for k, v in self._held.items() if k > new_base}
+        self._held[new_base] = last
         self._quotas = {k: v for k, v in self._quotas.items() if k >= new_base}
         for tick in [t for t in self._own_admitted if t < self._first_kept_tick()]:
             del self._own_admitted[tick]
@@ -626,6 +648,7 @@ class AdmissionController:
         heard = [now - HEARD_WITHIN_SECONDS]
         heard += [peer.share.published_at for peer in self._peers.values() if peer.live]
         self._horizon = self._slot_of(min(heard)) * SLOT_SECONDS
+        self._held[self._tick_of(now)] = self._horizon
         self._passed_at.clear()
         self._quotas.clear()
 

@@ -1,6 +1,6 @@
 """The waiting room over HTTP: a few hundred shoppers against the real claim_api on the emulators.
 
-300 shoppers press the button within half a second on a campaign admitting 50 a second, then poll
+150 shoppers press the button within half a second on a campaign admitting 25 a second, then poll
 at the retry_after_ms the 429 body gives, with their ticket in X-Waiting-Room-Ticket, until they
 get their code. Each shopper is a thread with a test client of their own (a cookie jar of their
 own) on the functions-framework app. The test process is one function instance: one
@@ -14,7 +14,8 @@ request gets no 429, so no ticket to read: their arrival is that request's start
 Client-side latencies are printed beside.
 
 The checks and their tolerances (a shared, noisy 2-core machine, where this one Python process
-is the server and the 300 clients at once):
+is the server and the 150 clients at once; with 300 at 50 a second under the coverage tracer the
+process was saturated and polls waited seconds for it):
 - everybody gets 201 in the end (codes >= shoppers; the counters are not pumped, so the stock
   cap sees every code as remaining and never binds), and no request fails on the way (a 5xx is
   retried after Retry-After, as its message asks, so the checks below still run; it fails the
@@ -60,8 +61,8 @@ from tests.support.stack import MAIN, MakeCampaign, reset_instance
 
 pytestmark = pytest.mark.emulator
 
-SHOPPERS = 300
-RATE = 50.0  # admissions per second: 300 shoppers take about 6 s
+SHOPPERS = 150
+RATE = 25.0  # admissions per second: 150 shoppers take about 6 s
 ARRIVAL_SECONDS = 0.5
 WARM_UP_CLAIMS = 100
 WARM_UP_THREADS = 32
@@ -125,7 +126,7 @@ def _shop(shopper: Shopper, campaign_id: str, arrive_at: float, deadline: float)
 def production_campaign_cache(emulators: EmulatorStack) -> Iterator[None]:
     """The campaign cache at its production default (0.5 s) instead of the suite's 0: with 0,
     every poll reads the campaign twice from the emulator, and this process then serves only
-    ~100 polls a second on this machine, fewer than 300 waiting shoppers send (~400/s)."""
+    ~100 polls a second on this machine, fewer than 150 waiting shoppers send (~200/s)."""
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv("CODEDROP_CAMPAIGN_CACHE_SECONDS", raising=False)
         reset_instance()

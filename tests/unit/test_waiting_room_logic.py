@@ -168,6 +168,7 @@ def _config(instances: int, *, lag: float, shoppers: int = 3000, rate: float = 1
         jitter_high=1.0,
         instances=instances,
         heartbeat_lag=lag,
+        exchange_seconds=0.0,
         seed=11,
         horizon_seconds=600.0,
     )
@@ -190,6 +191,41 @@ def test_instances_sharing_heartbeats_admit_in_one_order_at_the_target_rate(
     assert figures.order_violations == 0
     assert figures.order_worst_lag_s <= cfg.tick
     assert abs(figures.rate_mean - cfg.rate) <= 0.1 * cfg.rate
+
+
+@pytest.mark.parametrize("instances", [1, 2, 10])
+def test_slow_heartbeat_exchanges_keep_the_order(instances: int) -> None:
+    """300 shoppers in half a second at 50 a second, each exchange's read taking 0.5 s (a busy
+    instance, a slow emulator): the horizon lags the clock by a second and more. A lone
+    instance whose horizon held the threshold back must not pass that tick's quota later all at
+    once: its exact bucket would then let the passed in by who polls first."""
+    cfg = replace(
+        _config(instances, lag=0.1, shoppers=300, rate=50.0),
+        arrival_seconds=0.5,
+        exchange_seconds=0.5,
+    )
+    arrivals = make_arrivals(cfg)
+
+    run = simulate(FairPolicy(cfg), arrivals, cfg, seed=cfg.seed + 1)
+    figures = measure("fair", run, arrivals, cfg)
+
+    assert figures.never_admitted == 0
+    assert figures.order_violations == 0
+
+
+def test_a_quota_the_horizon_held_back_is_lost_not_banked() -> None:
+    """Alone, with the horizon stuck behind the queue for two ticks: once it moves, the
+    threshold passes one tick's quota, not the three ticks' that went by."""
+    room, _ = settled_room(10)
+    for i in range(100):
+        room.arrive(1 + i * 0.005)  # 100 shoppers between 1.0 and 1.5
+    room.update_peers({}, live=(), now=1.0)  # horizon 0.5: nobody's ticket is known complete
+    room.update_peers({}, live=(), now=2.0)  # 1.5
+    assert room.passed(2.5) == pytest.approx(10)  # nothing passed before tick 2: its quota only
+
+    room.update_peers({}, live=(), now=3.0)  # the horizon covers everyone now
+
+    assert room.passed(3.5) == pytest.approx(20)  # tick 2's quota and tick 3's: not 40
 
 
 def test_a_sale_starting_on_ten_instances_lets_nobody_in_before_they_heard_each_other() -> None:
