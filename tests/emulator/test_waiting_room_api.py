@@ -150,7 +150,8 @@ def test_a_new_room_lets_shoppers_straight_through_once_it_has_heard_the_others(
     claim_client: FlaskClient, make_campaign: MakeCampaign
 ) -> None:
     """Queued for a moment at the start (the instance has not heard the others yet), then, with
-    spare capacity, straight through."""
+    spare capacity, straight through: from the tick after the one the first shopper was let in
+    (a lone instance counts a ticket as passed once its horizon has covered it in a tick)."""
     campaign_id = make_campaign(codes=50, waiting_room_enabled=True, admissions_per_second=50)
     tick = get_settings().waiting_room_tick_seconds
 
@@ -165,13 +166,9 @@ def test_a_new_room_lets_shoppers_straight_through_once_it_has_heard_the_others(
         ticket = response.get_json()["ticket"]
         time.sleep(response.get_json()["retry_after_ms"] / 1000)
     assert response.status_code == 201
-    first_attempt = (
-        instance_services()
-        .room.signer.verify(ticket, campaign_id=campaign_id, user_id="first-moment")
-        .first_attempt
-    )
-    # Once the tick of that first ticket is over (it passed), nobody is queued.
-    time.sleep(max(0.0, (math.floor(first_attempt / tick) + 1) * tick + 0.05 - time.time()))
+    admitted_by = time.time()
+    # Once the tick it was let in is over, nobody is queued.
+    time.sleep(max(0.0, (math.floor(admitted_by / tick) + 1) * tick + 0.05 - time.time()))
 
     assert claim(claim_client, campaign_id, "straight-through").status_code == 201
     status = claim_client.get(f"/v1/campaigns/{campaign_id}").get_json()["waiting_room"]
