@@ -13,8 +13,9 @@ What counts as a document read or written follows Firestore's billing:
   query that completes with no document (the minimum charge of a query);
 - RunAggregationQuery (`count()`): one read per call (the minimum; a large count bills one
   per 1,000 index entries, which the client cannot see);
-- Commit: the documents of a commit that succeeded (one per write result); the writes of a commit
-  that failed wrote and billed nothing and are counted apart as rejected;
+- Commit (through the GAPIC client or the transport's stub): the documents of a commit that
+  succeeded (one per write result); the writes of a commit that failed wrote and billed nothing
+  and are counted apart as rejected;
 - BatchWrite (BulkWriter): the writes whose status is OK;
 - BeginTransaction, Rollback: calls only;
 - Listen (`on_snapshot`): one read per document the stream delivers as added or changed (the
@@ -36,6 +37,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
+import grpc  # type: ignore[import-untyped]
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
@@ -137,10 +139,18 @@ class RpcCounter:
         for name in UNARY:
             setattr(self._api, name, self._unary(name, getattr(self._api, name)))
         # Listeners open their stream on the transport's stub itself (google.cloud.firestore_v1
-        # .watch): the stub is replaced where the transport keeps it.
-        self._stubs: dict[str, Any] = self._api._transport._stubs
-        self._listen = self._api._transport.listen
+        # .watch), and the claim sends its commit there (shared/gcp/writes.send_commit): those
+        # stubs are replaced where the transport keeps them. The GAPIC client finds its wrapper
+        # of a method under the stub the transport holds now: the counting stub gets the same
+        # wrapper, which calls the stub it was built with, so no call is counted twice.
+        transport = self._api._transport
+        self._stubs: dict[str, Any] = transport._stubs
+        self._wrapped: dict[Any, Any] = transport._wrapped_methods
+        self._listen = transport.listen
+        self._commit = transport.commit
         self._stubs["listen"] = self._listening(self._listen)
+        self._stubs["commit"] = self._unary("commit", _remapped(self._commit))
+        self._wrapped[self._stubs["commit"]] = self._wrapped[self._commit]
         setattr(self._api, _INSTALLED, self)
 
     def close(self) -> None:
@@ -150,6 +160,8 @@ class RpcCounter:
         for name in (*STREAMING, *UNARY, _INSTALLED):
             delattr(self._api, name)
         self._stubs["listen"] = self._listen
+        del self._wrapped[self._stubs["commit"]]
+        self._stubs["commit"] = self._commit
 
     def __enter__(self) -> Self:
         return self
@@ -301,6 +313,19 @@ class _CountedListen:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._call, name)
+
+
+def _remapped(stub: Callable[..., Any]) -> Callable[..., Any]:
+    """A stub raising the errors the GAPIC client raises (AlreadyExists, ...), as its callers
+    do, so that failures are counted under the same names."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return stub(*args, **kwargs)
+        except grpc.RpcError as exc:
+            raise gexc.from_grpc_error(exc) from exc  # type: ignore[no-untyped-call]
+
+    return call
 
 
 def _collection(document_name: str) -> str:

@@ -33,7 +33,7 @@ import threading
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
@@ -437,8 +437,11 @@ class CandidatePool:
         with self._lock:
             want = self._want_locked()
         added = 0
-        for _ in range(4):  # each step reads a run to its end or fills the request
-            if added >= want:
+        # Each step reads a run to its end or fills the request. A read that brought half of it
+        # is enough: topping up the rest would cost a query of its own (on the emulator, as much
+        # CPU as a full one), and the next prefetch starts when the pool is down to half anyway.
+        for _ in range(4):
+            if 2 * added >= want:
                 break
             run = self._run or self._acquire(want - added)
             if run is None:
@@ -528,8 +531,15 @@ class CandidatePool:
         # Runs cover at least MIN_RUN_CODES codes' worth even when reads are smaller: a sparse
         # campaign (few codes, or a few released ones) is found in a few runs, not dozens.
         length = max(1, min(MAX_RUN, math.ceil(max(want, MIN_RUN_CODES) / per_segment)))
-        # Free segments the last query saw come first: no read (a write tells if still free).
-        if seen and (run := self._lease(seen, length, generation)) is not None:
+        # Free segments the last query saw come first: no read (a write tells if still free),
+        # unless they are too few for the run. What one query reads costs about the same
+        # whatever it returns, so a short run would only cost one more read of the coupons soon.
+        runs = _adjacent_runs(seen, length)
+        if (
+            runs
+            and len(runs[0]) == length
+            and (run := self._lease(runs, seen, generation)) is not None
+        ):
             return run
         found = self.supply.open_segments(
             generation=generation,
@@ -548,7 +558,9 @@ class CandidatePool:
             # Where the open segments really are, for the next query's start.
             self._drained_at = Counter(s.drained_generation for s in found).most_common(1)[0][0]
         free = [s for s in found if not s.leased_to_other(self.holder, now)]
-        if free and (run := self._lease(free, length, generation)) is not None:
+        if free and (
+            (run := self._lease(_adjacent_runs(free, length), free, generation)) is not None
+        ):
             return run
         # Every open segment seen is someone else's: steal from their tops meanwhile, and look
         # for a free one again later (at once if only races were lost: others are free).
@@ -559,11 +571,13 @@ class CandidatePool:
                 self._look_for_segments_at = time.monotonic() + LEASED_BACKOFF_SECONDS
         return None
 
-    def _lease(self, free: list[Segment], length: int, generation: int) -> _Run | None:
-        """Lease the first run of adjacent segments among `free` that is still free; keep the
-        others for next time."""
+    def _lease(
+        self, runs: Sequence[list[Segment]], free: list[Segment], generation: int
+    ) -> _Run | None:
+        """Lease the first of `runs` (adjacent segments among `free`) that is still free; keep
+        the others for next time. Two tries: a lost race means others are leasing here too."""
         until = self.clock() + timedelta(seconds=LEASE_SECONDS)
-        for candidate_run in _adjacent_runs(free, length):
+        for candidate_run in runs[:2]:
             leased = self.supply.lease_run(
                 candidate_run, holder=self.holder, until=until, generation=generation
             )
@@ -691,17 +705,16 @@ def _owned(run: Sequence[Segment], random_float: float, generation: int) -> bool
     return any(s.low <= random_float < s.cursors(generation)[1] for s in run)
 
 
-def _adjacent_runs(found: Sequence[Segment], length: int) -> Iterator[list[Segment]]:
-    """The first few runs of up to `length` adjacent segments among `found` (in id order)."""
+def _adjacent_runs(found: Sequence[Segment], length: int) -> list[list[Segment]]:
+    """The runs of up to `length` adjacent segments among `found` (in id order), longest first
+    (in id order among equals)."""
+    runs: list[list[Segment]] = []
     run: list[Segment] = []
-    tried = 0
     for segment in found:
         if run and (run[-1].high != segment.low or len(run) == length):
-            yield run
-            tried += 1
-            if tried == 2:
-                return
+            runs.append(run)
             run = []
         run.append(segment)
     if run:
-        yield run
+        runs.append(run)
+    return sorted(runs, key=len, reverse=True)

@@ -125,8 +125,9 @@ def commit_claim(
             candidate.coupon_id, expires_at, width_seconds=hold.bucket_seconds
         )
     # Built as raw protobufs (shared/gcp/writes): the library's batch costs more Python than
-    # the call that sends it, once per code sold.
-    writes.commit_writes(
+    # the call that sends it, once per code sold. Sent without the library's retries: a
+    # transient error is the engine's to handle (it releases the candidate and tries again).
+    writes.send_commit(
         db,
         [
             writes.update(

@@ -5,8 +5,9 @@ commit by the benchmarks' RPC counter."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from google.api_core import exceptions as gexc
@@ -117,17 +118,18 @@ def test_a_create_stores_what_the_librarys_batch_stores(
     assert built == FIELDS
 
 
+@pytest.mark.parametrize("send", [writes.commit_writes, writes.send_commit])
 def test_a_list_of_writes_commits_and_fails_together(
-    db: firestore.Client, collection: firestore.CollectionReference
+    db: firestore.Client,
+    collection: firestore.CollectionReference,
+    send: Callable[[firestore.Client, Sequence[Any]], None],
 ) -> None:
     prefix = writes.document_prefix(collection)
-    writes.commit_writes(
-        db, [writes.create(prefix + "a", {"n": 1}), writes.create(prefix + "b", {"n": 1})]
-    )
+    send(db, [writes.create(prefix + "a", {"n": 1}), writes.create(prefix + "b", {"n": 1})])
     read_at = collection.document("a").get().update_time
 
     with pytest.raises(gexc.AlreadyExists):  # the update would apply, the create cannot
-        writes.commit_writes(
+        send(
             db,
             [
                 writes.update(prefix + "a", {"n": 2}, last_update_time=read_at),
@@ -136,7 +138,28 @@ def test_a_list_of_writes_commits_and_fails_together(
         )
     assert collection.document("a").get().to_dict() == {"n": 1}
 
-    writes.commit_writes(db, [writes.update(prefix + "a", {"m": 2}, last_update_time=read_at)])
+    send(db, [writes.update(prefix + "a", {"m": 2}, last_update_time=read_at)])
     assert collection.document("a").get().to_dict() == {"n": 1, "m": 2}  # other fields kept
     with pytest.raises(gexc.FailedPrecondition):  # changed since that read
-        writes.commit_writes(db, [writes.update(prefix + "a", {"n": 9}, last_update_time=read_at)])
+        send(db, [writes.update(prefix + "a", {"n": 9}, last_update_time=read_at)])
+
+
+def test_a_commit_sent_through_the_stub_is_counted_as_any_commit(
+    db: firestore.Client, collection: firestore.CollectionReference
+) -> None:
+    prefix = writes.document_prefix(collection)
+    stub = db._firestore_api._transport.commit
+    with RpcCounter(db) as counter:
+        writes.send_commit(
+            db, [writes.create(prefix + "a", {"n": 1}), writes.create(prefix + "b", {"n": 1})]
+        )
+        with pytest.raises(gexc.AlreadyExists):
+            writes.send_commit(db, [writes.create(prefix + "a", {"n": 2})])
+        writes.commit_writes(db, [writes.create(prefix + "c", {"n": 1})])
+        counts = counter.snapshot()
+    assert counts.calls == {"commit": 3}
+    assert counts.writes == 3
+    assert counts.writes_by_collection == {collection.id: 3}
+    assert counts.errors == {"commit: AlreadyExists": 1}
+    assert counts.rejected_commits == {f"AlreadyExists: {collection.id}": 1}
+    assert db._firestore_api._transport.commit is stub  # put back

@@ -236,6 +236,39 @@ def test_after_a_release_instances_look_for_segments_in_different_places() -> No
     assert leased == starts
 
 
+def test_a_run_is_leased_as_long_as_the_demand_not_shorter_from_what_the_last_look_left() -> None:
+    """Free segments a look saw and did not lease are tried first next time (no read), but only
+    when they make a run long enough: on Firestore's emulator a query costs about the same
+    whatever it returns, so a short run would only bring one more query soon."""
+    supply = FakeSupply(64 * 100)  # a hundred codes a segment: 300 wanted is a run of three
+    pool = _pool(supply)
+    first = pool._acquire(300)
+    assert first is not None
+    assert len(first.segments) == 3
+    left = pool._free_seen
+    assert len(left) >= 1
+    pool._free_seen = left[:1]
+    queries = supply.bill.segment_queries
+
+    second = pool._acquire(300)
+
+    assert second is not None
+    assert len(second.segments) == 3
+    assert supply.bill.segment_queries == queries + 1  # looked again instead
+    # Three adjacent free segments left by a look: leased without looking again.
+    free = [supply.segment(segment_id(i)) for i in range(64)]
+    start = next(i for i in range(62) if all(s.holder is None for s in free[i : i + 3]))
+    pool._free_seen = free[start : start + 3]
+    queries = supply.bill.segment_queries
+
+    third = pool._acquire(300)
+
+    assert third is not None
+    assert third.segments[0].segment_id == segment_id(start)
+    assert len(third.segments) == 3
+    assert supply.bill.segment_queries == queries
+
+
 def test_look_again_rescans_after_an_import_landed_during_the_proof() -> None:
     supply = FakeSupply(0)
     pool = _pool(supply, max_refill=4)
