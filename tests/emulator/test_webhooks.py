@@ -92,6 +92,33 @@ def subscribe(forget_webhook: Callable[[str], None]) -> Subscribe:
     return make
 
 
+StoredBeforeTheList = Callable[[str, int], list[str]]
+
+
+@pytest.fixture
+def stored_before_the_list(
+    db: firestore.Client,
+    make_campaign: MakeCampaign,
+    receiver: Receiver,
+    webhooks: WebhookService,
+    subscribe: Subscribe,
+    forget_webhook: Callable[[str], None],
+) -> StoredBeforeTheList:
+    """`count` webhooks of a campaign stored as they all were before its list existed: the
+    document a subscription writes, without the campaign's list naming it. Their ids."""
+
+    def make(campaign_id: str, count: int) -> list[str]:
+        model = subscribe(webhooks, make_campaign(), receiver.url())
+        stored = webhook_ref(db, model.webhook_id).get().to_dict() or {}
+        legacy = [f"wh_legacy{uuid.uuid4().hex[:8]}" for _ in range(count)]
+        for webhook_id in legacy:
+            forget_webhook(webhook_id)
+            webhook_ref(db, webhook_id).create({**stored, "campaign_id": campaign_id})
+        return legacy
+
+    return make
+
+
 def claimed(campaign_id: str, n: int) -> CouponClaimed:
     return CouponClaimed(
         event_id=f"claimed.{campaign_id}.c{n}",
@@ -303,16 +330,12 @@ def test_webhooks_from_before_the_campaign_list_still_get_their_events(
     receiver: Receiver,
     webhooks: WebhookService,
     subscribe: Subscribe,
-    forget_webhook: Callable[[str], None],
+    stored_before_the_list: StoredBeforeTheList,
 ) -> None:
     """A webhook stored without its campaign's list (as they all were before it): the first
     event writes the list from a query, and later changes keep it."""
-    older_campaign, campaign_id = make_campaign(), make_campaign()
-    older = subscribe(webhooks, older_campaign, receiver.url())
-    stored = webhook_ref(db, older.webhook_id).get().to_dict() or {}
-    legacy_id = f"wh_legacy{uuid.uuid4().hex[:8]}"
-    webhook_ref(db, legacy_id).create({**stored, "campaign_id": campaign_id})
-    forget_webhook(legacy_id)
+    campaign_id = make_campaign()
+    [legacy_id] = stored_before_the_list(campaign_id, 1)
 
     first = webhooks.record(claimed(campaign_id, 1), encode_event(claimed(campaign_id, 1)))
     added = subscribe(webhooks, campaign_id, receiver.url())
@@ -331,15 +354,10 @@ def test_a_webhook_from_before_the_list_counts_toward_the_limit_and_can_be_delet
     receiver: Receiver,
     webhooks: WebhookService,
     subscribe: Subscribe,
-    forget_webhook: Callable[[str], None],
+    stored_before_the_list: StoredBeforeTheList,
 ) -> None:
-    older_campaign, campaign_id = make_campaign(), make_campaign()
-    older = subscribe(webhooks, older_campaign, receiver.url())
-    stored = webhook_ref(db, older.webhook_id).get().to_dict() or {}
-    legacy = [f"wh_legacy{uuid.uuid4().hex[:8]}" for _ in range(MAX_WEBHOOKS_PER_CAMPAIGN)]
-    for webhook_id in legacy:
-        webhook_ref(db, webhook_id).create({**stored, "campaign_id": campaign_id})
-        forget_webhook(webhook_id)
+    campaign_id = make_campaign()
+    legacy = stored_before_the_list(campaign_id, MAX_WEBHOOKS_PER_CAMPAIGN)
 
     with pytest.raises(TooManyWebhooks):
         subscribe(webhooks, campaign_id, receiver.url())
