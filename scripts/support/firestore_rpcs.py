@@ -37,9 +37,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-import grpc  # type: ignore[import-untyped]
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
+
+from shared.gcp.writes import raising_api_errors
 
 # Documents counted as the stream arrives:
 STREAMING = ("batch_get_documents", "run_query")
@@ -149,7 +150,7 @@ class RpcCounter:
         self._listen = transport.listen
         self._commit = transport.commit
         self._stubs["listen"] = self._listening(self._listen)
-        self._stubs["commit"] = self._unary("commit", _remapped(self._commit))
+        self._stubs["commit"] = self._unary("commit", raising_api_errors(self._commit))
         self._wrapped[self._stubs["commit"]] = self._wrapped[self._commit]
         setattr(self._api, _INSTALLED, self)
 
@@ -313,19 +314,6 @@ class _CountedListen:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._call, name)
-
-
-def _remapped(stub: Callable[..., Any]) -> Callable[..., Any]:
-    """A stub raising the errors the GAPIC client raises (AlreadyExists, ...), as its callers
-    do, so that failures are counted under the same names."""
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return stub(*args, **kwargs)
-        except grpc.RpcError as exc:
-            raise gexc.from_grpc_error(exc) from exc  # type: ignore[no-untyped-call]
-
-    return call
 
 
 def _collection(document_name: str) -> str:
