@@ -28,10 +28,10 @@ from typing import Any, Generic, Self, TypeVar
 
 from google.cloud import firestore
 
-from emulator import RunningEmulator, free_port, start_firestore, start_storage
-from scripts.support import http
-from scripts.support.codes import add_codes
-from scripts.support.measure import cpu_seconds
+from devkit import http
+from devkit.codes import add_codes
+from devkit.emulators import RunningEmulator, free_port, start_firestore, start_storage
+from devkit.measure import cpu_seconds
 from shared.campaigns import service as campaign_service
 from shared.campaigns.models import CampaignCreate
 from shared.clock import utcnow

@@ -1,6 +1,7 @@
 """Run codedrop locally: the emulators plus every function in functions/main.py, until stopped.
 
-Starts the Firestore, Pub/Sub and Storage emulators (emulator/), creates the Pub/Sub topics and
+Starts the Firestore, Pub/Sub and Storage emulators (devkit/emulators/), creates the Pub/Sub
+topics and
 subscriptions the functions need, starts each function that functions/main.py defines under
 functions-framework, prints the URLs and then `codedrop local stack ready`. Ctrl-C, SIGTERM or
 SIGHUP stop everything it started (functions first, then emulators, each by process group); so
@@ -15,7 +16,7 @@ announced.
 
 The Firebase Auth emulator (firebase-tools, installed by npm) runs beside the others, and
 FIREBASE_AUTH_EMULATOR_HOST points the functions at it: ID tokens of its users are accepted.
-Firebase has no App Check emulator: a development key set (emulator/app_check.py) serves its
+Firebase has no App Check emulator: a development key set (devkit/standins/app_check.py) serves its
 JWKS and tokens on the app-check port, and CODEDROP_APP_CHECK_JWKS_URL points the functions at
 it, so campaigns with require_app_check work locally.
 
@@ -35,8 +36,8 @@ import os
 import sys
 from pathlib import Path
 
-from emulator import EmulatorFailed, EmulatorUnavailable
-from emulator.processes import StopRequestedError, stop_signals_raise
+from devkit.emulators import EmulatorFailed, EmulatorUnavailable
+from devkit.emulators.processes import StopRequestedError, stop_signals_raise
 from scripts.localstack.config import (
     DEFAULT_BUCKET,
     DEFAULT_LOG_DIR,

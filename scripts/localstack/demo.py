@@ -12,12 +12,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from emulator.auth import AuthEmulatorClient, AuthEmulatorError
+from devkit import http
+from devkit.emulators.auth import AuthEmulatorClient, AuthEmulatorError
 from scripts.localstack.config import HOST, Config
 from scripts.localstack.errors import StackError
 from scripts.localstack.output import say
 from scripts.localstack.users import ADMIN, SHOPPER
-from scripts.support import http
 from scripts.tools import upload_codes
 from shared.intake.service import import_job_id
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from emulator.auth import API_KEY
+from devkit.emulators.auth import API_KEY
 from scripts.localstack.config import REPO
 
 WEB = REPO / "web"
@@ -56,7 +56,7 @@ class PageConfig:
     project: str
     auth_emulator_url: str
     campaign_id: str | None = None
-    # The development App Check key set's token URL (emulator/app_check.py), if any.
+    # The development App Check key set's token URL (devkit/standins/app_check.py), if any.
     app_check_token_url: str | None = None
 
     def as_json(self) -> dict[str, Any]:

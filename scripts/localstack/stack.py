@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from emulator import EmulatorStack
-from emulator.app_check import DevAppCheckKeys, DevAppCheckServer
-from emulator.processes import GroupProcess, ProcessFailed, port_taken
+from devkit.emulators import EmulatorStack
+from devkit.emulators.processes import GroupProcess, ProcessFailed, port_taken
+from devkit.standins.app_check import DevAppCheckKeys, DevAppCheckServer
+from devkit.standins.scheduler import SweepScheduler
+from devkit.standins.storage_notifier import StorageNotifier, emulator_client
 from scripts.localstack.config import (
     EMULATOR_PORTS,
     FUNCTIONS,
@@ -34,8 +36,6 @@ from scripts.localstack.functions import (
 from scripts.localstack.output import say
 from scripts.localstack.pages import PageConfig, PageServer, PagesUnavailable
 from scripts.localstack.resources import create_pubsub_resources, verify_bucket
-from scripts.localstack.scheduler import SweepScheduler
-from scripts.localstack.storage_notifier import StorageNotifier, emulator_client
 
 log = logging.getLogger("local_stack")
 

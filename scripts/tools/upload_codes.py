@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from emulator.tokens import emulator_id_token
-from scripts.support import http
+from devkit import http
+from devkit.emulators.tokens import emulator_id_token
 from shared.intake.service import IMPORT_PATH, StoredObject, import_job_id
 
 log = logging.getLogger("upload_codes")

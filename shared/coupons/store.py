@@ -33,6 +33,7 @@ from google.api_core.datetime_helpers import DatetimeWithNanoseconds
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
+from shared.gcp import client_internals
 from shared.gcp.firestore import COUPONS, coupons_collection
 
 EXPIRES_BUCKET = "expires_bucket"
@@ -298,13 +299,10 @@ def stream_unassigned(
             low_inclusive=low_inclusive,
             high=high,
         )
-        parent, _ = query._parent._parent_info()
-        request = {"parent": parent, "structured_query": query._to_protobuf()}
         try:
-            for response in db._firestore_api.run_query(
-                request=request, metadata=db._rpc_metadata, timeout=STREAM_TIMEOUT_SECONDS
+            for message in client_internals.run_query_messages(
+                db, query, timeout=STREAM_TIMEOUT_SECONDS
             ):
-                message = response._pb
                 if not message.HasField("document"):
                     continue  # a progress message without a document
                 candidate = _candidate(message.document)

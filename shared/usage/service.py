@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeGuard
 
@@ -33,6 +33,22 @@ log = logging.getLogger(__name__)
 # threshold it checks after every claim.
 STOCK_CHECK_SECONDS = 0.5
 STOCK_CHECK_MARGIN = 64
+
+
+def claims_last_minute(claimed_by_minute: Mapping[str, int], *, now: datetime) -> int:
+    """Claims in the 60 s before `now`: this minute so far, plus the previous minute's claims
+    weighted by the part of it still inside the window (spread evenly over that minute)."""
+    this_minute = claimed_by_minute.get(minute_key(now), 0)
+    previous = claimed_by_minute.get(minute_key(now - timedelta(minutes=1)), 0)
+    elapsed = now.second + now.microsecond / 1e6
+    return round(this_minute + previous * (60 - elapsed) / 60)
+
+
+def projected_sold_out_at(remaining: int, last_minute: int, *, now: datetime) -> datetime | None:
+    """When the codes left run out at the last minute's pace; None without codes or pace."""
+    if remaining <= 0 or last_minute <= 0:
+        return None
+    return now + timedelta(seconds=remaining * 60 / last_minute)
 
 
 class UsageService:
@@ -255,14 +271,8 @@ class UsageService:
     def stats(self, campaign: CampaignRecord, *, now: datetime) -> CampaignStats:
         totals = self._counters.totals(campaign.campaign_id)
         remaining = 0 if campaign.sold_out else max(_free(campaign, totals), 0)
-        # The last 60 s: this minute so far plus the part of the previous minute still inside.
-        this_minute = totals.claimed_by_minute.get(minute_key(now), 0)
-        previous = totals.claimed_by_minute.get(minute_key(now - timedelta(minutes=1)), 0)
-        elapsed = now.second + now.microsecond / 1e6
-        last_minute = round(this_minute + previous * (60 - elapsed) / 60)
-        projected = None
-        if remaining > 0 and last_minute > 0:
-            projected = now + timedelta(seconds=remaining * 60 / last_minute)
+        last_minute = claims_last_minute(totals.claimed_by_minute, now=now)
+        projected = projected_sold_out_at(remaining, last_minute, now=now)
         return CampaignStats(
             codes_total=campaign.codes_total,
             claimed=totals.claimed,

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from emulator import EmulatorUnavailable, check_prerequisites
+from devkit.audit import AuditReport
+from devkit.emulators import EmulatorUnavailable, check_prerequisites
 from scripts.load_test import report
 from scripts.load_test.audit import Truth, audit_sale
-from scripts.support.audit import AuditReport
 from tests.support.processes import run_module
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from emulator import RunningEmulator, free_port
-from emulator import start_pubsub as start_pubsub_emulator
+from devkit.emulators import RunningEmulator, free_port
+from devkit.emulators import start_pubsub as start_pubsub_emulator
 from scripts.localstack import config, functions, resources
 from tests.support.processes import run_module
 
@@ -103,7 +103,7 @@ def test_functions_are_found_in_main_py_without_importing_it(tmp_path: Path) -> 
     )
     found = functions.defined_functions(main_py)
     assert [f.name for f in found] == ["claim_api", "count_usage"]
-    assert [f.signature_type for f in found] == ["http", "cloudevent"]
+    assert [f.kind for f in found] == ["http", "cloudevent"]
 
 
 def test_the_real_main_py_has_the_http_entry_points() -> None:

@@ -1,6 +1,6 @@
 """HTTP for the tools, benchmarks and tests: requests, and never a proxy in front of localhost.
 
-    from scripts.support import http
+    from devkit import http
 
     status, body = http.call_json("POST", url, body={"n": 1}, token=id_token)
     response = http.request("POST", url, data=raw, headers=headers, timeout=10)

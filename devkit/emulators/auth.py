@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from scripts.support import http
+from devkit import http
 
 # The emulator takes any API key; a web app's config carries this one locally.
 API_KEY = "demo-api-key"

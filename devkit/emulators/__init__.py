@@ -1,7 +1,7 @@
 """Local Firestore, Pub/Sub, Cloud Storage and Firebase Auth emulators for codedrop
-(`python -m emulator`)."""
+(`python -m devkit.emulators`)."""
 
-from emulator.manager import (
+from devkit.emulators.manager import (
     EmulatorFailed,
     EmulatorStack,
     EmulatorUnavailable,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from scripts.support import http
+from devkit import http
 
 log = logging.getLogger("local_stack")
 

@@ -3,7 +3,8 @@ tests sign App Check tokens themselves and serve the public keys as a JWKS on 12
 
 The functions accept these keys only in demo- projects (CODEDROP_APP_CHECK_JWKS_URL, refused
 elsewhere by shared/settings.py), and verify the tokens with firebase-admin's App Check module
-exactly as they verify real ones. `python -m emulator.app_check --project demo-codedrop` serves a
+exactly as they verify real ones.
+`python -m devkit.standins.app_check --project demo-codedrop` serves a
 fresh key set: `GET /jwks.json` (the key set) and `GET /token?app_id=...` (a token, with CORS,
 for local pages: `{"token", "expireTimeMillis"}`, what the Firebase JS SDK's CustomProvider
 wants).

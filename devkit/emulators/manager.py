@@ -23,8 +23,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from emulator.processes import GroupProcess, ProcessFailed, port_taken, spawn
-from scripts.support import http
+from devkit import http
+from devkit.emulators.processes import GroupProcess, ProcessFailed, port_taken, spawn
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ COMPONENT_HINT = (
     "pubsub-emulator`, or, when the SDK came from apt, `sudo apt-get install "
     "google-cloud-cli-firestore-emulator google-cloud-cli-pubsub-emulator`."
 )
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # firebase-tools, installed from package-lock.json by scripts/bootstrap.sh (`npm ci`).
 FIREBASE_CLI = REPO / "node_modules" / ".bin" / "firebase"
 NODE_MIN_MAJOR = 20

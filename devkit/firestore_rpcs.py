@@ -2,7 +2,7 @@
 
 Benchmarks report reads and writes per code from what actually went over the wire, never from a
 constant per success: `RpcCounter` replaces the methods of a `google.cloud.firestore.Client`'s
-GAPIC client (`client._firestore_api`, through which every call of the client library goes) with
+GAPIC client (`client_internals.gapic`, through which every call of the client library goes) with
 counting wrappers, until `close()`.
 
 What counts as a document read or written follows Firestore's billing:
@@ -40,6 +40,7 @@ from typing import Any, Self
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
+from shared.gcp import client_internals
 from shared.gcp.writes import raising_api_errors
 
 # Documents counted as the stream arrives:
@@ -124,7 +125,7 @@ class RpcCounter:
     """Counts the RPCs of one client from construction until `close()` (or the `with` block)."""
 
     def __init__(self, client: firestore.Client) -> None:
-        self._api: Any = client._firestore_api  # builds the GAPIC client if not yet built
+        self._api: Any = client_internals.gapic(client)  # built on first use
         if getattr(self._api, _INSTALLED, None) is not None:
             raise RuntimeError("this client's RPCs are already counted")
         self._lock = threading.Lock()
@@ -144,14 +145,14 @@ class RpcCounter:
         # stubs are replaced where the transport keeps them. The GAPIC client finds its wrapper
         # of a method under the stub the transport holds now: the counting stub gets the same
         # wrapper, which calls the stub it was built with, so no call is counted twice.
-        transport = self._api._transport
-        self._stubs: dict[str, Any] = transport._stubs
-        self._wrapped: dict[Any, Any] = transport._wrapped_methods
+        transport = client_internals.transport(self._api)
+        self._stub_table = client_internals.transport_stubs(transport)
+        self._wrapped = client_internals.wrapped_methods(transport)
         self._listen = transport.listen
         self._commit = transport.commit
-        self._stubs["listen"] = self._listening(self._listen)
-        self._stubs["commit"] = self._unary("commit", raising_api_errors(self._commit))
-        self._wrapped[self._stubs["commit"]] = self._wrapped[self._commit]
+        self._stub_table["listen"] = self._listening(self._listen)
+        self._stub_table["commit"] = self._unary("commit", raising_api_errors(self._commit))
+        self._wrapped[self._stub_table["commit"]] = self._wrapped[self._commit]
         setattr(self._api, _INSTALLED, self)
 
     def close(self) -> None:
@@ -160,9 +161,9 @@ class RpcCounter:
             return
         for name in (*STREAMING, *UNARY, _INSTALLED):
             delattr(self._api, name)
-        self._stubs["listen"] = self._listen
-        del self._wrapped[self._stubs["commit"]]
-        self._stubs["commit"] = self._commit
+        self._stub_table["listen"] = self._listen
+        del self._wrapped[self._stub_table["commit"]]
+        self._stub_table["commit"] = self._commit
 
     def __enter__(self) -> Self:
         return self
@@ -231,7 +232,7 @@ class RpcCounter:
             for response in responses:
                 # The raw message: proto-plus would wrap the document once more per response,
                 # a cost the measured code would be charged for.
-                message = getattr(response, "_pb", response)
+                message = client_internals.raw_message(response)
                 if name == "batch_get_documents":
                     # A response may carry only the id of a transaction it began.
                     if message.HasField("found"):
@@ -269,7 +270,7 @@ class RpcCounter:
                 )
             elif name == "commit":
                 writes = _writes(_request(args, kwargs))
-                self._wrote(len(response._pb.write_results))
+                self._wrote(len(client_internals.raw_message(response).write_results))
                 with self._lock:
                     self._written_to.update(_collection(_written(w)) for w in writes)
             elif name == "batch_write":
@@ -305,7 +306,7 @@ class _CountedListen:
 
     def __next__(self) -> Any:
         response = next(self._call)
-        message = response._pb
+        message = client_internals.raw_message(response)
         if message.WhichOneof("response_type") == "document_change":
             change = message.document_change
             if change.target_ids:  # added to or changed in the listened result
@@ -346,7 +347,7 @@ def _request(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
 def _writes(request: Any) -> Any:
     """A commit's writes, raw when the request is a proto-plus message (iterating its writes
     through proto-plus would wrap each one, at the measured code's expense)."""
-    return _field(getattr(request, "_pb", request), "writes") or ()
+    return _field(client_internals.raw_message(request), "writes") or ()
 
 
 def _field(request: Any, name: str) -> Any:

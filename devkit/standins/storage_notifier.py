@@ -45,7 +45,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud.storage import Client as StorageClient
 from requests.structures import CaseInsensitiveDict
 
-from scripts.support import http
+from devkit import http
 
 log = logging.getLogger("storage_notifier")
 

@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Self
 
-from emulator import free_port
+from devkit.emulators import free_port
 
 
 @dataclass(frozen=True)

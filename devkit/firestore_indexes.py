@@ -11,6 +11,7 @@ every query shape and every field written, so the test suite can hold the code t
 from __future__ import annotations
 
 import json
+import pickle
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -194,6 +195,17 @@ class Recorder:
         if structured:
             with self._lock:
                 self.shapes.add(shape_of(structured))
+
+    def save(self, path: Path) -> None:
+        """What this process recorded, for the process that checks a run split across workers."""
+        with self._lock:
+            path.write_bytes(pickle.dumps((self.shapes, self.written)))
+
+    def add_saved(self, path: Path) -> None:
+        shapes, written = pickle.loads(path.read_bytes())  # noqa: S301 - written by save() above
+        with self._lock:
+            self.shapes |= shapes
+            self.written |= written
 
     def commit(self, request: Any) -> None:
         with self._lock:

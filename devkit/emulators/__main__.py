@@ -1,4 +1,5 @@
-"""`python -m emulator start|check`: run the local emulators in the foreground, or check them."""
+"""`python -m devkit.emulators start|check`: run the local emulators in the foreground, or
+check them."""
 
 from __future__ import annotations
 
@@ -8,20 +9,20 @@ import sys
 import time
 from pathlib import Path
 
-from emulator.manager import (
+from devkit.emulators.manager import (
     EmulatorFailed,
     EmulatorStack,
     EmulatorUnavailable,
     check_auth_prerequisites,
     check_prerequisites,
 )
-from emulator.processes import StopRequestedError, stop_signals_raise
+from devkit.emulators.processes import StopRequestedError, stop_signals_raise
 
 log = logging.getLogger("emulator")
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m emulator", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m devkit.emulators", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     commands = parser.add_subparsers(dest="command", required=True)
     start = commands.add_parser("start", help="run all emulators until Ctrl-C or SIGTERM")
