@@ -38,6 +38,8 @@ export interface PublicCampaign {
   ends_at: string;
   status: "scheduled" | "active" | "paused" | "ended" | "sold_out";
   remaining: number;
+  /** How many codes one shopper (account, phone or email, as `identity` says) may hold. */
+  max_per_user: number;
   waiting_room?: {
     enabled: boolean;
     /** Shoppers are waiting right now; a new arrival would wait about `estimated_wait_seconds`. */

@@ -51,7 +51,7 @@ from scripts.localstack.config import (
     environment_table,
     page_origins,
 )
-from scripts.localstack.demo import announce_page, run_check, run_demo
+from scripts.localstack.demo import announce_demo, announce_page, run_check, run_demo
 from scripts.localstack.errors import StackError
 from scripts.localstack.output import configure_logging, log_to_file, say
 from scripts.localstack.stack import LocalStack
@@ -145,10 +145,11 @@ def main(argv: list[str] | None = None) -> int:
             if config.demo:
                 demo = run_demo(config)
                 page = stack.serve_pages(demo.campaign_id)
-                announce_page(page, config, stack.app_check_token_url)
                 if config.check:
                     run_check(config, demo)
                     return 0
+                announce_demo(config)
+                announce_page(page, config, stack.app_check_token_url)
             say("Ctrl-C stops everything")
             stack.supervise()
             return 1  # supervise() only returns by raising

@@ -172,6 +172,7 @@ class CampaignPublic(BaseModel):
     ends_at: UtcTime
     status: CampaignStatus
     remaining: int
+    max_per_user: int  # what the page promises: "one code per shopper", or more
     waiting_room: WaitingRoomStatus
     # What the landing page must offer: the sign-in the sale counts and accepts, App Check.
     identity: IdentityKind

@@ -65,6 +65,7 @@ def public_view(
         ends_at=campaign.ends_at,
         status=campaign.status_at(now),
         remaining=remaining,
+        max_per_user=campaign.max_per_user,
         identity=campaign.identity,
         allowed_sign_in_providers=campaign.allowed_sign_in_providers,
         require_app_check=campaign.require_app_check,

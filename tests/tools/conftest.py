@@ -1,4 +1,4 @@
-"""Fixtures of the operator-tool tests (upload_codes, assign_codes)."""
+"""Fixtures of the operator-tool tests (upload_codes, assign_codes, reconcile)."""
 
 from __future__ import annotations
 

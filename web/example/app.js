@@ -49,6 +49,14 @@ function show(status) {
   }
 }
 
+const HOLDER = { uid: "shopper", phone: "phone number", email: "email address" };
+
+function describeLimit(campaign) {
+  const holder = HOLDER[campaign.identity] ?? "shopper";
+  const count = campaign.max_per_user === 1 ? "One code" : `Up to ${campaign.max_per_user} codes`;
+  return `${count} per ${holder}.`;
+}
+
 function setText(element, text) {
   if (element.textContent !== text) element.textContent = text;
 }
@@ -101,6 +109,7 @@ function render(state) {
 
   if (campaign) {
     setText($("#title"), campaign.title);
+    setText($("#limit"), describeLimit(campaign));
     document.title = `${campaign.title} – get your code`;
     const opens = new Date(campaign.starts_at);
     setText($("#starts-at"), `Opens ${opens.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" })}`);
@@ -121,7 +130,11 @@ function render(state) {
   if (phone?.open) button.hidden = true; // the sign-in form's buttons lead the way meanwhile
   const [label, enabled] = BUTTON[status] ?? ["Get my code", false];
   setText(button, label);
-  button.disabled = !enabled || (status === "error" && state.error?.code === "CAMPAIGN_NOT_FOUND");
+  // A sale that does not exist: nothing to retry and no stock to show.
+  const unknown = status === "error" && state.error?.code === "CAMPAIGN_NOT_FOUND";
+  button.hidden ||= unknown;
+  if (unknown) $(".stock").hidden = true;
+  button.disabled = !enabled || unknown;
   button.setAttribute("aria-busy", String(status === "claiming"));
   lastStatus = status;
 }
