@@ -1082,16 +1082,7 @@ def bench(args: argparse.Namespace, emulators: harness.Emulators) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    harness.setup_logging(harness.level(args.verbose))
-    harness.stop_on_sigterm()
-    try:
-        # Before anything of shared is used: the worker processes inherit this environment.
-        with harness.Emulators(firestore=args.firestore) as emulators:
-            return bench(args, emulators)
-    except KeyboardInterrupt:
-        log.warning("interrupted")
-        return 130
+    return harness.run_with_emulators(parse_args(argv), bench)
 
 
 if __name__ == "__main__":

@@ -112,6 +112,22 @@ def stop_on_sigterm() -> None:
 # --- the emulators -------------------------------------------------------------------------------
 
 
+def run_with_emulators(
+    args: argparse.Namespace, bench: Callable[[argparse.Namespace, Emulators], int]
+) -> int:
+    """A benchmark's main: logging, SIGTERM as an interrupt, its own emulators (started before
+    anything of shared is used, so worker processes inherit their environment), exit 130 when
+    interrupted."""
+    setup_logging(level(args.verbose))
+    stop_on_sigterm()
+    try:
+        with Emulators(firestore=args.firestore) as emulators:
+            return bench(args, emulators)
+    except KeyboardInterrupt:
+        log.warning("interrupted")
+        return 130
+
+
 def forget_services() -> None:
     """Settings and the service container are built once per process: from this environment."""
     from shared import container, settings
