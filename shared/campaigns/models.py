@@ -212,6 +212,9 @@ class CampaignAdmin(BaseModel):
     identity: IdentityKind
     allowed_sign_in_providers: list[str] | None
     require_app_check: bool
+    # The format every code was generated in (a checkout may test typed codes against it with
+    # web/codedrop.js isWellFormed), or null.
+    code_format: CodeFormat | None = None
     created_at: UtcTime
     updated_at: UtcTime
     stats: CampaignStats | None = None
