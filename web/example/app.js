@@ -12,6 +12,7 @@
 
 import { createCodedrop } from "./codedrop.js";
 import { createShopperAuth } from "./auth.js";
+import { createEmailKeeper } from "./email.js";
 import { createPhoneSignIn } from "./phone.js";
 
 const $ = (selector) => document.querySelector(selector);
@@ -83,6 +84,7 @@ function describeWait(seconds) {
 let lastStatus = null;
 let lastState = null;
 let phone = null; // phone sign-in, once the page is configured
+let keeper = null; // keeping the code on another device, once the page is configured
 
 /** Whether a campaign counts phone numbers, or refuses the anonymous sign-in this page offers
  * otherwise. */
@@ -118,6 +120,7 @@ function render(state) {
     if (lastStatus !== "claimed" && lastStatus !== null) copyButton.focus();
   }
 
+  keeper?.render(status === "claimed");
   if (phone?.open) button.hidden = true; // the sign-in form's buttons lead the way meanwhile
   const [label, enabled] = BUTTON[status] ?? ["Get my code", false];
   setText(button, label);
@@ -178,6 +181,10 @@ async function main_() {
     getAppCheckToken: shopper.getAppCheckToken,
     refreshIntervalMs: config.refreshIntervalMs ?? 5000,
   });
+  keeper = createEmailKeeper(shopper.auth);
+  await keeper.start();
+  // Signed in by a link whose address was typed in here: start afresh as that shopper.
+  keeper.listen(() => location.reload());
   drop.subscribe(render);
   button.addEventListener("click", () => drop.claim());
   copyButton.addEventListener("click", copyCode);
