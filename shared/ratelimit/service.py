@@ -11,7 +11,9 @@ whatever the traffic.
 The bound (docs/codes.md): with n instances known to all, a caller gets at most
 max(burst, n) + per_minute * T / 60 through in any T seconds, however the load balancer spreads
 their requests. When an instance joins, the others count it from their next heartbeat on (at most
-HEARTBEAT_SECONDS plus a read): meanwhile the caller may get up to the newcomer's share more. An
+HEARTBEAT_SECONDS plus a read): meanwhile the caller may get up to the newcomer's share more,
+and instances starting together pass, until they have heard of each other (well under a second,
+FIRST_HEARTBEATS_SECONDS), what their buckets held for the smaller count. An
 instance that stops is counted for LIVE_SECONDS more, which only makes the limit stricter.
 """
 
@@ -35,6 +37,10 @@ from shared.settings import Settings
 log = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 5.0
+# A new instance looks again sooner at first, as the waiting room's do: instances starting
+# together (a scale-out) learn of each other within a second, and each one's buckets shrink to
+# its share at once (a bucket never holds more than its current capacity).
+FIRST_HEARTBEATS_SECONDS = (0.1, 0.2, 0.4, 0.8, 1.6)
 LIVE_SECONDS = 3 * HEARTBEAT_SECONDS
 # Heartbeats of instances gone this long are deleted by whichever instance reads them.
 FORGET_SECONDS = 600.0
@@ -75,6 +81,7 @@ class GuessLimiter:
         )
         self.instance_id = uuid.uuid4().hex[:12]
         self._instances = 1
+        self._heartbeats = 0
         self._due_at: float | None = None
         self._refreshing = threading.Lock()
 
@@ -88,7 +95,8 @@ class GuessLimiter:
             now=self._monotonic(),
         )
         if wait is not None:
-            log.warning(
+            # Info, not a warning: a guesser's every refusal would flood the warnings.
+            log.info(
                 "code look-ups limited",
                 extra={"caller": caller[:128], "instances": instances, "retry_after": wait},
             )
@@ -127,7 +135,13 @@ class GuessLimiter:
             elif now - seen_at > FORGET_SECONDS:
                 snapshot.reference.delete()
         self._instances = len(live)
-        self._due_at = now + HEARTBEAT_SECONDS
+        done = self._heartbeats
+        self._heartbeats += 1
+        self._due_at = now + (
+            FIRST_HEARTBEATS_SECONDS[done]
+            if done < len(FIRST_HEARTBEATS_SECONDS)
+            else HEARTBEAT_SECONDS
+        )
 
 
 def _limit(per_minute: int) -> Limit:

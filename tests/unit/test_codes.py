@@ -171,6 +171,23 @@ def test_the_collision_space_of_the_documented_example() -> None:
     assert (1 - space.hit_odds) ** 19_070 <= 0.5 < (1 - space.hit_odds) ** 19_069
 
 
+@pytest.mark.parametrize(
+    ("code_format", "well_formed", "even_odds"),
+    [
+        (SALE, 27_512_614_111, 19_070),
+        (CodeFormat(pattern="SALE-####-####"), 852_891_037_441, 591_179),
+        (CodeFormat(pattern="#" * 10), 819_628_286_980_801, 568_123_036),
+    ],
+)
+def test_the_collision_space_table_of_the_docs(
+    code_format: CodeFormat, well_formed: int, even_odds: int
+) -> None:
+    """docs/codes.md's table: a campaign of 1,000,000 codes."""
+    space = collision_space(code_format, codes=1_000_000)
+    assert (space.well_formed, space.guesses_for_even_odds) == (well_formed, even_odds)
+    assert space.hit_odds == 1_000_000 / well_formed
+
+
 def test_the_collision_space_at_its_edges() -> None:
     unchecked = CodeFormat(pattern="SALE-####-####")
     assert collision_space(unchecked, codes=0).guesses_for_even_odds == 31**8 + 1

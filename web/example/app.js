@@ -120,7 +120,8 @@ function render(state) {
     if (lastStatus !== "claimed" && lastStatus !== null) copyButton.focus();
   }
 
-  keeper?.render(status === "claimed");
+  // A sale that counts phone numbers keeps the code with the number already.
+  keeper?.render(status === "claimed", { offered: !needsPhone(campaign) });
   if (phone?.open) button.hidden = true; // the sign-in form's buttons lead the way meanwhile
   const [label, enabled] = BUTTON[status] ?? ["Get my code", false];
   setText(button, label);

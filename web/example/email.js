@@ -48,8 +48,13 @@ export function createEmailKeeper(auth) {
     if (element.textContent !== text) element.textContent = text;
   };
 
-  /** Show what fits the shopper now: whether they hold a code, and how they are signed in. */
-  function render(holdsCode) {
+  /** Show what fits the shopper now: whether they hold a code, and how they are signed in
+   * (`offered`: false hides the section, as on a sale that counts phone numbers). */
+  function render(holdsCode, { offered = true } = {}) {
+    if (!offered) {
+      section.hidden = true;
+      return;
+    }
     const user = auth.currentUser;
     if (user?.email && !user.isAnonymous) {
       form.hidden = true;
