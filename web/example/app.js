@@ -12,7 +12,7 @@
 
 import { createCodedrop } from "./codedrop.js";
 import { createShopperAuth } from "./auth.js";
-import { createEmailKeeper } from "./email.js";
+import { createKeeper } from "./keep.js";
 import { createPhoneSignIn } from "./phone.js";
 
 const $ = (selector) => document.querySelector(selector);
@@ -182,9 +182,9 @@ async function main_() {
     getAppCheckToken: shopper.getAppCheckToken,
     refreshIntervalMs: config.refreshIntervalMs ?? 5000,
   });
-  keeper = createEmailKeeper(shopper.auth);
+  keeper = createKeeper(shopper.auth);
   await keeper.start();
-  // Signed in by a link whose address was typed in here: start afresh as that shopper.
+  // Signed in here as the shopper who holds a code elsewhere: start afresh as them.
   keeper.listen(() => location.reload());
   drop.subscribe(render);
   button.addEventListener("click", () => drop.claim());

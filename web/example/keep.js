@@ -1,14 +1,18 @@
-// Keeping the code on another device. An anonymous shopper links an email address to their
-// account (email-link sign-in: Firebase mails a link, opening it proves the address); in another
-// browser, signing in by a link to that address is the same account, so claims/me, and the page,
-// show the same code. Locally the Auth emulator "sends" the mail: its REST API lists the links.
+// Keeping the code on another device. An anonymous shopper links an email address (email-link
+// sign-in: Firebase mails a link, opening it proves the address) or a phone number (a code by
+// text message) to their account; in another browser, signing in with that address or number is
+// the same account, so claims/me, and the page, show the same code. Locally the Auth emulator
+// "sends" the mail and the texts: its REST API lists the links and codes.
 
 import {
   EmailAuthProvider,
   isSignInWithEmailLink,
   linkWithCredential,
+  linkWithPhoneNumber,
+  RecaptchaVerifier,
   sendSignInLinkToEmail,
   signInWithEmailLink,
+  signInWithPhoneNumber,
 } from "https://www.gstatic.com/firebasejs/12.19.0/firebase-auth.js";
 
 // The address the link went to, so the browser that opens it need not ask again (Firebase
@@ -23,6 +27,12 @@ const MESSAGES = {
   "auth/invalid-action-code": "That link has been used or has expired: ask for a new one.",
   "auth/expired-action-code": "That link has expired: ask for a new one.",
   "auth/too-many-requests": "Too many attempts: wait a moment, then try again.",
+  "auth/invalid-phone-number": "That phone number does not look right: start with + and your country code.",
+  "auth/missing-phone-number": "Enter your phone number.",
+  "auth/invalid-verification-code": "That code is not the one we sent. Check it and try again.",
+  "auth/code-expired": "That code has expired: ask for a new one.",
+  "auth/credential-already-in-use": "That number already keeps another code: sign in with it on a new page instead.",
+  "auth/provider-already-linked": "Your code is already saved to a phone number.",
 };
 
 function pageAddress() {
@@ -34,9 +44,16 @@ function pageAddress() {
 /**
  * @param auth the page's Firebase Auth instance
  */
-export function createEmailKeeper(auth) {
+export function createKeeper(auth) {
   const section = document.querySelector("#keep");
   const form = section.querySelector("#keep-form");
+  const phoneForm = section.querySelector("#keep-phone-form");
+  const phoneInput = section.querySelector("#keep-phone");
+  const codeForm = section.querySelector("#keep-phone-code-form");
+  const codeInput = section.querySelector("#keep-phone-code");
+  const recaptcha = section.querySelector("#keep-recaptcha");
+  let verifier = null;
+  let confirmation = null;
   const input = section.querySelector("#keep-email");
   const title = section.querySelector("#keep-title");
   const hint = section.querySelector("#keep-hint");
@@ -56,23 +73,25 @@ export function createEmailKeeper(auth) {
       return;
     }
     const user = auth.currentUser;
-    if (user?.email && !user.isAnonymous) {
-      form.hidden = true;
+    const saved = user && !user.isAnonymous ? (user.email ?? user.phoneNumber) : null;
+    if (saved) {
+      form.hidden = phoneForm.hidden = codeForm.hidden = true;
       say(title, "Your code is yours on any device");
       say(hint, "");
-      say(status, `Saved to ${user.email}: sign in with it by email link on any device.`);
+      say(status, `Saved to ${saved}: sign in with it on any device.`);
       return;
     }
     form.hidden = false;
+    phoneForm.hidden = Boolean(link) || !codeForm.hidden;
     if (link) {
       say(title, "Confirm your email address");
       say(hint, "Enter the address the sign-in link was sent to.");
     } else if (holdsCode) {
       say(title, "Keep your code on any device");
-      say(hint, "We email you a link: open it here to save your code to that address.");
+      say(hint, "We email you a link (open it here) or text you a code, to save your code to it.");
     } else {
       say(title, "Got a code on another device?");
-      say(hint, "We email you a link: open it here to see the code saved to that address.");
+      say(hint, "Sign in with the email address or phone number you saved it to.");
     }
   }
 
@@ -99,8 +118,8 @@ export function createEmailKeeper(auth) {
     history.replaceState(history.state, "", pageAddress());
   }
 
-  async function busy(work) {
-    const button = form.querySelector("button");
+  async function busy(work, on = form) {
+    const button = on.querySelector("button");
     button.disabled = true;
     say(error, "");
     try {
@@ -122,8 +141,36 @@ export function createEmailKeeper(auth) {
       const email = localStorage.getItem(EMAIL_KEY);
       if (link && email) await busy(() => complete(email));
     },
-    /** `onSignedIn` runs once the shopper is signed in by a link whose address they typed. */
+    /** `onSignedIn` runs once the shopper has signed in here as the account that holds their
+     * code (a link whose address they typed, or a phone number). */
     listen(onSignedIn) {
+      phoneForm.addEventListener("submit", (event) => {
+        event.preventDefault();
+        busy(async () => {
+          verifier?.clear();
+          verifier = new RecaptchaVerifier(auth, recaptcha, { size: "invisible" });
+          const user = auth.currentUser;
+          const number = phoneInput.value.trim();
+          confirmation = user?.isAnonymous
+            ? await linkWithPhoneNumber(user, number, verifier)
+            : await signInWithPhoneNumber(auth, number, verifier);
+          codeForm.hidden = false;
+          phoneForm.hidden = true;
+          codeInput.value = "";
+          codeInput.focus();
+        }, phoneForm);
+      });
+      codeForm.addEventListener("submit", (event) => {
+        event.preventDefault();
+        busy(async () => {
+          const wasAnonymous = Boolean(auth.currentUser?.isAnonymous);
+          await confirmation.confirm(codeInput.value.trim());
+          codeForm.hidden = true;
+          // Linked: this page's shopper kept their code. Signed in: look theirs up.
+          if (wasAnonymous) render(true);
+          else await onSignedIn();
+        }, codeForm);
+      });
       form.addEventListener("submit", (event) => {
         event.preventDefault();
         const email = input.value.trim();
