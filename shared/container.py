@@ -20,6 +20,7 @@ from shared.claims.engine import ClaimEngine
 from shared.claims.holds import HoldReleaser
 from shared.claims.redemption import RedemptionService
 from shared.claims.service import ClaimService
+from shared.claims.typed_codes import TypedCodes
 from shared.clock import utcnow
 from shared.events.bus import EventBus
 from shared.events.models import sold_out
@@ -30,6 +31,7 @@ from shared.gcp.app_check import AppCheckVerifier
 from shared.intake.models import JobRecord, JobState, codes_imported
 from shared.intake.service import IntakeService
 from shared.maintenance.sweep import Sweeper
+from shared.ratelimit.service import GuessLimiter
 from shared.settings import Settings, get_settings
 from shared.usage.counters import ShardedCounters
 from shared.usage.service import UsageService
@@ -189,6 +191,17 @@ class Services:
         return self._once(
             "redemptions", lambda: RedemptionService(db=self.db, bus=self.bus, clock=utcnow)
         )
+
+    @property
+    def typed_codes(self) -> TypedCodes:
+        return self._once(
+            "typed_codes",
+            lambda: TypedCodes(db=self.db, max_age=self.settings.campaign_cache_seconds),
+        )
+
+    @property
+    def guess_limiter(self) -> GuessLimiter:
+        return self._once("guess_limiter", lambda: GuessLimiter(db=self.db, settings=self.settings))
 
     @property
     def webhooks(self) -> WebhookService:

@@ -39,6 +39,11 @@ class RequestValidationFailed(CodedropError):
     default_message = "The request is not valid."
 
 
+class CodeMalformed(RequestValidationFailed):
+    error_code = "CODE_MALFORMED"
+    default_message = "This is not a code of this campaign's format; check what was typed."
+
+
 class RequestTooLarge(CodedropError):
     error_code = "REQUEST_TOO_LARGE"
     default_message = "The request body is too large."
@@ -146,6 +151,11 @@ class SoldOut(CodedropError):
 class WaitingRoom(CodedropError):
     error_code = "WAITING_ROOM"
     default_message = "Too many shoppers right now; wait your turn."
+
+
+class RateLimited(CodedropError):
+    error_code = "RATE_LIMITED"
+    default_message = "Too many code look-ups; retry after the given time."
 
 
 class Contended(CodedropError):

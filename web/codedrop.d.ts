@@ -192,3 +192,16 @@ export declare function parseRetryAfter(
   value: string | null | undefined,
   nowMs: number,
 ): number | null;
+
+/** A campaign's code format (admin_api's `code_format`); a bare pattern means the default
+ * alphabet and no check character. */
+export interface CodeFormat {
+  pattern: string;
+  alphabet?: string;
+  check?: "luhn_mod_n" | null;
+}
+export declare const CODE_ALPHABET: string;
+export declare function canonicalCode(code: string): string;
+export declare function luhnValid(text: string, alphabet?: string): boolean;
+export declare function fitCode(typed: string, format: CodeFormat | string): string | null;
+export declare function isWellFormed(code: string, format: CodeFormat | string): boolean;

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from shared.codes import CodeFormat
 from shared.types import CampaignId, IdentityKind, InputTime, RequestBody, SafeText, UtcTime
 
 MAX_CODES_PER_USER = 10
@@ -143,6 +144,12 @@ class CampaignRecord(BaseModel):
     codes_total: int = 0
     # The widest max_per_user ever set: a shopper may hold claims in slots up to it.
     slots_ceiling: int = 1
+    # The format every code of the campaign was generated in (shared/codes.py) while that holds:
+    # code look-ups and redemptions refuse codes that do not fit it without reading them. Set by
+    # the first generation into an empty campaign; an upload or a generation in another format
+    # makes the campaign's codes mixed, for good (store.record_generated_format).
+    code_format: CodeFormat | None = None
+    codes_mixed: bool = False
     created_at: datetime
     updated_at: datetime
 
@@ -206,6 +213,9 @@ class CampaignAdmin(BaseModel):
     identity: IdentityKind
     allowed_sign_in_providers: list[str] | None
     require_app_check: bool
+    # The format every code was generated in (a checkout may test typed codes against it with
+    # web/codedrop.js isWellFormed), or null.
+    code_format: CodeFormat | None = None
     created_at: UtcTime
     updated_at: UtcTime
     stats: CampaignStats | None = None

@@ -90,6 +90,7 @@ def admin_view(
         identity=campaign.identity,
         allowed_sign_in_providers=campaign.allowed_sign_in_providers,
         require_app_check=campaign.require_app_check,
+        code_format=campaign.code_format,
         created_at=campaign.created_at,
         updated_at=campaign.updated_at,
         stats=stats,

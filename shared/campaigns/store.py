@@ -11,7 +11,8 @@ from google.cloud import firestore
 
 from shared.campaigns import segments
 from shared.campaigns.models import MAX_CODES_PER_USER, CampaignRecord
-from shared.errors import CampaignExists, CampaignNotFound, RequestValidationFailed
+from shared.codes import CodeFormat
+from shared.errors import CampaignExists, CampaignNotFound, Contended, RequestValidationFailed
 from shared.gcp.firestore import Snapshot, campaign_ref, campaigns_collection
 
 
@@ -122,14 +123,49 @@ def record_pool_growth(
     campaign_id: str,
     added: int,
     now: datetime,
+    generated: bool = False,
 ) -> None:
-    """Called in the same batch that writes new coupons: invalidates any sold-out proof."""
-    batch.update(
-        campaign_ref(db, campaign_id),
-        {
-            "codes_total": firestore.Increment(added),
-            "pool_generation": firestore.Increment(1),
-            "sold_out": False,
-            "updated_at": now,
-        },
-    )
+    """Called in the same batch that writes new coupons: invalidates any sold-out proof. Codes
+    not `generated` by the campaign's own generation jobs (an upload) fit no known format: the
+    campaign stops refusing codes that do not fit one (record_generated_format)."""
+    changes: dict[str, Any] = {
+        "codes_total": firestore.Increment(added),
+        "pool_generation": firestore.Increment(1),
+        "sold_out": False,
+        "updated_at": now,
+    }
+    if not generated:
+        changes |= {"code_format": None, "codes_mixed": True}
+    batch.update(campaign_ref(db, campaign_id), changes)
+
+
+# A generation request racing an upload's batches rereads the campaign at most this often.
+FORMAT_ROUNDS = 8
+
+
+def record_generated_format(
+    db: firestore.Client, *, campaign_id: str, code_format: CodeFormat
+) -> CampaignRecord:
+    """Before codes of `code_format` are generated: the campaign records the format if it has no
+    code yet (nor a format), keeps it if it is this one, and otherwise holds codes of several
+    formats for good. Guarded by the update time read, so an upload's batch committing in
+    between (it marks the campaign mixed) is never overwritten."""
+    ref = campaign_ref(db, campaign_id)
+    for _ in range(FORMAT_ROUNDS):
+        snapshot = get_campaign_snapshot(db, campaign_id=campaign_id)
+        if snapshot is None:
+            raise CampaignNotFound(f"Campaign {campaign_id!r} does not exist.")
+        record = record_from_snapshot(snapshot)
+        if record.codes_mixed or record.code_format == code_format:
+            return record
+        first = record.codes_total == 0 and record.code_format is None
+        changes: dict[str, Any] = (
+            {"code_format": code_format} if first else {"code_format": None, "codes_mixed": True}
+        )
+        stored = {k: v.model_dump() if isinstance(v, CodeFormat) else v for k, v in changes.items()}
+        try:
+            ref.update(stored, option=db.write_option(last_update_time=snapshot.update_time))
+        except gexc.FailedPrecondition:
+            continue
+        return record.model_copy(update=changes)
+    raise Contended(retry_after=1)

@@ -47,6 +47,7 @@ OUTBOX = "outbox"
 WEBHOOKS = "webhooks"
 DELIVERIES = "deliveries"
 CAMPAIGN_WEBHOOKS = "campaign_webhooks"
+LIMITER_INSTANCES = "limiter_instances"
 
 
 def make_client(project_id: str) -> firestore.Client:
@@ -145,6 +146,11 @@ def room_instances_collection(
     db: firestore.Client, campaign_id: str
 ) -> firestore.CollectionReference:
     return _sub(db, campaign_id, ROOM_INSTANCES)
+
+
+def limiter_instances_collection(db: firestore.Client) -> firestore.CollectionReference:
+    """One heartbeat document per instance serving code look-ups (shared/ratelimit)."""
+    return db.collection(LIMITER_INSTANCES)
 
 
 def segments_collection(db: firestore.Client, campaign_id: str) -> firestore.CollectionReference:

@@ -46,6 +46,7 @@ _STATUS: dict[type[errors.CodedropError], int] = {
     errors.SoldOut: 410,
     errors.RequestTooLarge: 413,
     errors.WaitingRoom: 429,
+    errors.RateLimited: 429,
     errors.Contended: 503,
 }
 
@@ -248,6 +249,15 @@ def campaign_id_param(value: str) -> str:
     except ValidationError:
         raise errors.CampaignNotFound(f"Campaign {errors.shown(value)} does not exist.") from None
     return value
+
+
+def client_address(request: flask.Request) -> str:
+    """The caller's address. Behind Google's front end (every deployed function) it is the last
+    X-Forwarded-For entry, the one the front end appended: earlier entries are whatever the
+    caller sent. Without the header (locally), the socket's peer."""
+    forwarded = request.headers.get("X-Forwarded-For", "")
+    last = forwarded.rsplit(",", 1)[-1].strip()
+    return last[:64] or request.remote_addr or "unknown"
 
 
 @dataclass(frozen=True)

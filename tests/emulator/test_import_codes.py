@@ -20,12 +20,12 @@ from google.cloud import firestore
 from google.cloud.storage import Client as StorageClient
 
 from shared.clock import utcnow
+from shared.codes import CODE_ALPHABET
 from shared.container import Services
 from shared.coupons.store import coupon_id_for
 from shared.gcp.firestore import coupons_collection, jobs_collection
 from shared.intake import jobs as job_store
 from shared.intake import service as import_service
-from shared.intake.models import CODE_ALPHABET
 from shared.intake.write_rate import RampLimiter
 from shared.settings import get_settings
 from tests.support.api import ADMIN, auth

@@ -12,6 +12,7 @@
 
 import { createCodedrop } from "./codedrop.js";
 import { createShopperAuth } from "./auth.js";
+import { createKeeper } from "./keep.js";
 import { createPhoneSignIn } from "./phone.js";
 
 const $ = (selector) => document.querySelector(selector);
@@ -91,6 +92,7 @@ function describeWait(seconds) {
 let lastStatus = null;
 let lastState = null;
 let phone = null; // phone sign-in, once the page is configured
+let keeper = null; // keeping the code on another device, once the page is configured
 
 /** Whether a campaign counts phone numbers, or refuses the anonymous sign-in this page offers
  * otherwise. */
@@ -127,6 +129,8 @@ function render(state) {
     if (lastStatus !== "claimed" && lastStatus !== null) copyButton.focus();
   }
 
+  // A sale that counts phone numbers keeps the code with the number already.
+  keeper?.render(status === "claimed", { offered: !needsPhone(campaign) });
   if (phone?.open) button.hidden = true; // the sign-in form's buttons lead the way meanwhile
   const [label, enabled] = BUTTON[status] ?? ["Get my code", false];
   setText(button, label);
@@ -191,6 +195,10 @@ async function main_() {
     getAppCheckToken: shopper.getAppCheckToken,
     refreshIntervalMs: config.refreshIntervalMs ?? 5000,
   });
+  keeper = createKeeper(shopper.auth);
+  await keeper.start();
+  // Signed in here as the shopper who holds a code elsewhere: start afresh as them.
+  keeper.listen(() => location.reload());
   drop.subscribe(render);
   button.addEventListener("click", () => drop.claim());
   copyButton.addEventListener("click", copyCode);
