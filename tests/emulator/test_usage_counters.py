@@ -417,31 +417,6 @@ def test_totals_read_the_shards_another_instance_grew_to(
     assert reader.shard_count(campaign_id) == 8
 
 
-def test_the_reconcile_command_reports_then_repairs(
-    db: firestore.Client, make_campaign: MakeCampaign, capsys: pytest.CaptureFixture[str]
-) -> None:
-    import json
-
-    from scripts.tools import reconcile as command
-
-    campaign_id = make_campaign(codes=3)
-    shard = counter_shards_collection(db, campaign_id).document("0")
-    shard.set({"claimed": firestore.Increment(2)}, merge=True)
-
-    dry = command.main([campaign_id, "--dry-run"])
-    dry_report = json.loads(capsys.readouterr().out)
-    fixed = command.main([campaign_id])
-    again = command.main([campaign_id, "--dry-run"])
-    unknown = command.main(["no-such-campaign"])
-
-    assert dry == 1
-    assert dry_report["claimed"] == {"counted": 0, "counters": 2, "difference": -2}
-    assert fixed == 0
-    assert again == 0
-    assert unknown == 2
-    assert counters().totals(campaign_id).claimed == 0
-
-
 def test_forged_claim_events_are_acknowledged_and_never_counted(
     db: firestore.Client,
     usage_client: FlaskClient,

@@ -43,6 +43,7 @@ def _clean_env() -> dict[str, str]:
 
 
 @pytest.mark.emulator
+@pytest.mark.timeout(2 * TIMEOUT)  # a whole stack, a sale and its audit
 @pytest.mark.parametrize("client", ["locust", "threads"])
 def test_small_sale_has_no_violation_and_issues_every_code(tmp_path: Path, client: str) -> None:
     try:

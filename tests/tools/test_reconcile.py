@@ -37,6 +37,7 @@ def test_counters_behind_the_codes_are_reported_then_repaired(
     assert json.loads(capsys.readouterr().out)["repaired"] is True
     assert run(servers, campaign_id, "--dry-run") == 0
     assert json.loads(capsys.readouterr().out)["claimed"]["difference"] == 0
+    assert instance_services().counters.totals(campaign_id).claimed == 1
 
 
 def test_an_unknown_campaign_is_named_with_exit_2(
