@@ -55,7 +55,14 @@ from shared.http.routing import (
 )
 from shared.intake import jobs as job_store
 from shared.intake.csv_rows import MAX_CODE_LENGTH
-from shared.intake.models import GenerateCodes, JobAccepted, JobList, JobPublic
+from shared.intake.models import (
+    GenerateCodes,
+    JobAccepted,
+    JobList,
+    JobPublic,
+    UploadCreate,
+    UploadSession,
+)
 from shared.maintenance.models import SweepRequest, SweepResult
 from shared.types import JobId
 from shared.usage import reconciliation
@@ -288,6 +295,32 @@ def generate_codes(call: Call, campaign_id: str) -> flask.Response:
         campaign_id=campaign_id_param(campaign_id), spec=spec, audit=audit_context(call)
     )
     return json_response(JobAccepted(job_id=job.job_id), 202)
+
+
+@router.route(
+    "/v1/campaigns/<campaign_id>/uploads",
+    methods=["POST"],
+    access=ADMIN,
+    summary=(
+        "Open a resumable upload session for a CSV of codes: PUT the file to upload_url, "
+        "straight into imports/{campaign_id}/{name}; its import job follows."
+    ),
+    body=UploadCreate,
+    responses={201: UploadSession},
+    raises=[CampaignNotFound],
+)
+def open_upload(call: Call, campaign_id: str) -> flask.Response:
+    body = call.body_as(UploadCreate)
+    origin = call.request.headers.get("Origin")
+    allowed = call.services.settings.cors_origins
+    session = call.services.intake.open_upload(
+        campaign_id=campaign_id_param(campaign_id),
+        name=body.name,
+        # Cloud Storage answers the session's requests with CORS for this origin only.
+        origin=origin if origin is not None and (origin in allowed or "*" in allowed) else None,
+        audit=audit_context(call),
+    )
+    return json_response(session, 201)
 
 
 @router.route(
