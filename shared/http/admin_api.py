@@ -67,6 +67,7 @@ from shared.maintenance.models import SweepRequest, SweepResult
 from shared.types import JobId
 from shared.usage import reconciliation
 from shared.usage.models import (
+    LiveCounters,
     ReconcileRequest,
     ReconciliationReport,
     ReportGranularity,
@@ -371,6 +372,22 @@ def report(call: Call, campaign_id: str) -> flask.Response:
     services = call.services
     record = campaign_store.get_campaign(services.db, campaign_id=campaign_id_param(campaign_id))
     return json_response(services.usage.report(record, granularity=query.granularity))
+
+
+@router.route(
+    "/v1/campaigns/<campaign_id>/live",
+    methods=["GET"],
+    access=ADMIN,
+    summary=(
+        "The sale now, for a console refreshing every 2 s: remaining, claimed, held, redeemed, "
+        "released, queue, admissions and claims per minute, time to sell-out, a burn-down "
+        "(from the counters, shared by every console on an instance for 1 s)."
+    ),
+    responses={200: LiveCounters},
+    raises=[CampaignNotFound],
+)
+def live(call: Call, campaign_id: str) -> flask.Response:
+    return json_response(call.services.live.view(campaign_id_param(campaign_id)))
 
 
 @router.route(
