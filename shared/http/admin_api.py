@@ -28,6 +28,8 @@ from shared.claims.models import (
     ShopifyOrder,
 )
 from shared.clock import utcnow
+from shared.control import claims_list
+from shared.control.claims_list import ClaimPage, ClaimsQuery
 from shared.control.exports import ExportCreate
 from shared.errors import (
     CampaignChanged,
@@ -432,6 +434,26 @@ def report(call: Call, campaign_id: str) -> flask.Response:
     services = call.services
     record = campaign_store.get_campaign(services.db, campaign_id=campaign_id_param(campaign_id))
     return json_response(services.usage.report(record, granularity=query.granularity))
+
+
+@router.route(
+    "/v1/campaigns/<campaign_id>/claims",
+    methods=["GET"],
+    access=ADMIN,
+    summary="Who claimed what, a page at a time (next_page_token names the next page).",
+    query=ClaimsQuery,
+    responses={200: ClaimPage},
+    raises=[CampaignNotFound],
+)
+def campaign_claims(call: Call, campaign_id: str) -> flask.Response:
+    query = call.query_as(ClaimsQuery)
+    page = claims_list.list_claims(
+        call.services.db,
+        campaign_id=campaign_id_param(campaign_id),
+        limit=query.limit,
+        page_token=query.page_token,
+    )
+    return json_response(page)
 
 
 @router.route(
