@@ -16,7 +16,6 @@ spreadsheets (a leading =, +, -, @ becomes text).
 from __future__ import annotations
 
 import csv
-import itertools
 import logging
 import re
 import secrets
@@ -263,16 +262,12 @@ class ExportService:
         return coupons
 
     def download(self, job: JobRecord) -> Iterator[bytes]:
-        """A finished export's CSV, 1 MiB at a time (the first chunk read before returning, so
-        a missing object fails here, not halfway through an answer)."""
-        chunks = storage_objects.object_chunks(
+        """A finished export's CSV, 1 MiB at a time."""
+        return storage_objects.stream_object(
             self._storage,
             bucket=self._settings.imports_bucket,
             name=export_object(job.campaign_id, job.job_id),
-            generation=None,
         )
-        first = next(chunks, b"")
-        return itertools.chain([first], chunks)
 
     @staticmethod
     def _row(kind: ExportKind, snapshot: Snapshot) -> list[str]:
