@@ -22,6 +22,8 @@ from shared.claims.redemption import RedemptionService
 from shared.claims.service import ClaimService
 from shared.claims.typed_codes import TypedCodes
 from shared.clock import utcnow
+from shared.control.exports import ExportService
+from shared.control.live import LiveService
 from shared.events.bus import EventBus
 from shared.events.models import sold_out
 from shared.gcp import firestore as gcp_firestore
@@ -180,6 +182,26 @@ class Services:
                 clock=utcnow,
                 stock_cache_seconds=self.settings.stock_cache_seconds,
             ),
+        )
+
+    @property
+    def exports(self) -> ExportService:
+        return self._once(
+            "exports",
+            lambda: ExportService(
+                db=self.db,
+                streams=self.streams_db,
+                storage_client=self.storage,
+                settings=self.settings,
+                clock=utcnow,
+            ),
+        )
+
+    @property
+    def live(self) -> LiveService:
+        return self._once(
+            "live",
+            lambda: LiveService(db=self.db, usage=self.usage, room=self.room, clock=utcnow),
         )
 
     @property

@@ -109,6 +109,11 @@ class WebhookNotFound(NotFound):
     default_message = "No such webhook."
 
 
+class DeliveryNotFound(NotFound):
+    error_code = "DELIVERY_NOT_FOUND"
+    default_message = "No such delivery of this webhook."
+
+
 class WebhookUrlNotAllowed(RequestValidationFailed):
     error_code = "WEBHOOK_URL_NOT_ALLOWED"
     default_message = "Webhooks must be https URLs of public addresses."
@@ -121,6 +126,21 @@ class Conflict(CodedropError):
 class CampaignExists(Conflict):
     error_code = "CAMPAIGN_EXISTS"
     default_message = "A campaign with this id already exists."
+
+
+class CampaignChanged(Conflict):
+    error_code = "CAMPAIGN_CHANGED"
+    default_message = "The campaign was changed by someone else since you loaded it."
+
+
+class CampaignNotEnded(Conflict):
+    error_code = "CAMPAIGN_NOT_ENDED"
+    default_message = "Only an ended campaign can be archived."
+
+
+class JobNotFinished(Conflict):
+    error_code = "JOB_NOT_FINISHED"
+    default_message = "The job has not finished: its file is not written yet."
 
 
 class TooManyWebhooks(Conflict):

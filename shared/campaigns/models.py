@@ -150,6 +150,11 @@ class CampaignRecord(BaseModel):
     # makes the campaign's codes mixed, for good (store.record_generated_format).
     code_format: CodeFormat | None = None
     codes_mixed: bool = False
+    # Bumped by every admin edit (not by imports or sales): a save made from an older version
+    # is refused, not silently applied over another admin's edit.
+    version: int = 0
+    # Archived campaigns (ended, kept for their claims and reports) are left out of lists.
+    archived: bool = False
     created_at: datetime
     updated_at: datetime
 
@@ -216,6 +221,8 @@ class CampaignAdmin(BaseModel):
     # The format every code was generated in (a checkout may test typed codes against it with
     # web/codedrop.js isWellFormed), or null.
     code_format: CodeFormat | None = None
+    version: int
+    archived: bool
     created_at: UtcTime
     updated_at: UtcTime
     stats: CampaignStats | None = None
@@ -223,3 +230,13 @@ class CampaignAdmin(BaseModel):
 
 class CampaignList(BaseModel):
     campaigns: list[CampaignAdmin]
+
+
+# What an admin edits, as the audit log shows it before and after a change.
+AUDITED_FIELDS = frozenset(CampaignUpdate.model_fields) | {"archived"}
+
+
+def audited(
+    record: CampaignRecord, names: frozenset[str] | set[str] = AUDITED_FIELDS
+) -> dict[str, Any]:
+    return record.model_dump(mode="json", include=set(names))

@@ -126,6 +126,8 @@ class RouteInfo:
     # Errors whose body carries more than ErrorBody (e.g. the waiting room's ticket).
     error_bodies: Mapping[type[errors.CodedropError], type[BaseModel]] = field(default_factory=dict)
     headers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # What a success answers: JSON, or e.g. text/csv (a streamed file; errors stay JSON).
+    content_type: str = "application/json"
 
     def documented_errors(self) -> dict[int, list[type[errors.CodedropError]]]:
         """Every error this route can answer, by status."""
@@ -267,11 +269,13 @@ class Cors:
     `null` included, is ever echoed unless it was listed."""
 
     origins: tuple[str, ...]
-    # Every header web/codedrop.js sends (App Check's only when the page provides a token).
+    # Every header web/codedrop.js sends (App Check's only when the page provides a token), and
+    # the console's If-Match (a campaign edit's version).
     allow_headers: str = (
-        "Authorization, Content-Type, Idempotency-Key, X-Waiting-Room-Ticket, X-Firebase-AppCheck"
+        "Authorization, Content-Type, Idempotency-Key, X-Waiting-Room-Ticket, X-Firebase-AppCheck,"
+        " If-Match"
     )
-    expose_headers: str = "Retry-After"
+    expose_headers: str = "Retry-After, Content-Disposition"
 
     def headers_for(self, origin: str | None) -> dict[str, str]:
         if origin is None:
@@ -333,6 +337,7 @@ class Router:
         raises: Sequence[type[errors.CodedropError]] = (),
         error_bodies: Mapping[type[errors.CodedropError], type[BaseModel]] | None = None,
         headers: Mapping[str, Mapping[str, Any]] | None = None,
+        content_type: str = "application/json",
     ) -> Callable[[Handler], Handler]:
         """Register a handler `(call, **path_params)`; `access` is required, so no route can be
         added without saying who may call it. `body` and `query` are validated before the
@@ -353,6 +358,7 @@ class Router:
                 raises=tuple(raises),
                 error_bodies=dict(error_bodies or {}),
                 headers=dict(headers or {}),
+                content_type=content_type,
             )
             return handler
 

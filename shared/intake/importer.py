@@ -52,6 +52,10 @@ class CaseDuplicate:
     reason: str
 
 
+# Told of each duplicate row: its line, why, and its code (called from the committing threads).
+DuplicateSink = Callable[[int, str, str], None]
+
+
 @dataclass
 class ImportCounts:
     imported: int = 0
@@ -91,8 +95,10 @@ class CodeImporter:
         parallel_commits: int,
         limiter: WriteLimiter,
         clock: Callable[[], datetime],
+        on_duplicate: DuplicateSink | None = None,
     ) -> None:
         self._db = db
+        self._on_duplicate = on_duplicate
         self._campaign_id = campaign_id
         self._job_id = job_id
         self._generated = generated
@@ -109,12 +115,16 @@ class CodeImporter:
 
     def add(self, row: CodeRow) -> None:
         coupon_id = coupon_id_for(row.code)
-        first = self._chunk.get(coupon_id)
-        if first is not None:
+        if (first := self._chunk.get(coupon_id)) is not None:
             with self._lock:
                 self.counts.duplicates_in_file += 1
-                if case := _case_duplicate(row, first.code, f"on line {first.line}"):
-                    self.counts.case_duplicates.append(case)
+                self._note_duplicate(
+                    self.counts,
+                    row,
+                    first.code,
+                    f"on line {first.line}",
+                    plain=f"duplicate of line {first.line}",
+                )
             return
         self._chunk[coupon_id] = row
         if len(self._chunk) >= self._batch_size:
@@ -201,10 +211,31 @@ class CodeImporter:
                 counts.imported += 1  # written by an earlier attempt of this same import
             elif found.get("job_id") == self._job_id:
                 counts.duplicates_in_file += 1
-                if case := _case_duplicate(row, found["code"], f"on line {found.get('line')}"):
-                    counts.case_duplicates.append(case)
+                self._note_duplicate(
+                    counts,
+                    row,
+                    found["code"],
+                    f"on line {found.get('line')}",
+                    plain=f"duplicate of line {found.get('line')}",
+                )
             else:
                 counts.duplicates_in_campaign += 1
-                if case := _case_duplicate(row, found["code"], "already in the campaign"):
-                    counts.case_duplicates.append(case)
+                self._note_duplicate(
+                    counts,
+                    row,
+                    found["code"],
+                    "already in the campaign",
+                    plain="already in the campaign",
+                )
         return still_new
+
+    def _note_duplicate(
+        self, counts: ImportCounts, row: CodeRow, other: str, where: str, *, plain: str
+    ) -> None:
+        """Report a skipped duplicate: as a case duplicate when only letter case sets the two
+        apart (also kept with the job), else with its plain reason."""
+        case = _case_duplicate(row, other, where)
+        if case is not None:
+            counts.case_duplicates.append(case)
+        if self._on_duplicate is not None:
+            self._on_duplicate(row.line, case.reason if case else plain, row.code)

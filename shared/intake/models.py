@@ -17,6 +17,7 @@ class JobKind(StrEnum):
     IMPORT = "import"
     GENERATE = "generate"
     ASSIGNMENT = "assignment"
+    EXPORT = "export"
 
 
 class JobState(StrEnum):
@@ -72,6 +73,13 @@ class JobRecord(BaseModel):
     unassigned: int = 0
     unassigned_lines: list[LineRange] = Field(default_factory=list)
     result: str | None = None
+    # Imports: codes taken with a warning (a formula), and the report of every row not taken
+    # as it was (gs:// URI; downloaded through GET /v1/jobs/{job_id}/download).
+    warnings: int = 0
+    report: str | None = None
+    # Export jobs: what is exported (claims, redemptions, codes) and how many rows were written.
+    export_kind: str | None = None
+    exported: int = 0
     failure_reason: str | None = None
     attempts: int = 1
     # When this import's write ramp began: a retried attempt continues it instead of restarting.
@@ -102,6 +110,10 @@ class JobPublic(BaseModel):
     unassigned: int
     unassigned_lines: list[LineRange]
     result: str | None
+    warnings: int
+    report: str | None
+    export_kind: str | None
+    exported: int
     failure_reason: str | None
     files: list[str]
     created_at: UtcTime
@@ -157,6 +169,21 @@ class GenerateCodes(RequestBody):
     def code_format(self) -> CodeFormat:
         pattern = self.pattern or self.prefix + PATTERN_SLOT * self.length
         return CodeFormat(pattern=pattern, alphabet=self.alphabet, check=self.check)
+
+
+# A file name as a marketer's computer names it: no folder (no "/"), nothing hidden, a .csv.
+UPLOAD_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9 ._()+-]{0,99}\.[cC][sS][vV]$"
+
+
+class UploadCreate(RequestBody):
+    name: Annotated[str, StringConstraints(pattern=UPLOAD_NAME_PATTERN)]
+
+
+class UploadSession(BaseModel):
+    # PUT the file's bytes here (Content-Type: text/csv); no credentials needed, valid a week.
+    upload_url: str
+    bucket: str
+    object: str  # imports/{campaign_id}/{name}: its job appears in the campaign's jobs
 
 
 def codes_imported(job: JobRecord, *, now: datetime) -> CodesImported:

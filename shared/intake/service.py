@@ -14,13 +14,15 @@ Object-finalized events for the imports bucket arrive here:
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import itertools
 import logging
 import re
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -28,12 +30,14 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 from google.cloud.storage import Client as StorageClient
 
+from shared.audit import store as audit_store
+from shared.audit.models import AuditAction, AuditContext
 from shared.campaigns import store as campaign_store
 from shared.codes import CodeFormat, legacy_format
 from shared.errors import CampaignNotFound, shown
 from shared.gcp import storage as storage_objects
 from shared.intake import jobs as job_store
-from shared.intake.csv_rows import InvalidRow, parse_rows, report_value
+from shared.intake.csv_rows import InvalidRow, parse_rows, report_value, spreadsheet_safe
 from shared.intake.generator import generate_codes
 from shared.intake.importer import CaseDuplicate, CodeImporter
 from shared.intake.models import (
@@ -43,7 +47,10 @@ from shared.intake.models import (
     JobKind,
     JobRecord,
     JobState,
+    UploadSession,
 )
+from shared.intake.report import COLUMNS as REPORT_COLUMNS
+from shared.intake.report import RowReport, formula_warning
 from shared.intake.write_rate import RampLimiter, Unlimited
 from shared.settings import Settings
 
@@ -57,6 +64,8 @@ GENERATE_PATH = re.compile(
     r"^generate/(?P<campaign>[a-z0-9][a-z0-9_-]{0,62})/(?P<job>[\w-]+)\.json$"
 )
 PARENT_METADATA = "codedrop-generate-job"
+UPLOADED_BY_METADATA = "codedrop-uploaded-by"
+REPORTS_FOLDER = "reports/"
 MAX_OBJECT_NAME = 1024  # Cloud Storage's limit, in bytes of UTF-8
 PROGRESS_EVERY_SECONDS = 2.0
 
@@ -118,6 +127,10 @@ class IntakeService:
         self._settings = settings
         self._clock = clock
         self._on_job_finished = on_job_finished
+
+    @property
+    def bucket(self) -> str:
+        return self._settings.imports_bucket
 
     # --- events ---------------------------------------------------------------------------
     def handle_object_finalized(self, obj: StoredObject) -> JobRecord | None:
@@ -190,8 +203,16 @@ class IntakeService:
                 "duplicates_in_campaign": 0,
                 "invalid": 0,
                 "errors": [],
+                "warnings": 0,
+                "report": None,
                 "ramp_started_at": job.ramp_started_at or now,
             }
+        )
+        report = RowReport(
+            self._storage,
+            bucket=self._settings.imports_bucket,
+            name=f"{REPORTS_FOLDER}{campaign_id}/{job.job_id}.csv",
+            job_id=job.job_id,
         )
         importer = CodeImporter(
             db=self._db,
@@ -202,6 +223,7 @@ class IntakeService:
             parallel_commits=self._settings.import_parallel_commits,
             limiter=self._limiter(job, now),
             clock=self._clock,
+            on_duplicate=report.add,
         )
         failure: str | None = None
         last_progress = time.monotonic()
@@ -213,12 +235,16 @@ class IntakeService:
                 job.rows_read += 1
                 if isinstance(row, InvalidRow):
                     job.invalid += 1
+                    report.add(row.line, row.reason, row.value)
                     if len(job.errors) < MAX_JOB_ERRORS:
                         job.errors.append(
                             JobError(line=row.line, reason=row.reason, value=row.value)
                         )
-                else:
-                    importer.add(row)
+                    continue
+                if (warning := formula_warning(row.code)) is not None:
+                    job.warnings += 1
+                    report.add(row.line, warning, row.code)
+                importer.add(row)
                 if time.monotonic() - last_progress > PROGRESS_EVERY_SECONDS:
                     last_progress = time.monotonic()
                     self._save_progress(job, importer)
@@ -226,7 +252,7 @@ class IntakeService:
             failure = f"{obj.uri} no longer exists"
         finally:
             counts = importer.finish()
-        job = job.model_copy(update=counts.totals())
+        job = job.model_copy(update={**counts.totals(), "report": report.close()})
         _report_case_duplicates(job, counts.case_duplicates)
         return self._finish(job, failure=failure or _unaccounted(job))
 
@@ -284,8 +310,57 @@ class IntakeService:
             self._write_generated_round(outcome.parent)
         return done
 
+    # --- uploads from the console ----------------------------------------------------------
+    def open_upload(
+        self, *, campaign_id: str, name: str, origin: str | None, audit: AuditContext
+    ) -> UploadSession:
+        """A resumable upload session for `imports/{campaign_id}/{name}`: the browser sends the
+        file straight to the bucket, never through a function, and its import starts when the
+        object is finalized. The audit entry is written before the session's URL is handed
+        out, so no upload happens without it."""
+        campaign_store.get_campaign(self._db, campaign_id=campaign_id)
+        name_in_bucket = f"{IMPORTS_FOLDER}{campaign_id}/{name}"
+        url = storage_objects.open_upload_session(
+            self._storage,
+            bucket=self._settings.imports_bucket,
+            name=name_in_bucket,
+            content_type="text/csv",
+            origin=origin,
+            metadata={UPLOADED_BY_METADATA: audit.actor.uid},
+        )
+        entry = audit.entry(
+            AuditAction.UPLOAD,
+            campaign_id=campaign_id,
+            target=f"gs://{self._settings.imports_bucket}/{name_in_bucket}",
+            after={"name": name},
+        )
+        audit_store.record(self._db, entry)
+        log.info("upload session opened", extra={"object": name_in_bucket})
+        return UploadSession(
+            upload_url=url, bucket=self._settings.imports_bucket, object=name_in_bucket
+        )
+
+    # --- rejected rows ----------------------------------------------------------------------
+    def rejected_rows(self, job: JobRecord) -> Iterator[bytes]:
+        """A job's rejected rows as CSV (line, reason, value): an import's whole report (every
+        invalid or duplicate row, every warning), else the first MAX_JOB_ERRORS rows kept with
+        the job (an assignment's, or an import older than reports)."""
+        if job.report is not None:
+            bucket, _, name = job.report.removeprefix("gs://").partition("/")
+            return storage_objects.stream_object(self._storage, bucket=bucket, name=name)
+        buffer = io.StringIO()
+        out = csv.writer(buffer, lineterminator="\r\n")
+        out.writerow(REPORT_COLUMNS)
+        for error in job.errors:
+            out.writerow(
+                [error.line, spreadsheet_safe(error.reason), spreadsheet_safe(error.value)]
+            )
+        return iter([buffer.getvalue().encode()])
+
     # --- generation -----------------------------------------------------------------------
-    def request_generation(self, *, campaign_id: str, spec: GenerateCodes) -> JobRecord:
+    def request_generation(
+        self, *, campaign_id: str, spec: GenerateCodes, audit: AuditContext | None = None
+    ) -> JobRecord:
         """Record the job and drop a request object; the import function does the work."""
         code_format = spec.code_format()
         campaign_store.record_generated_format(
@@ -304,7 +379,15 @@ class IntakeService:
             created_at=now,
             updated_at=now,
         )
-        job_store.create_job(self._db, job=job)
+        entry = None
+        if audit is not None:
+            entry = audit.entry(
+                AuditAction.GENERATE,
+                campaign_id=campaign_id,
+                target=job_id,
+                after=spec.model_dump(mode="json"),
+            )
+        job_store.create_job(self._db, job=job, audit=entry)
         storage_objects.write_json_if_absent(
             self._storage,
             bucket=self._settings.imports_bucket,
