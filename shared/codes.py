@@ -36,6 +36,9 @@ _DASHES = str.maketrans(dict.fromkeys("\u2010\u2011\u2012\u2013\u2014\u2015\u221
 
 def canonical(code: str) -> str:
     """The form a code is stored under and matched in (see the module)."""
+    if code.isascii() and code.isprintable():
+        # Most codes: NFKC leaves printable ASCII as it is; only case and spaces remain.
+        return "".join(code.upper().split())
     normal = unicodedata.normalize("NFKC", code).upper().translate(_DASHES)
     return "".join(
         ch for ch in normal if not ch.isspace() and unicodedata.category(ch) not in ("Cc", "Cf")

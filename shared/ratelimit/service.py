@@ -46,7 +46,8 @@ LIVE_SECONDS = 3 * HEARTBEAT_SECONDS
 FORGET_SECONDS = 600.0
 # A burst is this share of the per-minute limit: over a minute a caller gets at most 10% more.
 BURST_SHARE = 0.1
-MAX_KEYS = 100_000
+# Buckets per limit and instance: about 14 MB each when full (two limits: 28 MB at worst).
+MAX_KEYS = 50_000
 
 
 def address_key(address: str) -> str:

@@ -43,6 +43,12 @@ def test_the_canonical_form_forgives_case_width_dashes_and_invisible_characters(
     assert canonical(typed) == canonical(stored) == stored
 
 
+@given(st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126)))
+def test_the_ascii_shortcut_agrees_with_the_whole_rule(code: str) -> None:
+    # A zero-width space (dropped) sends the same code through the Unicode path.
+    assert canonical(code) == canonical(code + "\u200b")
+
+
 def test_without_a_pattern_dashes_are_part_of_the_code() -> None:
     assert canonical("SPRING93630D12") != canonical("SPRING-93630D12")
 
