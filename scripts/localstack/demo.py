@@ -87,6 +87,8 @@ def run_demo(config: Config) -> Demo:
 
 
 def announce_page(url: str, config: Config, app_check_token_url: str | None) -> None:
+    say("the drop control room, the console where marketers run the sale (docs/console.md):")
+    say(f"  {config.url('web')}/console/   sign in as {ADMIN.email} / {ADMIN.password}")
     say("the example landing page (shoppers sign in anonymously on the Auth emulator, or with a")
     say("phone number when the campaign's identity is phone):")
     say(f"  {url}")
