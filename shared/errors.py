@@ -118,6 +118,16 @@ class CampaignExists(Conflict):
     default_message = "A campaign with this id already exists."
 
 
+class CampaignChanged(Conflict):
+    error_code = "CAMPAIGN_CHANGED"
+    default_message = "The campaign was changed by someone else since you loaded it."
+
+
+class CampaignNotEnded(Conflict):
+    error_code = "CAMPAIGN_NOT_ENDED"
+    default_message = "Only an ended campaign can be archived."
+
+
 class TooManyWebhooks(Conflict):
     error_code = "TOO_MANY_WEBHOOKS"
     default_message = "This campaign has as many webhooks as it may have."

@@ -143,6 +143,11 @@ class CampaignRecord(BaseModel):
     codes_total: int = 0
     # The widest max_per_user ever set: a shopper may hold claims in slots up to it.
     slots_ceiling: int = 1
+    # Bumped by every admin edit (not by imports or sales): a save made from an older version
+    # is refused, not silently applied over another admin's edit.
+    version: int = 0
+    # Archived campaigns (ended, kept for their claims and reports) are left out of lists.
+    archived: bool = False
     created_at: datetime
     updated_at: datetime
 
@@ -205,6 +210,8 @@ class CampaignAdmin(BaseModel):
     identity: IdentityKind
     allowed_sign_in_providers: list[str] | None
     require_app_check: bool
+    version: int
+    archived: bool
     created_at: UtcTime
     updated_at: UtcTime
     stats: CampaignStats | None = None
@@ -212,3 +219,13 @@ class CampaignAdmin(BaseModel):
 
 class CampaignList(BaseModel):
     campaigns: list[CampaignAdmin]
+
+
+# What an admin edits, as the audit log shows it before and after a change.
+AUDITED_FIELDS = frozenset(CampaignUpdate.model_fields) | {"archived"}
+
+
+def audited(
+    record: CampaignRecord, names: frozenset[str] | set[str] = AUDITED_FIELDS
+) -> dict[str, Any]:
+    return record.model_dump(mode="json", include=set(names))

@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
+from shared.audit import store as audit_store
+from shared.audit.models import AuditAction, AuditContext
 from shared.campaigns import segments
-from shared.campaigns.models import MAX_CODES_PER_USER, CampaignRecord
-from shared.errors import CampaignExists, CampaignNotFound, RequestValidationFailed
+from shared.campaigns.models import AUDITED_FIELDS, MAX_CODES_PER_USER, CampaignRecord, audited
+from shared.errors import (
+    CampaignChanged,
+    CampaignExists,
+    CampaignNotEnded,
+    CampaignNotFound,
+    RequestValidationFailed,
+)
 from shared.gcp.firestore import Snapshot, campaign_ref, campaigns_collection
 
 
@@ -24,11 +32,22 @@ def _fields(record: CampaignRecord) -> dict[str, Any]:
     return record.model_dump(exclude={"campaign_id"})
 
 
-def create_campaign(db: firestore.Client, *, record: CampaignRecord) -> CampaignRecord:
-    """The campaign and its segments (see segments.py), in one atomic batch."""
+def create_campaign(
+    db: firestore.Client, *, record: CampaignRecord, audit: AuditContext | None = None
+) -> CampaignRecord:
+    """The campaign, its segments (see segments.py) and its audit entry, in one atomic batch."""
     batch = db.batch()
     batch.create(campaign_ref(db, record.campaign_id), _fields(record))
     segments.add_to_batch(batch, db, campaign_id=record.campaign_id)
+    if audit is not None:
+        entry = audit.entry(
+            AuditAction.CREATE,
+            campaign_id=record.campaign_id,
+            target=record.campaign_id,
+            after=audited(record),
+            version=record.version,
+        )
+        audit_store.add(batch, db, entry)
     try:
         batch.commit()
     except gexc.AlreadyExists as exc:
@@ -66,10 +85,26 @@ def list_campaigns(db: firestore.Client, *, limit: int = 1000) -> list[CampaignR
     return [record_from_snapshot(s) for s in query.stream()]
 
 
+def update_action(before: dict[str, Any], after: dict[str, Any]) -> AuditAction:
+    """How the audit log names an edit: a pause or resume alone is named as such."""
+    if set(after) == {"paused"}:
+        return AuditAction.PAUSE if after["paused"] else AuditAction.RESUME
+    return AuditAction.UPDATE
+
+
 def update_campaign(
-    db: firestore.Client, *, campaign_id: str, changes: Mapping[str, Any], now: datetime
+    db: firestore.Client,
+    *,
+    campaign_id: str,
+    changes: Mapping[str, Any],
+    now: datetime,
+    audit: AuditContext | None = None,
+    expected_version: int | None = None,
+    action: AuditAction | None = None,
 ) -> CampaignRecord:
-    """Apply changes in a transaction so the merged window is validated against fresh data."""
+    """Apply changes in a transaction so the merged window is validated against fresh data, and
+    record them (fields that changed, before and after) in the same commit. With
+    `expected_version`, a campaign edited since that version is left as it is (CampaignChanged)."""
     ref = campaign_ref(db, campaign_id)
 
     @firestore.transactional
@@ -78,22 +113,88 @@ def update_campaign(
         if not snapshot.exists:
             raise CampaignNotFound(f"Campaign {campaign_id!r} does not exist.")
         current = record_from_snapshot(snapshot)
-        merged = current.model_copy(update={**changes, "updated_at": now})
+        if expected_version is not None and current.version != expected_version:
+            raise CampaignChanged(
+                f"Campaign {campaign_id!r} was changed by someone else since version "
+                f"{expected_version} (it is at version {current.version}): reload it, then save."
+            )
+        version = current.version + 1
+        merged = current.model_copy(update={**changes, "updated_at": now, "version": version})
         if merged.ends_at <= merged.starts_at:
             raise RequestValidationFailed("ends_at must be after starts_at")
         # Claims are keyed on the identity: a new one would let every shopper claim again.
         if merged.identity != current.identity and now >= current.starts_at:
             raise RequestValidationFailed("identity cannot change once the campaign has started")
-        update: dict[str, Any] = {**changes, "updated_at": now}
+        update: dict[str, Any] = {**changes, "updated_at": now, "version": version}
         # claims/me reads every slot a shopper may hold, so remember the widest limit ever set.
         if merged.max_per_user > current.slots_ceiling:
             update["slots_ceiling"] = min(merged.max_per_user, MAX_CODES_PER_USER)
             merged = merged.model_copy(update={"slots_ceiling": update["slots_ceiling"]})
         transaction.update(ref, update)
+        if audit is not None:
+            names = {n for n in changes if n in AUDITED_FIELDS}
+            before, after = audited(current, names), audited(merged, names)
+            differ = {n for n in names if before[n] != after[n]}
+            before = {n: v for n, v in before.items() if n in differ}
+            after = {n: v for n, v in after.items() if n in differ}
+            entry = audit.entry(
+                action or update_action(before, after),
+                campaign_id=campaign_id,
+                target=campaign_id,
+                before=before,
+                after=after,
+                version=version,
+            )
+            audit_store.add(transaction, db, entry)
         return merged
 
     result: CampaignRecord = apply(db.transaction())
     return result
+
+
+def end_campaign(
+    db: firestore.Client, *, campaign_id: str, now: datetime, audit: AuditContext
+) -> CampaignRecord:
+    """End the sale now: its window closes at this moment (claims answer CAMPAIGN_NOT_ACTIVE).
+    A campaign already over is left as it is, and nothing is recorded."""
+    current = get_campaign(db, campaign_id=campaign_id)
+    if current.ends_at <= now:
+        return current
+    # A campaign that has not started yet ends as it would have begun: at once.
+    changes: dict[str, Any] = {"ends_at": now}
+    if current.starts_at >= now:
+        changes["starts_at"] = now - timedelta(microseconds=1)
+    return update_campaign(
+        db,
+        campaign_id=campaign_id,
+        changes=changes,
+        now=now,
+        audit=audit,
+        expected_version=current.version,
+        action=AuditAction.END,
+    )
+
+
+def archive_campaign(
+    db: firestore.Client, *, campaign_id: str, now: datetime, audit: AuditContext
+) -> CampaignRecord:
+    """Hide an ended campaign from lists; its codes, claims and reports stay readable."""
+    current = get_campaign(db, campaign_id=campaign_id)
+    if current.ends_at > now:
+        raise CampaignNotEnded(
+            f"Campaign {campaign_id!r} has not ended: end it first, then archive it."
+        )
+    if current.archived:
+        return current
+    return update_campaign(
+        db,
+        campaign_id=campaign_id,
+        changes={"archived": True},
+        now=now,
+        audit=audit,
+        expected_version=current.version,
+        action=AuditAction.ARCHIVE,
+    )
 
 
 def mark_sold_out(

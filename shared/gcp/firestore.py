@@ -15,6 +15,7 @@ outbox/{event_id}                                        events waiting to be pu
 webhooks/{webhook_id}                                    a campaign's webhook and its drain lease
 webhooks/{webhook_id}/deliveries/{event_id}              one event's delivery to that webhook
 campaign_webhooks/{campaign_id}                          the campaign's webhooks and their events
+audit/{entry_id}                                         an admin's change: who, what, before, after
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ OUTBOX = "outbox"
 WEBHOOKS = "webhooks"
 DELIVERIES = "deliveries"
 CAMPAIGN_WEBHOOKS = "campaign_webhooks"
+AUDIT = "audit"
 
 
 def make_client(project_id: str) -> firestore.Client:
@@ -174,3 +176,7 @@ def deliveries_collection(db: firestore.Client, webhook_id: str) -> firestore.Co
 
 def campaign_webhooks_ref(db: firestore.Client, campaign_id: str) -> firestore.DocumentReference:
     return db.collection(CAMPAIGN_WEBHOOKS).document(campaign_id)
+
+
+def audit_collection(db: firestore.Client) -> firestore.CollectionReference:
+    return db.collection(AUDIT)

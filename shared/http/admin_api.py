@@ -9,6 +9,8 @@ import re
 import flask
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
+from shared.audit import store as audit_store
+from shared.audit.models import Actor, AuditContext, AuditEntryPublic, AuditList, AuditQuery
 from shared.campaigns import service as campaign_service
 from shared.campaigns import store as campaign_store
 from shared.campaigns.models import (
@@ -27,13 +29,16 @@ from shared.claims.models import (
 )
 from shared.clock import utcnow
 from shared.errors import (
+    CampaignChanged,
     CampaignExists,
+    CampaignNotEnded,
     CampaignNotFound,
     CodeAlreadyRedeemed,
     CodeNotClaimed,
     CodeNotFound,
     Contended,
     JobNotFound,
+    RequestValidationFailed,
     TooManyWebhooks,
     WebhookNotFound,
     WebhookUrlNotAllowed,
@@ -43,6 +48,7 @@ from shared.http import openapi, shopify
 from shared.http.routing import (
     Access,
     Call,
+    ErrorBody,
     Router,
     campaign_id_param,
     json_response,
@@ -70,7 +76,8 @@ from shared.webhooks.models import (
 _JOB_ID: TypeAdapter[str] = TypeAdapter(JobId)
 _WEBHOOK_ID = re.compile(r"^wh_[a-f0-9]{16}$")
 
-router = Router(title="codedrop admin_api")
+# CORS for the console (web/console/), whose origin is listed in CODEDROP_CORS_ORIGINS.
+router = Router(title="codedrop admin_api", cors=True)
 ADMIN = Access.ADMIN
 REDEEMER = Access.REDEEMER
 # Shopify sends other topics to a URL only if it was subscribed to them; they are acknowledged
@@ -81,6 +88,37 @@ REDEEMING_TOPICS = {"orders/create"}
 class CampaignFilter(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     status: CampaignStatus | None = None
+    include_archived: bool = False
+
+
+class CampaignChangedAnswer(ErrorBody):
+    """A save refused because the campaign changed since the version it was made from."""
+
+    current: CampaignAdmin
+    changes: list[AuditEntryPublic]
+
+
+# `If-Match` on PATCH: the campaign's `version` the edit was made from ("3", or the quoted "\"3\"").
+IF_MATCH = "If-Match"
+_IF_MATCH = re.compile(r'^(?:W/)?"?([0-9]{1,12})"?$')
+
+
+def expected_version(call: Call) -> int | None:
+    raw = call.request.headers.get(IF_MATCH)
+    if raw is None:
+        return None
+    match = _IF_MATCH.match(raw.strip())
+    if match is None:
+        raise RequestValidationFailed(
+            'If-Match must be the campaign\'s version as GET returns it, e.g. "3".'
+        )
+    return int(match[1])
+
+
+def audit_context(call: Call) -> AuditContext:
+    """Who is acting, for the audit entry written with the change."""
+    user = call.user
+    return AuditContext(actor=Actor(uid=user.user_id, email=user.email), at=utcnow())
 
 
 class ReportQuery(BaseModel):
@@ -109,24 +147,31 @@ def openapi_document(call: Call) -> flask.Response:
 )
 def create_campaign(call: Call) -> flask.Response:
     data = call.body_as(CampaignCreate)
-    now = utcnow()
-    record = campaign_service.create_campaign(call.services.db, data=data, now=now)
-    return json_response(campaign_service.admin_view(record, now=now, stats=None), 201)
+    audit = audit_context(call)
+    record = campaign_service.create_campaign(
+        call.services.db, data=data, now=audit.at, audit=audit
+    )
+    return json_response(campaign_service.admin_view(record, now=audit.at, stats=None), 201)
 
 
 @router.route(
     "/v1/campaigns",
     methods=["GET"],
     access=ADMIN,
-    summary="List campaigns, newest first.",
+    summary="List campaigns, newest first, each with its stats (archived ones on request).",
     query=CampaignFilter,
     responses={200: CampaignList},
 )
 def list_campaigns(call: Call) -> flask.Response:
     query = call.query_as(CampaignFilter)
-    now = utcnow()
-    records = campaign_service.list_campaigns(call.services.db, status=query.status, now=now)
-    views = [campaign_service.admin_view(r, now=now, stats=None) for r in records]
+    services, now = call.services, utcnow()
+    records = campaign_service.list_campaigns(
+        services.db, status=query.status, now=now, include_archived=query.include_archived
+    )
+    views = [
+        campaign_service.admin_view(r, now=now, stats=services.usage.recent_stats(r, now=now))
+        for r in records
+    ]
     return json_response(CampaignList(campaigns=views))
 
 
@@ -149,19 +194,83 @@ def get_campaign(call: Call, campaign_id: str) -> flask.Response:
     "/v1/campaigns/<campaign_id>",
     methods=["PATCH"],
     access=ADMIN,
-    summary="Change a campaign's title, window, limits, pause or waiting room.",
+    summary=(
+        "Change a campaign's title, window, limits, pause or waiting room; with If-Match (the "
+        "version it was made from) an edit over someone else's is refused, with what changed."
+    ),
     body=CampaignUpdate,
     responses={200: CampaignAdmin},
-    raises=[CampaignNotFound],
+    raises=[CampaignNotFound, CampaignChanged],
+    error_bodies={CampaignChanged: CampaignChangedAnswer},
+    headers={IF_MATCH: {"type": "string", "pattern": _IF_MATCH.pattern}},
 )
 def update_campaign(call: Call, campaign_id: str) -> flask.Response:
     data = call.body_as(CampaignUpdate)
-    services, now = call.services, utcnow()
+    services, audit = call.services, audit_context(call)
     record = campaign_service.update_campaign(
-        services.db, campaign_id=campaign_id_param(campaign_id), data=data, now=now
+        services.db,
+        campaign_id=campaign_id_param(campaign_id),
+        data=data,
+        now=audit.at,
+        audit=audit,
+        expected_version=expected_version(call),
     )
-    stats = services.usage.stats(record, now=now)
-    return json_response(campaign_service.admin_view(record, now=now, stats=stats))
+    stats = services.usage.stats(record, now=audit.at)
+    return json_response(campaign_service.admin_view(record, now=audit.at, stats=stats))
+
+
+@router.route(
+    "/v1/campaigns/<campaign_id>:end",
+    methods=["POST"],
+    access=ADMIN,
+    summary="End the sale now (claims then answer CAMPAIGN_NOT_ACTIVE); a no-op once ended.",
+    responses={200: CampaignAdmin},
+    raises=[CampaignNotFound, CampaignChanged],
+)
+def end_campaign(call: Call, campaign_id: str) -> flask.Response:
+    services, audit = call.services, audit_context(call)
+    record = campaign_store.end_campaign(
+        services.db, campaign_id=campaign_id_param(campaign_id), now=audit.at, audit=audit
+    )
+    stats = services.usage.stats(record, now=audit.at)
+    return json_response(campaign_service.admin_view(record, now=audit.at, stats=stats))
+
+
+@router.route(
+    "/v1/campaigns/<campaign_id>:archive",
+    methods=["POST"],
+    access=ADMIN,
+    summary="Archive an ended campaign: left out of lists, its claims and reports kept.",
+    responses={200: CampaignAdmin},
+    raises=[CampaignNotFound, CampaignNotEnded, CampaignChanged],
+)
+def archive_campaign(call: Call, campaign_id: str) -> flask.Response:
+    services, audit = call.services, audit_context(call)
+    record = campaign_store.archive_campaign(
+        services.db, campaign_id=campaign_id_param(campaign_id), now=audit.at, audit=audit
+    )
+    return json_response(campaign_service.admin_view(record, now=audit.at, stats=None))
+
+
+@router.route(
+    "/v1/audit",
+    methods=["GET"],
+    access=ADMIN,
+    summary="The audit log, newest first: who changed what, when, before and after.",
+    query=AuditQuery,
+    responses={200: AuditList},
+)
+def audit_log(call: Call) -> flask.Response:
+    query = call.query_as(AuditQuery)
+    entries, token = audit_store.list_entries(
+        call.services.db,
+        campaign_id=query.campaign_id,
+        limit=query.limit,
+        page_token=query.page_token,
+    )
+    return json_response(
+        AuditList(entries=[audit_store.public(e) for e in entries], next_page_token=token)
+    )
 
 
 @router.route(
@@ -176,7 +285,7 @@ def update_campaign(call: Call, campaign_id: str) -> flask.Response:
 def generate_codes(call: Call, campaign_id: str) -> flask.Response:
     spec = call.body_as(GenerateCodes)
     job = call.services.intake.request_generation(
-        campaign_id=campaign_id_param(campaign_id), spec=spec
+        campaign_id=campaign_id_param(campaign_id), spec=spec, audit=audit_context(call)
     )
     return json_response(JobAccepted(job_id=job.job_id), 202)
 
@@ -272,7 +381,7 @@ def webhook_id_param(value: str) -> str:
 def create_webhook(call: Call, campaign_id: str) -> flask.Response:
     data = call.body_as(WebhookCreate)
     created = call.services.webhooks.subscribe(
-        campaign_id=campaign_id_param(campaign_id), data=data
+        campaign_id=campaign_id_param(campaign_id), data=data, audit=audit_context(call)
     )
     return json_response(created, 201)
 
@@ -300,7 +409,9 @@ def list_webhooks(call: Call, campaign_id: str) -> flask.Response:
 )
 def delete_webhook(call: Call, campaign_id: str, webhook_id: str) -> flask.Response:
     call.services.webhooks.unsubscribe(
-        campaign_id=campaign_id_param(campaign_id), webhook_id=webhook_id_param(webhook_id)
+        campaign_id=campaign_id_param(campaign_id),
+        webhook_id=webhook_id_param(webhook_id),
+        audit=audit_context(call),
     )
     return flask.Response(status=204)
 

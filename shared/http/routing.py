@@ -257,9 +257,11 @@ class Cors:
     `null` included, is ever echoed unless it was listed."""
 
     origins: tuple[str, ...]
-    # Every header web/codedrop.js sends (App Check's only when the page provides a token).
+    # Every header web/codedrop.js sends (App Check's only when the page provides a token), and
+    # the console's If-Match (a campaign edit's version).
     allow_headers: str = (
-        "Authorization, Content-Type, Idempotency-Key, X-Waiting-Room-Ticket, X-Firebase-AppCheck"
+        "Authorization, Content-Type, Idempotency-Key, X-Waiting-Room-Ticket, X-Firebase-AppCheck,"
+        " If-Match"
     )
     expose_headers: str = "Retry-After"
 

@@ -28,6 +28,7 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 from google.cloud.storage import Client as StorageClient
 
+from shared.audit.models import AuditAction, AuditContext
 from shared.campaigns import store as campaign_store
 from shared.errors import CampaignNotFound, shown
 from shared.gcp import storage as storage_objects
@@ -270,7 +271,9 @@ class IntakeService:
         return done
 
     # --- generation -----------------------------------------------------------------------
-    def request_generation(self, *, campaign_id: str, spec: GenerateCodes) -> JobRecord:
+    def request_generation(
+        self, *, campaign_id: str, spec: GenerateCodes, audit: AuditContext | None = None
+    ) -> JobRecord:
         """Record the job and drop a request object; the import function does the work."""
         campaign_store.get_campaign(self._db, campaign_id=campaign_id)
         now = self._clock()
@@ -287,7 +290,15 @@ class IntakeService:
             created_at=now,
             updated_at=now,
         )
-        job_store.create_job(self._db, job=job)
+        entry = None
+        if audit is not None:
+            entry = audit.entry(
+                AuditAction.GENERATE,
+                campaign_id=campaign_id,
+                target=job_id,
+                after=spec.model_dump(mode="json"),
+            )
+        job_store.create_job(self._db, job=job, audit=entry)
         storage_objects.write_json_if_absent(
             self._storage,
             bucket=self._settings.imports_bucket,

@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 # threshold it checks after every claim.
 STOCK_CHECK_SECONDS = 0.5
 STOCK_CHECK_MARGIN = 64
+# Consoles (the campaign list, the live view) read the counters through a per-instance cache
+# this old at most: a hundred consoles refreshing every 2 s cost the reads of one.
+CONSOLE_CACHE_SECONDS = 1.0
 
 
 class UsageService:
@@ -52,6 +55,9 @@ class UsageService:
         self._last_check: dict[str, tuple[float, int]] = {}
         # claimed - released, by campaign
         self._taken: RecentReads[str, int] = RecentReads(max_age=stock_cache_seconds)
+        self._console_totals: RecentReads[str, CounterTotals] = RecentReads(
+            max_age=CONSOLE_CACHE_SECONDS
+        )
         self._lock = threading.Lock()
         self._reader = ReadCoalescer(db=db)
 
@@ -253,27 +259,16 @@ class UsageService:
 
     # --- reading ------------------------------------------------------------------------------
     def stats(self, campaign: CampaignRecord, *, now: datetime) -> CampaignStats:
-        totals = self._counters.totals(campaign.campaign_id)
-        remaining = 0 if campaign.sold_out else max(_free(campaign, totals), 0)
-        # The last 60 s: this minute so far plus the part of the previous minute still inside.
-        this_minute = totals.claimed_by_minute.get(minute_key(now), 0)
-        previous = totals.claimed_by_minute.get(minute_key(now - timedelta(minutes=1)), 0)
-        elapsed = now.second + now.microsecond / 1e6
-        last_minute = round(this_minute + previous * (60 - elapsed) / 60)
-        projected = None
-        if remaining > 0 and last_minute > 0:
-            projected = now + timedelta(seconds=remaining * 60 / last_minute)
-        return CampaignStats(
-            codes_total=campaign.codes_total,
-            claimed=totals.claimed,
-            remaining=remaining,
-            # Events may arrive out of order: a release counted before its hold reads -1 here.
-            held=max(totals.held, 0),
-            redeemed=totals.redeemed,
-            released=totals.released,
-            claims_last_minute=last_minute,
-            projected_sold_out_at=projected,
-        )
+        return stats_of(campaign, self._counters.totals(campaign.campaign_id), now=now)
+
+    def recent_totals(self, campaign_id: str) -> CounterTotals:
+        """The counters as read at most CONSOLE_CACHE_SECONDS ago by this instance."""
+        return self._console_totals.get(campaign_id, lambda: self._counters.totals(campaign_id))
+
+    def recent_stats(self, campaign: CampaignRecord, *, now: datetime) -> CampaignStats:
+        """Stats for consoles, from recent_totals (one read of the shards per campaign and
+        instance a second, however many consoles look)."""
+        return stats_of(campaign, self.recent_totals(campaign.campaign_id), now=now)
 
     def remaining(self, campaign: CampaignRecord) -> int:
         """Codes left, from the counters; cached briefly per instance, so a landing page
@@ -310,6 +305,30 @@ class UsageService:
             released=totals.released,
             series=[ReportPoint(period_start=at, **periods[at]) for at in sorted(periods)],
         )
+
+
+def stats_of(campaign: CampaignRecord, totals: CounterTotals, *, now: datetime) -> CampaignStats:
+    """A campaign's stats from its counters' totals."""
+    remaining = 0 if campaign.sold_out else max(_free(campaign, totals), 0)
+    # The last 60 s: this minute so far plus the part of the previous minute still inside.
+    this_minute = totals.claimed_by_minute.get(minute_key(now), 0)
+    previous = totals.claimed_by_minute.get(minute_key(now - timedelta(minutes=1)), 0)
+    elapsed = now.second + now.microsecond / 1e6
+    last_minute = round(this_minute + previous * (60 - elapsed) / 60)
+    projected = None
+    if remaining > 0 and last_minute > 0:
+        projected = now + timedelta(seconds=remaining * 60 / last_minute)
+    return CampaignStats(
+        codes_total=campaign.codes_total,
+        claimed=totals.claimed,
+        remaining=remaining,
+        # Events may arrive out of order: a release counted before its hold reads -1 here.
+        held=max(totals.held, 0),
+        redeemed=totals.redeemed,
+        released=totals.released,
+        claims_last_minute=last_minute,
+        projected_sold_out_at=projected,
+    )
 
 
 def _matches(

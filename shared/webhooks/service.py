@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 
 from google.cloud import firestore
 
+from shared.audit.models import AuditAction, AuditContext
 from shared.campaigns import store as campaign_store
 from shared.errors import TooManyWebhooks, WebhookNotFound, WebhookUrlNotAllowed
 from shared.events.models import Event
@@ -70,7 +71,9 @@ class WebhookService:
             return self._box
 
     # --- subscriptions (admin_api) --------------------------------------------------------------
-    def subscribe(self, *, campaign_id: str, data: WebhookCreate) -> WebhookCreated:
+    def subscribe(
+        self, *, campaign_id: str, data: WebhookCreate, audit: AuditContext | None = None
+    ) -> WebhookCreated:
         campaign_store.get_campaign(self._db, campaign_id=campaign_id)
         try:
             url = self._addresses.check_url(data.url, self._resolve)
@@ -88,7 +91,17 @@ class WebhookService:
             max_in_flight=data.max_in_flight,
             created_at=self._clock(),
         )
-        if not store.create_webhook(self._db, record=record, limit=MAX_WEBHOOKS_PER_CAMPAIGN):
+        entry = None
+        if audit is not None:
+            entry = audit.entry(
+                AuditAction.WEBHOOK_CREATE,
+                campaign_id=campaign_id,
+                target=webhook_id,
+                after={"url": url, "events": list(data.events)},
+            )
+        if not store.create_webhook(
+            self._db, record=record, limit=MAX_WEBHOOKS_PER_CAMPAIGN, audit=entry
+        ):
             raise TooManyWebhooks(
                 f"A campaign has at most {MAX_WEBHOOKS_PER_CAMPAIGN} webhooks; delete one first."
             )
@@ -107,9 +120,19 @@ class WebhookService:
             raise WebhookNotFound(f"Campaign {campaign_id!r} has no webhook {webhook_id!r}.")
         return record
 
-    def unsubscribe(self, *, campaign_id: str, webhook_id: str) -> None:
-        self._owned(campaign_id, webhook_id)
-        store.delete_webhook(self._db, webhook_id=webhook_id, campaign_id=campaign_id)
+    def unsubscribe(
+        self, *, campaign_id: str, webhook_id: str, audit: AuditContext | None = None
+    ) -> None:
+        record = self._owned(campaign_id, webhook_id)
+        entry = None
+        if audit is not None:
+            entry = audit.entry(
+                AuditAction.WEBHOOK_DELETE,
+                campaign_id=campaign_id,
+                target=webhook_id,
+                before={"url": record.url, "events": list(record.events)},
+            )
+        store.delete_webhook(self._db, webhook_id=webhook_id, campaign_id=campaign_id, audit=entry)
         log.info("webhook deleted", extra={"webhook_id": webhook_id, "campaign_id": campaign_id})
 
     def deliveries(self, *, campaign_id: str, webhook_id: str, limit: int) -> DeliveryList:

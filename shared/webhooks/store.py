@@ -32,6 +32,8 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
+from shared.audit import store as audit_store
+from shared.audit.models import AuditEntry
 from shared.errors import Contended
 from shared.gcp.batched_reads import ReadCoalescer
 from shared.gcp.firestore import (
@@ -162,27 +164,35 @@ def _change(
     raise Contended("The campaign's webhooks are changing; retry shortly.", retry_after=1)
 
 
-def create_webhook(db: firestore.Client, *, record: WebhookRecord, limit: int) -> bool:
-    """Create the webhook and add it to its campaign's list, in one guarded batch; False, and
-    nothing written, when the campaign has `limit` webhooks already."""
+def create_webhook(
+    db: firestore.Client, *, record: WebhookRecord, limit: int, audit: AuditEntry | None = None
+) -> bool:
+    """Create the webhook and add it to its campaign's list (and the audit log), in one guarded
+    batch; False, and nothing written, when the campaign has `limit` webhooks already."""
 
     def create(listing: Listing, batch: firestore.WriteBatch) -> bool:
         if len(listing) >= limit:
             return False
         listing.update(_listing([record]))
         batch.create(webhook_ref(db, record.webhook_id), record.model_dump(exclude={"webhook_id"}))
+        if audit is not None:
+            audit_store.add(batch, db, audit)
         return True
 
     return _change(db, record.campaign_id, create)
 
 
-def delete_webhook(db: firestore.Client, *, webhook_id: str, campaign_id: str) -> None:
+def delete_webhook(
+    db: firestore.Client, *, webhook_id: str, campaign_id: str, audit: AuditEntry | None = None
+) -> None:
     """The subscription goes at once, from its campaign's list too; its deliveries stay
     readable until their TTL and are never attempted again (a drain needs the webhook)."""
 
     def delete(listing: Listing, batch: firestore.WriteBatch) -> bool:
         listing.pop(webhook_id, None)
         batch.delete(webhook_ref(db, webhook_id))
+        if audit is not None:
+            audit_store.add(batch, db, audit)
         return True
 
     _change(db, campaign_id, delete)
