@@ -26,6 +26,14 @@ const EXPLAINED = {
   CONTENDED: "codedrop is busy right now. Wait a moment and try again.",
 };
 
+// Firebase Auth's answers to renewing an ID token that mean the admin must sign in again.
+const SESSION_ENDED = new Set([
+  "auth/user-token-expired",
+  "auth/invalid-user-token",
+  "auth/user-disabled",
+  "auth/user-not-found",
+]);
+
 /** A sentence for any error the console meets. */
 export function explain(error) {
   if (error instanceof ApiError) {
@@ -34,7 +42,7 @@ export function explain(error) {
     }
     return EXPLAINED[error.code] ?? error.message;
   }
-  if (error instanceof TypeError) {
+  if (error instanceof TypeError || error?.code === "auth/network-request-failed") {
     return "codedrop cannot be reached. Check your connection and try again.";
   }
   return error?.message || "Something went wrong. Try again.";
@@ -49,7 +57,13 @@ export function createApi({ base, auth, onExpired, storageProxy = null }) {
    * sign-in counts as expired. */
   async function send(method, path, { body, headers = {} } = {}) {
     for (const force of [false, true]) {
-      const token = await auth.idToken(force);
+      let token;
+      try {
+        token = await auth.idToken(force);
+      } catch (error) {
+        // The session cannot be renewed (revoked, expired, account disabled): sign in again.
+        if (!SESSION_ENDED.has(error?.code)) throw error;
+      }
       if (!token) break;
       const init = { method, headers: { ...headers, Authorization: `Bearer ${token}` } };
       if (body !== undefined) {

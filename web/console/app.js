@@ -16,6 +16,7 @@ import { renderLive } from "./live.js";
 import { renderWebhooks } from "./webhooks.js";
 
 const main = document.getElementById("main");
+const EXPIRED = "Your sign-in has expired. Sign in again to carry on.";
 const notice = document.getElementById("notice");
 const TABS = {
   live: renderLive,
@@ -84,7 +85,8 @@ const FORM_FIELDS = [
 ];
 
 /** The create or edit form; `campaign` null creates. Resolves with the saved campaign. */
-function campaignForm(campaign, { onSaved, onCancel }) {
+function campaignForm(loaded, { onSaved, onCancel }) {
+  let campaign = loaded;
   const now = new Date();
   now.setSeconds(0, 0);
   const start = campaign ? campaign.starts_at : new Date(now.getTime() + 3600_000).toISOString();
@@ -212,6 +214,8 @@ function campaignForm(campaign, { onSaved, onCancel }) {
       onSaved(saved);
     } catch (failure) {
       showFormError(error, failure);
+      // Saving again applies this admin's values over the other admin's, knowingly.
+      if (failure?.code === "CAMPAIGN_CHANGED" && failure.body?.current) campaign = failure.body.current;
     } finally {
       save.disabled = false;
     }
@@ -229,7 +233,7 @@ function sameValue(a, b) {
 /** A form's error: the sentence, and for a refused save the other admin's changes. */
 function showFormError(slot, failure) {
   slot.replaceChildren(h("p", {}, explain(failure)));
-  const changes = failure?.body?.details?.changes;
+  const changes = failure?.body?.changes;
   if (failure?.code === "CAMPAIGN_CHANGED" && Array.isArray(changes) && changes.length) {
     slot.append(
       h("ul", { class: "changes", dataset: { testid: "conflict-changes" } },
@@ -380,7 +384,14 @@ async function start() {
     storageProxy: config.storageProxy,
     onExpired: () => {
       expired = true;
-      auth.signOut();
+      // Firebase may have signed the admin out already (a refused renewal): then no sign-out
+      // event comes, and the sign-in is shown here.
+      auth.signOut().then(() => {
+        if (!expired) return;
+        expired = false;
+        show("sign-in");
+        say(EXPIRED);
+      });
     },
   });
   ctx = { api, auth, config, admin: false, campaign: null, showCampaign, say };
@@ -428,7 +439,7 @@ async function start() {
     ctx.admin = false;
     if (!user) {
       show("sign-in");
-      say(expired ? "Your sign-in has expired. Sign in again to carry on." : "", "error");
+      say(expired ? EXPIRED : "", "error");
       expired = false;
       return;
     }

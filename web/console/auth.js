@@ -13,6 +13,9 @@ import {
 // Firebase's error codes, in a marketer's words.
 const SIGN_IN_ERRORS = {
   "auth/invalid-credential": "That email and password do not match an account.",
+  // Projects without email enumeration protection (and the Auth emulator) say which was wrong.
+  "auth/user-not-found": "That email and password do not match an account.",
+  "auth/wrong-password": "That email and password do not match an account.",
   "auth/invalid-email": "That does not look like an email address.",
   "auth/user-disabled": "This account has been disabled. Ask an admin of your team.",
   "auth/too-many-requests": "Too many attempts. Wait a minute and try again.",
