@@ -212,13 +212,10 @@ def _sdk_launcher(relative: Path, component: str) -> Path:
 
 
 def _storage_command() -> list[str]:
-    # The console script sits next to the interpreter in a virtualenv; do not resolve
-    # sys.executable, which would leave the venv.
-    script = Path(sys.executable).parent / "gcp-storage-emulator"
-    if script.is_file():
-        return [str(script)]
+    # The emulator with the CORS answers a browser upload needs (emulator/storage_cors.py), run
+    # by this interpreter, which has the emulator installed.
     if importlib.util.find_spec("gcp_storage_emulator") is not None:
-        return [sys.executable, "-m", "gcp_storage_emulator"]
+        return [sys.executable, str(Path(__file__).with_name("storage_cors.py"))]
     raise EmulatorUnavailable(
         f"gcp-storage-emulator is not installed for {sys.executable}. {STORAGE_HINT}"
     )

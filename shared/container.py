@@ -21,6 +21,7 @@ from shared.claims.holds import HoldReleaser
 from shared.claims.redemption import RedemptionService
 from shared.claims.service import ClaimService
 from shared.clock import utcnow
+from shared.control.live import LiveService
 from shared.events.bus import EventBus
 from shared.events.models import sold_out
 from shared.gcp import firestore as gcp_firestore
@@ -178,6 +179,13 @@ class Services:
                 clock=utcnow,
                 stock_cache_seconds=self.settings.stock_cache_seconds,
             ),
+        )
+
+    @property
+    def live(self) -> LiveService:
+        return self._once(
+            "live",
+            lambda: LiveService(db=self.db, usage=self.usage, room=self.room, clock=utcnow),
         )
 
     @property

@@ -85,6 +85,24 @@ def open_text_writer(
     return writer
 
 
+def open_upload_session(
+    client: StorageClient,
+    *,
+    bucket: str,
+    name: str,
+    content_type: str,
+    origin: str | None,
+    metadata: dict[str, str],
+) -> str:
+    """A resumable upload session for `name` (Cloud Storage's browser-upload pattern): whoever
+    holds the returned URL may PUT the object's bytes to it, for a week, without credentials.
+    With `origin`, Cloud Storage answers the session's requests with CORS for that origin."""
+    blob = client.bucket(bucket).blob(name)
+    blob.metadata = metadata
+    url: str = blob.create_resumable_upload_session(content_type=content_type, origin=origin)
+    return url
+
+
 def move_object(client: StorageClient, *, bucket: str, source: str, destination: str) -> int:
     """Copy `source` to `destination` inside the bucket (server side, whatever the size), then
     delete `source`; the new object's generation."""

@@ -55,11 +55,19 @@ from shared.http.routing import (
 )
 from shared.intake import jobs as job_store
 from shared.intake.csv_rows import MAX_CODE_LENGTH
-from shared.intake.models import GenerateCodes, JobAccepted, JobList, JobPublic
+from shared.intake.models import (
+    GenerateCodes,
+    JobAccepted,
+    JobList,
+    JobPublic,
+    UploadCreate,
+    UploadSession,
+)
 from shared.maintenance.models import SweepRequest, SweepResult
 from shared.types import JobId
 from shared.usage import reconciliation
 from shared.usage.models import (
+    LiveCounters,
     ReconcileRequest,
     ReconciliationReport,
     ReportGranularity,
@@ -291,6 +299,32 @@ def generate_codes(call: Call, campaign_id: str) -> flask.Response:
 
 
 @router.route(
+    "/v1/campaigns/<campaign_id>/uploads",
+    methods=["POST"],
+    access=ADMIN,
+    summary=(
+        "Open a resumable upload session for a CSV of codes: PUT the file to upload_url, "
+        "straight into imports/{campaign_id}/{name}; its import job follows."
+    ),
+    body=UploadCreate,
+    responses={201: UploadSession},
+    raises=[CampaignNotFound],
+)
+def open_upload(call: Call, campaign_id: str) -> flask.Response:
+    body = call.body_as(UploadCreate)
+    origin = call.request.headers.get("Origin")
+    allowed = call.services.settings.cors_origins
+    session = call.services.intake.open_upload(
+        campaign_id=campaign_id_param(campaign_id),
+        name=body.name,
+        # Cloud Storage answers the session's requests with CORS for this origin only.
+        origin=origin if origin is not None and (origin in allowed or "*" in allowed) else None,
+        audit=audit_context(call),
+    )
+    return json_response(session, 201)
+
+
+@router.route(
     "/v1/jobs/<job_id>",
     methods=["GET"],
     access=ADMIN,
@@ -338,6 +372,22 @@ def report(call: Call, campaign_id: str) -> flask.Response:
     services = call.services
     record = campaign_store.get_campaign(services.db, campaign_id=campaign_id_param(campaign_id))
     return json_response(services.usage.report(record, granularity=query.granularity))
+
+
+@router.route(
+    "/v1/campaigns/<campaign_id>/live",
+    methods=["GET"],
+    access=ADMIN,
+    summary=(
+        "The sale now, for a console refreshing every 2 s: remaining, claimed, held, redeemed, "
+        "released, queue, admissions and claims per minute, time to sell-out, a burn-down "
+        "(from the counters, shared by every console on an instance for 1 s)."
+    ),
+    responses={200: LiveCounters},
+    raises=[CampaignNotFound],
+)
+def live(call: Call, campaign_id: str) -> flask.Response:
+    return json_response(call.services.live.view(campaign_id_param(campaign_id)))
 
 
 @router.route(

@@ -135,6 +135,21 @@ class GenerateCodes(RequestBody):
     prefix: Annotated[str, StringConstraints(pattern=r"^[A-Z0-9-]{0,16}$")] = ""
 
 
+# A file name as a marketer's computer names it: no folder (no "/"), nothing hidden, a .csv.
+UPLOAD_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9 ._()+-]{0,99}\.[cC][sS][vV]$"
+
+
+class UploadCreate(RequestBody):
+    name: Annotated[str, StringConstraints(pattern=UPLOAD_NAME_PATTERN)]
+
+
+class UploadSession(BaseModel):
+    # PUT the file's bytes here (Content-Type: text/csv); no credentials needed, valid a week.
+    upload_url: str
+    bucket: str
+    object: str  # imports/{campaign_id}/{name}: its job appears in the campaign's jobs
+
+
 def codes_imported(job: JobRecord, *, now: datetime) -> CodesImported:
     return CodesImported(
         event_id=f"imported.{job.job_id}",

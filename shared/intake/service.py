@@ -28,6 +28,7 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 from google.cloud.storage import Client as StorageClient
 
+from shared.audit import store as audit_store
 from shared.audit.models import AuditAction, AuditContext
 from shared.campaigns import store as campaign_store
 from shared.errors import CampaignNotFound, shown
@@ -43,6 +44,7 @@ from shared.intake.models import (
     JobKind,
     JobRecord,
     JobState,
+    UploadSession,
 )
 from shared.intake.write_rate import RampLimiter, Unlimited
 from shared.settings import Settings
@@ -57,6 +59,7 @@ GENERATE_PATH = re.compile(
     r"^generate/(?P<campaign>[a-z0-9][a-z0-9_-]{0,62})/(?P<job>[\w-]+)\.json$"
 )
 PARENT_METADATA = "codedrop-generate-job"
+UPLOADED_BY_METADATA = "codedrop-uploaded-by"
 MAX_OBJECT_NAME = 1024  # Cloud Storage's limit, in bytes of UTF-8
 PROGRESS_EVERY_SECONDS = 2.0
 
@@ -269,6 +272,36 @@ class IntakeService:
         if outcome.parent is not None and outcome.parent.state is JobState.RUNNING:
             self._write_generated_round(outcome.parent)
         return done
+
+    # --- uploads from the console ----------------------------------------------------------
+    def open_upload(
+        self, *, campaign_id: str, name: str, origin: str | None, audit: AuditContext
+    ) -> UploadSession:
+        """A resumable upload session for `imports/{campaign_id}/{name}`: the browser sends the
+        file straight to the bucket, never through a function, and its import starts when the
+        object is finalized. The audit entry is written before the session's URL is handed
+        out, so no upload happens without it."""
+        campaign_store.get_campaign(self._db, campaign_id=campaign_id)
+        name_in_bucket = f"{IMPORTS_FOLDER}{campaign_id}/{name}"
+        url = storage_objects.open_upload_session(
+            self._storage,
+            bucket=self._settings.imports_bucket,
+            name=name_in_bucket,
+            content_type="text/csv",
+            origin=origin,
+            metadata={UPLOADED_BY_METADATA: audit.actor.uid},
+        )
+        entry = audit.entry(
+            AuditAction.UPLOAD,
+            campaign_id=campaign_id,
+            target=f"gs://{self._settings.imports_bucket}/{name_in_bucket}",
+            after={"name": name},
+        )
+        audit_store.record(self._db, entry)
+        log.info("upload session opened", extra={"object": name_in_bucket})
+        return UploadSession(
+            upload_url=url, bucket=self._settings.imports_bucket, object=name_in_bucket
+        )
 
     # --- generation -----------------------------------------------------------------------
     def request_generation(

@@ -25,7 +25,7 @@ from shared.gcp.firestore import (
     released_holds_collection,
 )
 from shared.usage.counters import CounterTotals, ShardedCounters, minute_key
-from shared.usage.models import ReportGranularity, ReportPoint, UsageReport
+from shared.usage.models import BurnDownPoint, ReportGranularity, ReportPoint, UsageReport
 
 log = logging.getLogger(__name__)
 
@@ -329,6 +329,30 @@ def stats_of(campaign: CampaignRecord, totals: CounterTotals, *, now: datetime) 
         claims_last_minute=last_minute,
         projected_sold_out_at=projected,
     )
+
+
+BURN_DOWN_MINUTES = 60
+
+
+def burn_down(
+    campaign: CampaignRecord, totals: CounterTotals, *, remaining: int, now: datetime
+) -> list[BurnDownPoint]:
+    """Claims a minute over the last hour of the sale (from its start), and the codes left at
+    the end of each minute: what is left now plus what was claimed after it."""
+    start = max(campaign.starts_at, now - timedelta(minutes=BURN_DOWN_MINUTES))
+    if start > now:
+        return []
+    first = start.replace(second=0, microsecond=0)
+    minutes = [
+        first + timedelta(minutes=n) for n in range(int((now - first).total_seconds() // 60) + 1)
+    ]
+    claimed = [totals.claimed_by_minute.get(minute_key(m), 0) for m in minutes]
+    points: list[BurnDownPoint] = []
+    left = remaining
+    for minute, count in zip(reversed(minutes), reversed(claimed), strict=True):
+        points.append(BurnDownPoint(minute=minute, claimed=count, remaining=left))
+        left += count
+    return points[::-1]
 
 
 def _matches(

@@ -59,6 +59,50 @@ def heartbeat_interval(done: int) -> float:
     return HEARTBEAT_SECONDS
 
 
+# The admission rate an operator sees is averaged over this many seconds of heartbeats.
+OBSERVED_SECONDS = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class RoomObservation:
+    """The room as its heartbeats tell it, for operators (an estimate: every instance publishes
+    its counts every couple of seconds)."""
+
+    queue_depth: int  # shoppers holding a ticket the threshold has not passed yet
+    admitted_per_second: float
+    instances: int  # instances whose heartbeat is recent
+
+
+def observe(shares: list[RoomShare], *, live: int, now: float, tick: float) -> RoomObservation:
+    """Queue depth and admission rate from the instances' published shares.
+
+    The room passed `base_passed` tickets before its base tick (the same at every settled
+    instance), and every admission since then (all instances) passed one more; what was issued
+    and not passed waits. A shopper let straight in while the room was open also counts as
+    admitted, so the depth errs low just after a queue forms, never high."""
+    if not shares:
+        return RoomObservation(queue_depth=0, admitted_per_second=0.0, instances=live)
+    issued = sum(share.before + sum(share.tickets) for share in shares)
+    base = max((s for s in shares if s.settled), key=lambda s: s.base_tick, default=None)
+
+    def admitted(first: int, last: int) -> int:
+        total = 0
+        for share in shares:
+            start = max(first, share.first_tick) - share.first_tick
+            end = min(last, share.first_tick + len(share.admitted)) - share.first_tick
+            total += sum(share.admitted[start:end]) if end > start else 0
+        return total
+
+    depth = 0.0
+    if base is not None:
+        passed = base.base_passed + admitted(base.base_tick, math.floor(now / tick) + 1)
+        depth = max(0.0, issued - passed)
+    window = max(1, round(OBSERVED_SECONDS / tick))
+    current = math.floor(now / tick)  # still filling: left out of the rate
+    rate = admitted(current - window, current) / (window * tick)
+    return RoomObservation(queue_depth=round(depth), admitted_per_second=rate, instances=live)
+
+
 @dataclass(frozen=True, slots=True)
 class RoomPass:
     ticket: str | None  # to hand back (cookie) so the next request keeps its place
@@ -225,6 +269,22 @@ class WaitingRoomService:
                 "estimated_wait_seconds": round(wait, 1) if math.isfinite(wait) else None,
             },
         )
+
+    def observe(self, campaign_id: str) -> RoomObservation:
+        """The room of a campaign as operators see it: one query of its heartbeats (one read per
+        instance that served it)."""
+        now = self._clock()
+        shares: list[RoomShare] = []
+        live = 0
+        for snapshot in room_instances_collection(self._db, campaign_id).stream():
+            data = snapshot.to_dict() or {}
+            if now - float(data.get("seen_at", 0)) < LIVE_SECONDS:
+                live += 1
+            try:
+                shares.append(RoomShare.from_fields(data["share"]))
+            except (KeyError, UnreadableShare):
+                continue  # another version's heartbeat: its counts cannot be read
+        return observe(shares, live=live, now=now, tick=self._settings.waiting_room_tick_seconds)
 
     def status(self, campaign: CampaignRecord) -> WaitingRoomStatus:
         if not campaign.waiting_room_enabled:
