@@ -2,12 +2,10 @@
 tests): web/example at /, web/codedrop.js beside it, web/console at /console/ with uPlot from npm
 in /console/vendor/, the Firebase JS SDK installed by npm at the path the import maps name, and
 config.json files telling each page where claim_api or admin_api, the Auth emulator and the
-development App Check tokens are. A thread of the calling process; only GET, only those files,
-and for the console the PUT of a file to the Storage emulator (see ConsoleConfig)."""
+development App Check tokens are. A thread of the calling process; only GET, only those files."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import mimetypes
 import re
@@ -17,7 +15,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from emulator.auth import API_KEY
 from scripts.localstack.config import REPO
@@ -31,11 +29,6 @@ UPLOT_DIST = REPO / "node_modules" / "uplot" / "dist"
 UPLOT_FILES = ("uPlot.esm.js", "uPlot.min.css")
 # Only the SDK's browser builds (firebase-app.js, firebase-auth.js, …), never its sources.
 _SDK_FILE = re.compile(r"^firebase-[a-z-]+\.js(\.map)?$")
-# The console's uploads to the Storage emulator go through this path (ConsoleConfig).
-STORAGE_PROXY = "/console/storage"
-# Headers of a resumable upload's chunk that the Storage emulator reads, and of its answers.
-_UPLOAD_HEADERS = ("Content-Type", "Content-Length", "Content-Range")
-_UPLOAD_ANSWER_HEADERS = ("Content-Type", "Range", "Location")
 _TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html", ".json": None}
 
 NPM_HINT = (
@@ -89,20 +82,13 @@ class PageConfig:
 
 @dataclass(frozen=True, slots=True)
 class ConsoleConfig:
-    """What the console needs to know (served as /console/config.json). The Storage emulator
-    answers no CORS preflight, so the console PUTs its files to the upload URLs admin_api hands
-    out through this server (same origin), which forwards them; in production the bucket's CORS
-    lets the browser PUT to Cloud Storage itself."""
+    """What the console needs to know (served as /console/config.json)."""
 
     admin_api_base: str
     project: str
     auth_emulator_url: str
-    storage_emulator_url: str | None = None
 
     def as_json(self) -> dict[str, Any]:
-        proxy = None
-        if self.storage_emulator_url is not None:
-            proxy = {"origin": self.storage_emulator_url.rstrip("/"), "path": STORAGE_PROXY}
         return {
             "adminApiBase": self.admin_api_base,
             "firebase": {
@@ -111,7 +97,6 @@ class ConsoleConfig:
                 "projectId": self.project,
             },
             "authEmulatorUrl": self.auth_emulator_url,
-            "storageProxy": proxy,
         }
 
 
@@ -142,42 +127,6 @@ class _Handler(BaseHTTPRequestHandler):
             return
         kind = _TYPES.get(file.suffix) or mimetypes.guess_type(file.name)[0]
         self._send(file.read_bytes(), kind or "application/octet-stream")
-
-    def do_PUT(self) -> None:
-        """A chunk of the console's upload, forwarded to the Storage emulator as it arrives."""
-        parts = urlsplit(self.path)
-        storage = self.server.console.storage_emulator_url if self.server.console else None
-        if storage is None or not parts.path.startswith(f"{STORAGE_PROXY}/"):
-            self.send_error(HTTPStatus.NOT_FOUND)
-            return
-        target = urlsplit(storage)
-        forwarded = urlunsplit(("", "", parts.path.removeprefix(STORAGE_PROXY), parts.query, ""))
-        length = int(self.headers.get("Content-Length") or 0)
-        upstream = http.client.HTTPConnection(target.netloc, timeout=300)
-        try:
-            upstream.putrequest("PUT", forwarded)
-            for name in _UPLOAD_HEADERS:
-                if self.headers.get(name) is not None:
-                    upstream.putheader(name, self.headers[name])
-            upstream.endheaders()
-            remaining = length
-            while remaining > 0:  # in chunks: a 15 MB file is never held whole here
-                chunk = self.rfile.read(min(remaining, 1 << 20))
-                if not chunk:
-                    break
-                upstream.send(chunk)
-                remaining -= len(chunk)
-            answer = upstream.getresponse()
-            body = answer.read()
-        finally:
-            upstream.close()
-        self.send_response(answer.status)
-        for name in _UPLOAD_ANSWER_HEADERS:
-            if answer.getheader(name) is not None:
-                self.send_header(name, answer.getheader(name, ""))
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
     def _send(self, body: bytes, content_type: str) -> None:
         self.send_response(HTTPStatus.OK)

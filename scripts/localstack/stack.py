@@ -232,7 +232,6 @@ class LocalStack:
             admin_api_base=config.url("admin_api"),
             project=config.project,
             auth_emulator_url=f"http://{config.auth_host}",
-            storage_emulator_url=self.env["STORAGE_EMULATOR_HOST"],
         )
         try:
             self.pages = PageServer(

@@ -50,9 +50,9 @@ export function explain(error) {
 
 /**
  * @param {{base: string, auth: {idToken(force?: boolean): Promise<string | null>},
- *          onExpired: () => void, storageProxy?: {origin: string, path: string} | null}} options
+ *          onExpired: () => void}} options
  */
-export function createApi({ base, auth, onExpired, storageProxy = null }) {
+export function createApi({ base, auth, onExpired }) {
   /** fetch with the admin's token; a 401 is retried once with a fresh token, then the
    * sign-in counts as expired. */
   async function send(method, path, { body, headers = {} } = {}) {
@@ -112,13 +112,9 @@ export function createApi({ base, auth, onExpired, storageProxy = null }) {
       setTimeout(() => URL.revokeObjectURL(url), 60_000);
     },
 
-    /** PUT `file` to a resumable upload session; `onProgress(fraction)` as bytes leave. */
-    upload(sessionUrl, file, onProgress) {
-      let url = sessionUrl;
-      // Locally the Storage emulator answers no CORS preflight: the page server forwards.
-      if (storageProxy && url.startsWith(storageProxy.origin)) {
-        url = storageProxy.path + url.slice(storageProxy.origin.length);
-      }
+    /** PUT `file` to a resumable upload session (Cloud Storage answers the console's origin,
+     * which admin_api named when it opened the session); `onProgress(fraction)` as bytes leave. */
+    upload(url, file, onProgress) {
       return new Promise((resolve, reject) => {
         const xhr = new XMLHttpRequest();
         xhr.open("PUT", url);

@@ -4,7 +4,7 @@
 //
 // config.json (served by the local stack; write your own for production):
 //   {"adminApiBase": "<admin_api base URL>", "firebase": {apiKey, authDomain, projectId},
-//    "authEmulatorUrl": null, "storageProxy": null}
+//    "authEmulatorUrl": null}
 
 import { createApi, explain } from "./api.js";
 import { createAdminAuth } from "./auth.js";
@@ -381,7 +381,6 @@ async function start() {
   const api = createApi({
     base: config.adminApiBase,
     auth,
-    storageProxy: config.storageProxy,
     onExpired: () => {
       expired = true;
       // Firebase may have signed the admin out already (a refused renewal): then no sign-out

@@ -82,10 +82,12 @@ export function renderLive(ctx, slot, campaign) {
     values.held.textContent = fmt.count(live.held);
     values.redeemed.textContent = fmt.count(live.redeemed);
     values.released.textContent = fmt.count(live.released);
-    values.queue.textContent = fmt.count(live.queue_depth);
-    values.admitted.textContent = live.admitted_per_second == null ? "–" : String(Math.round(live.admitted_per_second * 10) / 10);
+    // Without a waiting room nobody queues, and nobody is admitted: shoppers claim at once.
+    values.queue.textContent = fmt.count(live.queue_depth ?? 0);
+    values.admitted.textContent =
+      live.admitted_per_second == null ? "–" : String(Math.round(live.admitted_per_second * 10) / 10);
     values["per-minute"].textContent = fmt.count(live.claims_per_minute);
-    values["sell-out"].textContent = live.remaining === 0 ? "Sold out" : fmt.duration(live.seconds_to_sold_out);
+    values["sell-out"].textContent = live.remaining === 0 ? "Sold out" : fmt.duration(live.seconds_to_sell_out);
     merge(live);
     plot.setData([times, remaining]);
     if (remaining.length) {
@@ -95,10 +97,11 @@ export function renderLive(ctx, slot, campaign) {
     }
   }
 
-  /** The API's recent series, then a point for every refresh; oldest points dropped. */
+  /** The API's series (a point a minute over the last hour), then a point every refresh;
+   * the oldest points dropped. */
   function merge(live) {
-    const points = [...(live.series ?? []).map((p) => [Date.parse(p.at) / 1000, p.remaining]),
-      [Date.parse(live.at ?? new Date().toISOString()) / 1000, live.remaining]];
+    const points = [...live.series.map((p) => [Date.parse(p.minute) / 1000, p.remaining]),
+      [Date.parse(live.at) / 1000, live.remaining]];
     for (const [t, value] of points) {
       if (!Number.isFinite(t) || value == null) continue;
       if (times.length && t <= times.at(-1)) continue;
