@@ -45,7 +45,12 @@ def sweep(request: flask.Request) -> flask.Response:
 @functions_framework.cloud_event
 def import_codes(event: CloudEvent) -> None:
     services = instance_services()
-    storage_trigger.handle(event, intake=services.intake, assignments=services.assignments)
+    storage_trigger.handle(
+        event,
+        intake=services.intake,
+        assignments=services.assignments,
+        exports=services.exports,
+    )
 
 
 @functions_framework.cloud_event

@@ -21,6 +21,7 @@ from shared.claims.holds import HoldReleaser
 from shared.claims.redemption import RedemptionService
 from shared.claims.service import ClaimService
 from shared.clock import utcnow
+from shared.control.exports import ExportService
 from shared.control.live import LiveService
 from shared.events.bus import EventBus
 from shared.events.models import sold_out
@@ -178,6 +179,15 @@ class Services:
                 bus=self.bus,
                 clock=utcnow,
                 stock_cache_seconds=self.settings.stock_cache_seconds,
+            ),
+        )
+
+    @property
+    def exports(self) -> ExportService:
+        return self._once(
+            "exports",
+            lambda: ExportService(
+                db=self.db, storage_client=self.storage, settings=self.settings, clock=utcnow
             ),
         )
 

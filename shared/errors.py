@@ -128,6 +128,11 @@ class CampaignNotEnded(Conflict):
     default_message = "Only an ended campaign can be archived."
 
 
+class JobNotFinished(Conflict):
+    error_code = "JOB_NOT_FINISHED"
+    default_message = "The job has not finished: its file is not written yet."
+
+
 class TooManyWebhooks(Conflict):
     error_code = "TOO_MANY_WEBHOOKS"
     default_message = "This campaign has as many webhooks as it may have."

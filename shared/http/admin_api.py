@@ -28,6 +28,7 @@ from shared.claims.models import (
     ShopifyOrder,
 )
 from shared.clock import utcnow
+from shared.control.exports import ExportCreate
 from shared.errors import (
     CampaignChanged,
     CampaignExists,
@@ -37,6 +38,7 @@ from shared.errors import (
     CodeNotClaimed,
     CodeNotFound,
     Contended,
+    JobNotFinished,
     JobNotFound,
     RequestValidationFailed,
     TooManyWebhooks,
@@ -58,8 +60,10 @@ from shared.intake.csv_rows import MAX_CODE_LENGTH
 from shared.intake.models import (
     GenerateCodes,
     JobAccepted,
+    JobKind,
     JobList,
     JobPublic,
+    JobState,
     UploadCreate,
     UploadSession,
 )
@@ -333,12 +337,68 @@ def open_upload(call: Call, campaign_id: str) -> flask.Response:
     raises=[JobNotFound],
 )
 def get_job(call: Call, job_id: str) -> flask.Response:
+    job = job_store.get_job(call.services.db, job_id=job_id_param(job_id))
+    return json_response(JobPublic.of(job))
+
+
+def job_id_param(value: str) -> str:
     try:
-        _JOB_ID.validate_python(job_id)
+        _JOB_ID.validate_python(value)
     except ValidationError:
         # Never a Firestore read: ids like __x__ are reserved there.
-        raise JobNotFound(f"Job {shown(job_id)} does not exist.") from None
-    return json_response(JobPublic.of(job_store.get_job(call.services.db, job_id=job_id)))
+        raise JobNotFound(f"Job {shown(value)} does not exist.") from None
+    return value
+
+
+@router.route(
+    "/v1/campaigns/<campaign_id>/exports",
+    methods=["POST"],
+    access=ADMIN,
+    summary=(
+        "Export the campaign's claims, redemptions or codes as a CSV (a job: follow it with "
+        "GET /v1/jobs/{job_id}, then download it)."
+    ),
+    body=ExportCreate,
+    responses={202: JobAccepted},
+    raises=[CampaignNotFound],
+)
+def create_export(call: Call, campaign_id: str) -> flask.Response:
+    body = call.body_as(ExportCreate)
+    job = call.services.exports.request(
+        campaign_id=campaign_id_param(campaign_id), kind=body.kind, audit=audit_context(call)
+    )
+    return json_response(JobAccepted(job_id=job.job_id), 202)
+
+
+@router.route(
+    "/v1/jobs/<job_id>/download",
+    methods=["GET"],
+    access=ADMIN,
+    summary=(
+        "A job's file, streamed as CSV: an export's rows, or an import's or assignment's "
+        "rejected rows (line, reason, value)."
+    ),
+    responses={200: None},
+    raises=[JobNotFound, JobNotFinished],
+    content_type="text/csv",
+)
+def download_job(call: Call, job_id: str) -> flask.Response:
+    job = job_store.get_job(call.services.db, job_id=job_id_param(job_id))
+    if job.kind is JobKind.EXPORT:
+        if job.state is not JobState.DONE:
+            raise JobNotFinished(
+                f"Export {job.job_id!r} is {job.state.value}; download it once done."
+            )
+        chunks = call.services.exports.download(job)
+        name = f"{job.campaign_id}-{job.export_kind}-{job.job_id}.csv"
+    else:
+        chunks = call.services.intake.rejected_rows(job)
+        name = f"{job.campaign_id}-{job.job_id}-rejected.csv"
+    return flask.Response(
+        chunks,
+        mimetype="text/csv",
+        headers={"Content-Disposition": f'attachment; filename="{name}"'},
+    )
 
 
 @router.route(

@@ -125,6 +125,8 @@ class RouteInfo:
     # Errors whose body carries more than ErrorBody (e.g. the waiting room's ticket).
     error_bodies: Mapping[type[errors.CodedropError], type[BaseModel]] = field(default_factory=dict)
     headers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # What a success answers: JSON, or e.g. text/csv (a streamed file; errors stay JSON).
+    content_type: str = "application/json"
 
     def documented_errors(self) -> dict[int, list[type[errors.CodedropError]]]:
         """Every error this route can answer, by status."""
@@ -263,7 +265,7 @@ class Cors:
         "Authorization, Content-Type, Idempotency-Key, X-Waiting-Room-Ticket, X-Firebase-AppCheck,"
         " If-Match"
     )
-    expose_headers: str = "Retry-After"
+    expose_headers: str = "Retry-After, Content-Disposition"
 
     def headers_for(self, origin: str | None) -> dict[str, str]:
         if origin is None:
@@ -325,6 +327,7 @@ class Router:
         raises: Sequence[type[errors.CodedropError]] = (),
         error_bodies: Mapping[type[errors.CodedropError], type[BaseModel]] | None = None,
         headers: Mapping[str, Mapping[str, Any]] | None = None,
+        content_type: str = "application/json",
     ) -> Callable[[Handler], Handler]:
         """Register a handler `(call, **path_params)`; `access` is required, so no route can be
         added without saying who may call it. `body` and `query` are validated before the
@@ -345,6 +348,7 @@ class Router:
                 raises=tuple(raises),
                 error_bodies=dict(error_bodies or {}),
                 headers=dict(headers or {}),
+                content_type=content_type,
             )
             return handler
 

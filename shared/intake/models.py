@@ -16,6 +16,7 @@ class JobKind(StrEnum):
     IMPORT = "import"
     GENERATE = "generate"
     ASSIGNMENT = "assignment"
+    EXPORT = "export"
 
 
 class JobState(StrEnum):
@@ -68,6 +69,9 @@ class JobRecord(BaseModel):
     unassigned: int = 0
     unassigned_lines: list[LineRange] = Field(default_factory=list)
     result: str | None = None
+    # Export jobs: what is exported (claims, redemptions, codes) and how many rows were written.
+    export_kind: str | None = None
+    exported: int = 0
     failure_reason: str | None = None
     attempts: int = 1
     # When this import's write ramp began: a retried attempt continues it instead of restarting.
@@ -98,6 +102,8 @@ class JobPublic(BaseModel):
     unassigned: int
     unassigned_lines: list[LineRange]
     result: str | None
+    export_kind: str | None
+    exported: int
     failure_reason: str | None
     files: list[str]
     created_at: UtcTime

@@ -14,13 +14,15 @@ Object-finalized events for the imports bucket arrive here:
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import itertools
 import logging
 import re
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -34,7 +36,7 @@ from shared.campaigns import store as campaign_store
 from shared.errors import CampaignNotFound, shown
 from shared.gcp import storage as storage_objects
 from shared.intake import jobs as job_store
-from shared.intake.csv_rows import InvalidRow, parse_rows
+from shared.intake.csv_rows import InvalidRow, parse_rows, spreadsheet_safe
 from shared.intake.generator import generate_codes
 from shared.intake.importer import CodeImporter
 from shared.intake.models import (
@@ -60,6 +62,7 @@ GENERATE_PATH = re.compile(
 )
 PARENT_METADATA = "codedrop-generate-job"
 UPLOADED_BY_METADATA = "codedrop-uploaded-by"
+REJECTED_COLUMNS = ("line", "reason", "value")
 MAX_OBJECT_NAME = 1024  # Cloud Storage's limit, in bytes of UTF-8
 PROGRESS_EVERY_SECONDS = 2.0
 
@@ -121,6 +124,10 @@ class IntakeService:
         self._settings = settings
         self._clock = clock
         self._on_job_finished = on_job_finished
+
+    @property
+    def bucket(self) -> str:
+        return self._settings.imports_bucket
 
     # --- events ---------------------------------------------------------------------------
     def handle_object_finalized(self, obj: StoredObject) -> JobRecord | None:
@@ -302,6 +309,19 @@ class IntakeService:
         return UploadSession(
             upload_url=url, bucket=self._settings.imports_bucket, object=name_in_bucket
         )
+
+    # --- rejected rows ----------------------------------------------------------------------
+    def rejected_rows(self, job: JobRecord) -> Iterator[bytes]:
+        """A job's rejected rows as CSV (line, reason, value): the first MAX_JOB_ERRORS kept
+        with the job."""
+        buffer = io.StringIO()
+        out = csv.writer(buffer, lineterminator="\r\n")
+        out.writerow(REJECTED_COLUMNS)
+        for error in job.errors:
+            out.writerow(
+                [error.line, spreadsheet_safe(error.reason), spreadsheet_safe(error.value)]
+            )
+        yield buffer.getvalue().encode()
 
     # --- generation -----------------------------------------------------------------------
     def request_generation(
