@@ -65,14 +65,14 @@ export function renderExports(ctx, slot, campaign) {
 }
 
 function exportCard(ctx, job) {
-  const what = job.export_kind ?? job.source ?? "export";
+  const what = job.export_kind ?? "export";
   const card = h("article", { class: `job job-${job.state}`, dataset: { testid: "export-job", jobId: job.job_id } },
     h("h3", {}, `Export of ${KINDS[what]?.split(" (")[0].toLowerCase() ?? what}`),
     h("p", { class: "hint" },
       `Started ${fmt.exactTime(job.created_at)} · `,
       h("span", { dataset: { testid: "job-state", state: job.state }, class: `state state-${job.state}` },
         { running: "Writing…", done: "Ready", failed: "Failed" }[job.state] ?? job.state),
-      job.state === "done" ? ` · ${fmt.count(job.rows_written ?? job.rows_read)} rows` : ""));
+      job.state === "done" ? ` · ${fmt.count(job.exported)} rows` : ""));
   if (job.failure_reason) card.append(h("p", { class: "form-error" }, job.failure_reason));
   if (job.state === "done") {
     const download = h("button", { type: "button", class: "button button-secondary", dataset: { testid: "export-download" } }, "Download the CSV");
