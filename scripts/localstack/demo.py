@@ -120,6 +120,14 @@ def run_check(config: Config, demo: Demo) -> None:
         if response.status_code != 200:
             raise StackError(f"check: {page + path} answered {response.status_code}, expected 200")
     say(f"check: the landing page answers at {page}")
+    console = f"{config.url('web')}/console/"
+    for path in ("", "config.json", "app.js", "vendor/uPlot.esm.js"):
+        response = http.request("GET", console + path, timeout=10)
+        if response.status_code != 200:
+            raise StackError(
+                f"check: {console + path} answered {response.status_code}, expected 200"
+            )
+    say(f"check: the console answers at {console}")
     say("local stack check passed")
 
 
