@@ -407,6 +407,41 @@ def test_a_marketer_runs_a_drop(
     assert marketer.console_errors == []
 
 
+def test_webhooks_show_their_secret_once(
+    marketer: Marketer, console_stack: ConsoleStack, make_campaign: MakeCampaign
+) -> None:
+    campaign_id = make_campaign(codes=1)
+    page = marketer.page
+    page.on("dialog", lambda dialog: dialog.accept())
+    sign_in(page, console_stack)
+    expect(page.get_by_test_id("campaign-list")).to_be_visible()
+    page.goto(f"{console_stack.url}#/c/{campaign_id}/webhooks")
+    webhooks = page.get_by_test_id("webhooks")
+    webhooks.get_by_label("Endpoint address").fill("https://127.0.0.1:9/codedrop")
+    webhooks.get_by_label("The sale sells out").check()
+    webhooks.get_by_role("button", name="Add the webhook").click()
+
+    secret = webhooks.get_by_test_id("webhook-secret")
+    expect(secret).not_to_be_empty()
+    expect(webhooks).to_contain_text("Copy this signing secret now: it is shown only once.")
+    endpoint = webhooks.locator("article", has_text="https://127.0.0.1:9/codedrop")
+    expect(endpoint).to_contain_text("The sale sells out, A code is claimed")
+    endpoint.get_by_role("button", name="Recent deliveries").click()
+    expect(endpoint).to_contain_text("Nothing delivered yet.")
+    # Listed again (another visit), the secret is nowhere.
+    page.reload()
+    expect(webhooks.locator("article")).to_have_count(1)
+    expect(webhooks.get_by_test_id("webhook-secret")).to_have_count(0)
+    webhooks.locator("article").get_by_role("button", name="Delete").click()
+    expect(webhooks).to_contain_text("No webhooks yet.")
+
+    page.locator(".tabs").get_by_role("link", name="Audit log").click()
+    log = page.get_by_test_id("audit-log")
+    expect(log.locator("li").first).to_have_attribute("data-action", "webhook.delete")
+    expect(log.locator("li").nth(1)).to_have_attribute("data-action", "webhook.create")
+    assert marketer.console_errors == []
+
+
 # --- accessibility, phone, screenshots ------------------------------------------------------
 
 

@@ -117,7 +117,11 @@ export function renderCodes(ctx, slot, campaign) {
     for (const job of listed) {
       for (const object of waitingFor) if (job.source?.includes(`/${object}`)) waitingFor.delete(object);
     }
+    // Redrawn every second while a job runs: keep the keyboard's place on a job's button.
+    const focused = document.activeElement?.closest?.("[data-job-id]") ? document.activeElement : null;
+    const place = focused && [focused.closest("[data-job-id]").dataset.jobId, focused.dataset.testid];
     jobs.replaceChildren(...(listed.length ? listed.map((job) => jobCard(ctx, job)) : [h("p", { class: "hint" }, "No codes loaded yet.")]));
+    if (place) jobs.querySelector(`[data-job-id="${place[0]}"] [data-testid="${place[1]}"]`)?.focus();
     if (waitingFor.size || listed.some((job) => job.state === "running")) {
       timer = setTimeout(refresh, FOLLOW_MS);
     } else if (progressText.textContent.endsWith("Importing its codes…")) {
