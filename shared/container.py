@@ -187,7 +187,11 @@ class Services:
         return self._once(
             "exports",
             lambda: ExportService(
-                db=self.db, storage_client=self.storage, settings=self.settings, clock=utcnow
+                db=self.db,
+                streams=self.streams_db,
+                storage_client=self.storage,
+                settings=self.settings,
+                clock=utcnow,
             ),
         )
 

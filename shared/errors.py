@@ -104,6 +104,11 @@ class WebhookNotFound(NotFound):
     default_message = "No such webhook."
 
 
+class DeliveryNotFound(NotFound):
+    error_code = "DELIVERY_NOT_FOUND"
+    default_message = "No such delivery of this webhook."
+
+
 class WebhookUrlNotAllowed(RequestValidationFailed):
     error_code = "WEBHOOK_URL_NOT_ALLOWED"
     default_message = "Webhooks must be https URLs of public addresses."

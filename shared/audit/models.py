@@ -28,6 +28,9 @@ class AuditAction(StrEnum):
     RECONCILE = "reconcile"
     WEBHOOK_CREATE = "webhook.create"
     WEBHOOK_DELETE = "webhook.delete"
+    WEBHOOK_TEST = "webhook.test"
+    WEBHOOK_REDELIVER = "webhook.redeliver"
+    WEBHOOK_ROTATE = "webhook.rotate_secret"
 
 
 class Actor(BaseModel):

@@ -28,6 +28,8 @@ from shared.claims.models import (
     ShopifyOrder,
 )
 from shared.clock import utcnow
+from shared.control import claims_list
+from shared.control.claims_list import ClaimPage, ClaimsQuery
 from shared.control.exports import ExportCreate
 from shared.errors import (
     CampaignChanged,
@@ -38,6 +40,7 @@ from shared.errors import (
     CodeNotClaimed,
     CodeNotFound,
     Contended,
+    DeliveryNotFound,
     JobNotFinished,
     JobNotFound,
     RequestValidationFailed,
@@ -80,6 +83,7 @@ from shared.usage.models import (
 from shared.webhooks.models import (
     DeliveriesQuery,
     DeliveryList,
+    DeliveryQueued,
     WebhookCreate,
     WebhookCreated,
     WebhookList,
@@ -87,6 +91,8 @@ from shared.webhooks.models import (
 
 _JOB_ID: TypeAdapter[str] = TypeAdapter(JobId)
 _WEBHOOK_ID = re.compile(r"^wh_[a-f0-9]{16}$")
+# An event id as events and test events spell them (never Firestore's reserved __x__).
+_EVENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,299}$")
 
 # CORS for the console (web/console/), whose origin is listed in CODEDROP_CORS_ORIGINS.
 router = Router(title="codedrop admin_api", cors=True)
@@ -435,6 +441,26 @@ def report(call: Call, campaign_id: str) -> flask.Response:
 
 
 @router.route(
+    "/v1/campaigns/<campaign_id>/claims",
+    methods=["GET"],
+    access=ADMIN,
+    summary="Who claimed what, a page at a time (next_page_token names the next page).",
+    query=ClaimsQuery,
+    responses={200: ClaimPage},
+    raises=[CampaignNotFound],
+)
+def campaign_claims(call: Call, campaign_id: str) -> flask.Response:
+    query = call.query_as(ClaimsQuery)
+    page = claims_list.list_claims(
+        call.services.db,
+        campaign_id=campaign_id_param(campaign_id),
+        limit=query.limit,
+        page_token=query.page_token,
+    )
+    return json_response(page)
+
+
+@router.route(
     "/v1/campaigns/<campaign_id>/live",
     methods=["GET"],
     access=ADMIN,
@@ -543,6 +569,64 @@ def list_deliveries(call: Call, campaign_id: str, webhook_id: str) -> flask.Resp
         limit=query.limit,
     )
     return json_response(deliveries)
+
+
+def event_id_param(value: str) -> str:
+    if not _EVENT_ID.match(value):
+        raise DeliveryNotFound(f"No delivery {shown(value)}.")
+    return value
+
+
+@router.route(
+    "/v1/campaigns/<campaign_id>/webhooks/<webhook_id>:test",
+    methods=["POST"],
+    access=ADMIN,
+    summary="Send the endpoint a signed webhook.test event now (retried like any other).",
+    responses={202: DeliveryQueued},
+    raises=[CampaignNotFound, WebhookNotFound],
+)
+def test_webhook(call: Call, campaign_id: str, webhook_id: str) -> flask.Response:
+    queued = call.services.webhooks.send_test(
+        campaign_id=campaign_id_param(campaign_id),
+        webhook_id=webhook_id_param(webhook_id),
+        audit=audit_context(call),
+    )
+    return json_response(queued, 202)
+
+
+@router.route(
+    "/v1/campaigns/<campaign_id>/webhooks/<webhook_id>/deliveries/<event_id>:redeliver",
+    methods=["POST"],
+    access=ADMIN,
+    summary="Send a delivery again, from a first attempt (a new 24 hours of retries).",
+    responses={202: DeliveryQueued},
+    raises=[CampaignNotFound, WebhookNotFound, DeliveryNotFound],
+)
+def redeliver(call: Call, campaign_id: str, webhook_id: str, event_id: str) -> flask.Response:
+    queued = call.services.webhooks.redeliver(
+        campaign_id=campaign_id_param(campaign_id),
+        webhook_id=webhook_id_param(webhook_id),
+        event_id=event_id_param(event_id),
+        audit=audit_context(call),
+    )
+    return json_response(queued, 202)
+
+
+@router.route(
+    "/v1/campaigns/<campaign_id>/webhooks/<webhook_id>:rotate_secret",
+    methods=["POST"],
+    access=ADMIN,
+    summary="Give the endpoint a new signing secret (shown once); the old one stops at once.",
+    responses={200: WebhookCreated},
+    raises=[CampaignNotFound, WebhookNotFound],
+)
+def rotate_webhook_secret(call: Call, campaign_id: str, webhook_id: str) -> flask.Response:
+    created = call.services.webhooks.rotate_secret(
+        campaign_id=campaign_id_param(campaign_id),
+        webhook_id=webhook_id_param(webhook_id),
+        audit=audit_context(call),
+    )
+    return json_response(created)
 
 
 @router.route(

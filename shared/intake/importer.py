@@ -42,6 +42,10 @@ class WriteLimiter(Protocol):
     def acquire(self, writes: int) -> None: ...
 
 
+# Told of each duplicate row: its line, why, and its code (called from the committing threads).
+DuplicateSink = Callable[[int, str, str], None]
+
+
 @dataclass
 class ImportCounts:
     imported: int = 0
@@ -65,8 +69,10 @@ class CodeImporter:
         parallel_commits: int,
         limiter: WriteLimiter,
         clock: Callable[[], datetime],
+        on_duplicate: DuplicateSink | None = None,
     ) -> None:
         self._db = db
+        self._on_duplicate = on_duplicate
         self._campaign_id = campaign_id
         self._job_id = job_id
         self._batch_size = batch_size
@@ -82,9 +88,10 @@ class CodeImporter:
 
     def add(self, row: CodeRow) -> None:
         coupon_id = coupon_id_for(row.code)
-        if coupon_id in self._chunk:
+        if (first := self._chunk.get(coupon_id)) is not None:
             with self._lock:
                 self.counts.duplicates_in_file += 1
+            self._duplicate(row, f"duplicate of line {first.line}")
             return
         self._chunk[coupon_id] = row
         if len(self._chunk) >= self._batch_size:
@@ -166,6 +173,12 @@ class CodeImporter:
                 counts.imported += 1  # written by an earlier attempt of this same import
             elif found.get("job_id") == self._job_id:
                 counts.duplicates_in_file += 1
+                self._duplicate(row, f"duplicate of line {found.get('line')}")
             else:
                 counts.duplicates_in_campaign += 1
+                self._duplicate(row, "already in the campaign")
         return still_new
+
+    def _duplicate(self, row: CodeRow, reason: str) -> None:
+        if self._on_duplicate is not None:
+            self._on_duplicate(row.line, reason, row.code)

@@ -69,6 +69,10 @@ class JobRecord(BaseModel):
     unassigned: int = 0
     unassigned_lines: list[LineRange] = Field(default_factory=list)
     result: str | None = None
+    # Imports: codes taken with a warning (a formula), and the report of every row not taken
+    # as it was (gs:// URI; downloaded through GET /v1/jobs/{job_id}/download).
+    warnings: int = 0
+    report: str | None = None
     # Export jobs: what is exported (claims, redemptions, codes) and how many rows were written.
     export_kind: str | None = None
     exported: int = 0
@@ -102,6 +106,8 @@ class JobPublic(BaseModel):
     unassigned: int
     unassigned_lines: list[LineRange]
     result: str | None
+    warnings: int
+    report: str | None
     export_kind: str | None
     exported: int
     failure_reason: str | None

@@ -48,6 +48,8 @@ from shared.intake.models import (
     JobState,
     UploadSession,
 )
+from shared.intake.report import COLUMNS as REPORT_COLUMNS
+from shared.intake.report import RowReport, formula_warning
 from shared.intake.write_rate import RampLimiter, Unlimited
 from shared.settings import Settings
 
@@ -62,7 +64,7 @@ GENERATE_PATH = re.compile(
 )
 PARENT_METADATA = "codedrop-generate-job"
 UPLOADED_BY_METADATA = "codedrop-uploaded-by"
-REJECTED_COLUMNS = ("line", "reason", "value")
+REPORTS_FOLDER = "reports/"
 MAX_OBJECT_NAME = 1024  # Cloud Storage's limit, in bytes of UTF-8
 PROGRESS_EVERY_SECONDS = 2.0
 
@@ -200,8 +202,16 @@ class IntakeService:
                 "duplicates_in_campaign": 0,
                 "invalid": 0,
                 "errors": [],
+                "warnings": 0,
+                "report": None,
                 "ramp_started_at": job.ramp_started_at or now,
             }
+        )
+        report = RowReport(
+            self._storage,
+            bucket=self._settings.imports_bucket,
+            name=f"{REPORTS_FOLDER}{campaign_id}/{job.job_id}.csv",
+            job_id=job.job_id,
         )
         importer = CodeImporter(
             db=self._db,
@@ -211,6 +221,7 @@ class IntakeService:
             parallel_commits=self._settings.import_parallel_commits,
             limiter=self._limiter(job, now),
             clock=self._clock,
+            on_duplicate=report.add,
         )
         failure: str | None = None
         last_progress = time.monotonic()
@@ -222,12 +233,16 @@ class IntakeService:
                 job.rows_read += 1
                 if isinstance(row, InvalidRow):
                     job.invalid += 1
+                    report.add(row.line, row.reason, row.value)
                     if len(job.errors) < MAX_JOB_ERRORS:
                         job.errors.append(
                             JobError(line=row.line, reason=row.reason, value=row.value)
                         )
-                else:
-                    importer.add(row)
+                    continue
+                if (warning := formula_warning(row.code)) is not None:
+                    job.warnings += 1
+                    report.add(row.line, warning, row.code)
+                importer.add(row)
                 if time.monotonic() - last_progress > PROGRESS_EVERY_SECONDS:
                     last_progress = time.monotonic()
                     self._save_progress(job, importer)
@@ -235,7 +250,7 @@ class IntakeService:
             failure = f"{obj.uri} no longer exists"
         finally:
             counts = importer.finish()
-        job = job.model_copy(update=counts.__dict__)
+        job = job.model_copy(update={**counts.__dict__, "report": report.close()})
         return self._finish(job, failure=failure or _unaccounted(job))
 
     def _limiter(self, job: JobRecord, now: datetime) -> RampLimiter | Unlimited:
@@ -312,16 +327,20 @@ class IntakeService:
 
     # --- rejected rows ----------------------------------------------------------------------
     def rejected_rows(self, job: JobRecord) -> Iterator[bytes]:
-        """A job's rejected rows as CSV (line, reason, value): the first MAX_JOB_ERRORS kept
-        with the job."""
+        """A job's rejected rows as CSV (line, reason, value): an import's whole report (every
+        invalid or duplicate row, every warning), else the first MAX_JOB_ERRORS rows kept with
+        the job (an assignment's, or an import older than reports)."""
+        if job.report is not None:
+            bucket, _, name = job.report.removeprefix("gs://").partition("/")
+            return storage_objects.stream_object(self._storage, bucket=bucket, name=name)
         buffer = io.StringIO()
         out = csv.writer(buffer, lineterminator="\r\n")
-        out.writerow(REJECTED_COLUMNS)
+        out.writerow(REPORT_COLUMNS)
         for error in job.errors:
             out.writerow(
                 [error.line, spreadsheet_safe(error.reason), spreadsheet_safe(error.value)]
             )
-        yield buffer.getvalue().encode()
+        return iter([buffer.getvalue().encode()])
 
     # --- generation -----------------------------------------------------------------------
     def request_generation(

@@ -242,3 +242,31 @@ def test_the_campaign_list_carries_each_campaigns_stats(
     assert mine["stats"]["codes_total"] == 7
     assert mine["stats"]["remaining"] == 7
     assert mine["stats"]["claimed"] == 0
+
+
+def test_who_claimed_what_is_listed_page_after_page(
+    admin_client: FlaskClient, claim_client: FlaskClient, make_campaign: MakeCampaign
+) -> None:
+    campaign_id = make_campaign(codes=6)
+    held = {}
+    for n in range(5):
+        answer = claim_client.post(f"/v1/campaigns/{campaign_id}/claims", headers=auth(f"w-{n}"))
+        held[f"w-{n}"] = answer.get_json()["code"]
+
+    pages, token = [], None
+    while True:
+        suffix = f"&page_token={token}" if token else ""
+        page = admin_client.get(
+            f"/v1/campaigns/{campaign_id}/claims?limit=2{suffix}", headers=ALICE
+        ).get_json()
+        pages.append(page["claims"])
+        token = page["next_page_token"]
+        if token is None:
+            break
+    unknown = admin_client.get("/v1/campaigns/nope-x/claims", headers=ALICE)
+
+    assert [len(p) for p in pages] == [2, 2, 1]
+    listed = {c["user_id"]: c["code"] for p in pages for c in p}
+    assert listed == held
+    assert all(c["state"] == "claimed" and c["claimed_at"] for p in pages for c in p)
+    assert unknown.status_code == 404

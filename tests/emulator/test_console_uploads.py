@@ -4,6 +4,8 @@ emulator/storage_cors.py); the object's import then runs as for any dropped file
 
 from __future__ import annotations
 
+import csv
+import io
 from collections.abc import Callable
 from typing import Any
 
@@ -125,3 +127,44 @@ def test_an_upload_for_an_unknown_campaign_is_404(admin_client: FlaskClient) -> 
 
     assert answer.status_code == 404
     assert answer.get_json()["error_code"] == "CAMPAIGN_NOT_FOUND"
+
+
+def test_the_rejected_rows_download_lists_every_invalid_row_duplicate_and_warning(
+    admin_client: FlaskClient,
+    import_client: FlaskClient,
+    storage_client: StorageClient,
+    db: firestore.Client,
+    make_campaign: MakeCampaign,
+    cleanup: list[Callable[[], object]],
+) -> None:
+    campaign_id = make_campaign(codes=["OLD-1"])
+    bad = [f"BAD {n}" for n in range(150)]  # whitespace inside: invalid
+    lines = ["code", "NEW-1", *bad, "NEW-1", "OLD-1", '"=HYPERLINK(""http://x"")"', "NEW-2"]
+    name = f"imports/{campaign_id}/mixed.csv"
+    blob = storage_client.bucket(BUCKET).blob(name)
+    cleanup.append(lambda: blob.delete() if blob.exists() else None)
+    blob.upload_from_string("\n".join(lines) + "\n", content_type="text/csv")
+    blob.reload()
+    event = finalized_event(bucket=BUCKET, name=name, generation=blob.generation)
+    job_id = import_service.import_job_id(import_service.object_from_event(event["data"]))
+    report = storage_client.bucket(BUCKET).blob(f"reports/{campaign_id}/{job_id}.csv")
+    cleanup.append(lambda: report.delete() if report.exists() else None)
+    cleanup.append(lambda: db.collection("jobs").document(job_id).delete())
+
+    assert deliver(import_client, event) == 200
+    job = admin_client.get(f"/v1/jobs/{job_id}", headers=ADMIN).get_json()
+    download = admin_client.get(f"/v1/jobs/{job_id}/download", headers=ADMIN)
+
+    assert (job["imported"], job["invalid"], job["duplicates"], job["warnings"]) == (3, 150, 2, 1)
+    assert len(job["errors"]) == 100  # the job keeps the first; the download has them all
+    assert download.status_code == 200
+    rows = list(csv.DictReader(io.StringIO(download.get_data(as_text=True))))
+    by_line = {int(r["line"]): r for r in rows}
+    assert len(rows) == 150 + 2 + 1
+    assert set(by_line) == set(range(3, 153)) | {153, 154, 155}
+    assert by_line[3]["reason"] == "whitespace inside the code"
+    assert by_line[153]["reason"] == "duplicate of line 2"
+    assert by_line[153]["value"] == "NEW-1"
+    assert by_line[154]["reason"] == "already in the campaign"
+    assert by_line[155]["reason"].startswith("imported, but it starts with '='")
+    assert by_line[155]["value"] == '\'=HYPERLINK("http://x")'

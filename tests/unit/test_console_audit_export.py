@@ -3,14 +3,17 @@ value becomes a CSV cell no spreadsheet runs."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime
+from types import SimpleNamespace
 
 import pytest
+from google.api_core import exceptions as gexc
 
 from shared.audit.models import Actor, AuditAction, AuditContext
 from shared.campaigns.models import CampaignRecord, audited
 from shared.campaigns.store import update_action
-from shared.control.exports import ExportKind, cell, claim_row, coupon_row
+from shared.control.exports import ExportKind, cell, claim_row, coupon_row, documents
 
 AT = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
 
@@ -85,3 +88,49 @@ def test_rows_follow_their_columns() -> None:
 
 
 AT_TEXT = "2026-11-27T12:00:00.000Z"
+
+
+class FakeQuery:
+    """Just what `documents` asks of a query: documents in id order, a cursor and a limit; its
+    stream breaks once, after `break_after` documents, if told to."""
+
+    def __init__(self, ids: list[str], broken: list[int], after: str = "", limit: int = 0) -> None:
+        self.ids, self.broken, self.after, self.size = ids, broken, after, limit
+
+    def order_by(self, field: str) -> FakeQuery:
+        assert field == "__name__"
+        return self
+
+    def start_after(self, last: SimpleNamespace) -> FakeQuery:
+        return type(self)(self.ids, self.broken, last.id, self.size)
+
+    def limit(self, size: int) -> FakeQuery:
+        return type(self)(self.ids, self.broken, self.after, size)
+
+    def stream(self) -> Iterator[SimpleNamespace]:
+        page = [i for i in sorted(self.ids) if i > self.after][: self.size]
+        for n, doc_id in enumerate(page):
+            if self.broken and n == self.broken[0]:
+                self.broken.pop()
+                raise gexc.ServiceUnavailable("stream reset")  # type: ignore[no-untyped-call]
+            yield SimpleNamespace(id=doc_id)
+
+
+def test_documents_come_page_after_page_and_a_broken_stream_is_taken_up_where_it_stopped() -> None:
+    ids = [f"d{n:03d}" for n in range(25)]
+
+    whole = [s.id for s in documents(FakeQuery(ids, []), page_size=10)]  # type: ignore[arg-type]
+    resumed = [s.id for s in documents(FakeQuery(ids, [3]), page_size=10)]  # type: ignore[arg-type]
+
+    assert whole == ids
+    assert resumed == ids
+
+
+def test_a_stream_that_keeps_breaking_fails_the_job() -> None:
+    class Broken(FakeQuery):
+        def stream(self) -> Iterator[SimpleNamespace]:
+            raise gexc.ServiceUnavailable("down")  # type: ignore[no-untyped-call]
+            yield  # a generator
+
+    with pytest.raises(gexc.ServiceUnavailable):
+        list(documents(Broken(["a"], []), page_size=10))  # type: ignore[arg-type]
