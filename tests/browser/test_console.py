@@ -428,6 +428,13 @@ def test_webhooks_show_their_secret_once(
     expect(endpoint).to_contain_text("The sale sells out, A code is claimed")
     endpoint.get_by_role("button", name="Recent deliveries").click()
     expect(endpoint).to_contain_text("Nothing delivered yet.")
+    endpoint.get_by_role("button", name="Send a test event").click()
+    expect(endpoint.locator("tbody tr")).to_have_count(1)
+    expect(endpoint.locator("tbody tr")).to_contain_text("webhook.test")
+    first_secret = secret.inner_text()
+    endpoint.get_by_role("button", name="New secret").click()
+    expect(secret).not_to_have_text(first_secret)
+    expect(secret).not_to_be_empty()
     # Listed again (another visit), the secret is nowhere.
     page.reload()
     expect(webhooks.locator("article")).to_have_count(1)
@@ -437,9 +444,29 @@ def test_webhooks_show_their_secret_once(
 
     page.locator(".tabs").get_by_role("link", name="Audit log").click()
     log = page.get_by_test_id("audit-log")
-    expect(log.locator("li").first).to_have_attribute("data-action", "webhook.delete")
-    expect(log.locator("li").nth(1)).to_have_attribute("data-action", "webhook.create")
+    actions = log.locator("li").evaluate_all("items => items.map(i => i.dataset.action)")
+    assert actions == ["webhook.delete", "webhook.rotate_secret", "webhook.test", "webhook.create"]
     assert marketer.console_errors == []
+
+
+def test_a_sale_ended_now_then_archived_leaves_the_list(
+    marketer: Marketer, console_stack: ConsoleStack, make_campaign: MakeCampaign
+) -> None:
+    campaign_id = make_campaign(codes=2, title="Over soon")
+    page = marketer.page
+    page.on("dialog", lambda dialog: dialog.accept())
+    sign_in(page, console_stack)
+    row = page.locator(f"[data-testid=campaign-row][data-campaign-id={campaign_id}]")
+    row.get_by_role("link").click()
+    page.get_by_test_id("end").click()
+    expect(page.locator("#campaign-status")).to_have_text("Ended")
+    expect(page.get_by_test_id("pause")).to_be_hidden()
+    refused = claim_over_http(console_stack, campaign_id)
+    assert refused.json()["error_code"] == "CAMPAIGN_NOT_ACTIVE"
+    page.get_by_test_id("archive").click()
+    expect(page.locator("#notice")).to_have_text("“Over soon” is archived.")
+    expect(page.get_by_test_id("campaign-list")).to_be_visible()
+    expect(row).to_have_count(0)
 
 
 # --- accessibility, phone, screenshots ------------------------------------------------------

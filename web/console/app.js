@@ -303,6 +303,8 @@ function showCampaign(campaign, tab, message) {
   const ended = campaign.status === "ended";
   document.getElementById("pause").hidden = campaign.paused || ended;
   document.getElementById("resume").hidden = !campaign.paused || ended;
+  document.getElementById("end").hidden = ended;
+  document.getElementById("archive").hidden = !ended || campaign.archived;
   ctx.campaign = campaign;
   const base = `#/c/${encodeURIComponent(campaign.campaign_id)}/`;
   for (const link of document.querySelectorAll(".tabs a")) {
@@ -331,6 +333,27 @@ async function setPaused(paused) {
     say(explain(failure));
   } finally {
     button.disabled = false;
+  }
+}
+
+/** End the sale now, or archive an ended campaign (left out of the list, its data kept). */
+async function finish(action) {
+  const campaign = ctx.campaign;
+  const question =
+    action === "end"
+      ? `End “${campaign.title}” now? Shoppers can no longer claim codes, and an ended sale cannot be reopened.`
+      : `Archive “${campaign.title}”? It leaves the campaign list; its claims, exports and audit log are kept.`;
+  if (!window.confirm(question)) return;
+  try {
+    const saved = await ctx.api.call("POST", `/v1/campaigns/${encodeURIComponent(campaign.campaign_id)}:${action}`);
+    if (action === "archive") {
+      pending = `“${campaign.title}” is archived.`;
+      location.hash = "#/";
+      return;
+    }
+    showCampaign(saved, location.hash.split("/")[3] || "live", "The sale has ended.");
+  } catch (failure) {
+    say(explain(failure));
   }
 }
 
@@ -428,6 +451,8 @@ async function start() {
   });
   document.getElementById("pause").addEventListener("click", () => setPaused(true));
   document.getElementById("resume").addEventListener("click", () => setPaused(false));
+  document.getElementById("end").addEventListener("click", () => finish("end"));
+  document.getElementById("archive").addEventListener("click", () => finish("archive"));
   window.addEventListener("hashchange", route);
 
   auth.onChange(async (user) => {

@@ -17,6 +17,9 @@ const ACTION_WORDS = {
   reconcile: "Recounted the campaign",
   "webhook.create": "Added a webhook",
   "webhook.delete": "Deleted a webhook",
+  "webhook.test": "Sent a webhook a test event",
+  "webhook.redeliver": "Sent a webhook delivery again",
+  "webhook.rotate_secret": "Gave a webhook a new secret",
 };
 
 export async function renderAudit(ctx, slot, campaignId) {

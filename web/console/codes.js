@@ -166,6 +166,12 @@ export function jobCard(ctx, job) {
   if (job.failure_reason) {
     card.append(h("p", { class: "form-error" }, `This file could not be imported: ${job.failure_reason}`));
   }
+  if (job.warnings > 0) {
+    card.append(h("p", { class: "warning" },
+      `${fmt.count(job.warnings)} ${job.warnings === 1 ? "code was" : "codes were"} imported with a warning: ` +
+        "they start with =, +, - or @, which a spreadsheet would run as a formula (exports make them safe). " +
+        "The report lists them."));
+  }
   if (rejected > 0) {
     const listed = job.errors ?? [];
     card.append(
@@ -185,21 +191,21 @@ export function jobCard(ctx, job) {
         ? h("p", { class: "hint" }, `The first ${fmt.count(listed.length)} are listed here; the download has all of them.`)
         : null,
     );
-    if (job.state !== "running") {
-      const download = h("button", { type: "button", class: "button button-secondary", dataset: { testid: "download-rejected" } },
-        "Download the rejected rows (CSV)");
-      download.addEventListener("click", async () => {
-        download.disabled = true;
-        try {
-          await ctx.api.download(`/v1/jobs/${encodeURIComponent(job.job_id)}/download`, `rejected-${job.job_id}.csv`);
-        } catch (failure) {
-          ctx.say(explain(failure));
-        } finally {
-          download.disabled = false;
-        }
-      });
-      card.append(download);
-    }
+  }
+  if ((rejected > 0 || job.warnings > 0) && job.state !== "running") {
+    const download = h("button", { type: "button", class: "button button-secondary", dataset: { testid: "download-rejected" } },
+      rejected > 0 ? "Download the rejected rows (CSV)" : "Download the report (CSV)");
+    download.addEventListener("click", async () => {
+      download.disabled = true;
+      try {
+        await ctx.api.download(`/v1/jobs/${encodeURIComponent(job.job_id)}/download`, `report-${job.job_id}.csv`);
+      } catch (failure) {
+        ctx.say(explain(failure));
+      } finally {
+        download.disabled = false;
+      }
+    });
+    card.append(download);
   }
   return card;
 }

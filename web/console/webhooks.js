@@ -47,10 +47,7 @@ export function renderWebhooks(ctx, slot, campaign) {
     if (!events.length) return void (error.textContent = "Choose at least one event.");
     try {
       const created = await ctx.api.call("POST", path, { body: { url: url.value.trim(), events } });
-      secret.replaceChildren(
-        h("p", {}, h("strong", {}, "Copy this signing secret now: it is shown only once.")),
-        h("p", { class: "mono", dataset: { testid: "webhook-secret" } }, created.secret),
-        h("p", { class: "hint" }, "Your endpoint checks each delivery's signature with it."));
+      showSecret(created);
       announce("Webhook added. Copy its signing secret now: it is shown only once.");
       url.value = "";
       refresh();
@@ -58,6 +55,23 @@ export function renderWebhooks(ctx, slot, campaign) {
       error.textContent = explain(failure);
     }
   });
+
+  function showSecret(created) {
+    secret.replaceChildren(
+      h("p", {}, h("strong", {}, "Copy this signing secret now: it is shown only once.")),
+      h("p", {}, "For ", h("span", { class: "mono" }, created.url), ":"),
+      h("p", { class: "mono", dataset: { testid: "webhook-secret" } }, created.secret),
+      h("p", { class: "hint" }, "Your endpoint checks each delivery's signature with it."));
+  }
+
+  async function act(path_, done) {
+    try {
+      const answer = await ctx.api.call("POST", path_);
+      done(answer);
+    } catch (failure) {
+      ctx.say(explain(failure));
+    }
+  }
 
   async function refresh() {
     try {
@@ -72,6 +86,21 @@ export function renderWebhooks(ctx, slot, campaign) {
     const deliveries = h("div", {});
     const remove = h("button", { type: "button", class: "button button-quiet" }, "Delete");
     const show = h("button", { type: "button", class: "button button-quiet", "aria-expanded": "false" }, "Recent deliveries");
+    const base = `${path}/${encodeURIComponent(webhook.webhook_id)}`;
+    const test = h("button", { type: "button", class: "button button-quiet" }, "Send a test event");
+    test.addEventListener("click", () =>
+      act(`${base}:test`, () => {
+        ctx.say("A test event is on its way: it shows in the recent deliveries.", "ok");
+        if (show.getAttribute("aria-expanded") === "true") loadDeliveries();
+      }));
+    const rotate = h("button", { type: "button", class: "button button-quiet" }, "New secret");
+    rotate.addEventListener("click", () => {
+      if (!window.confirm(`Give ${webhook.url} a new signing secret? The current one stops working at once.`)) return;
+      act(`${base}:rotate_secret`, (created) => {
+        showSecret(created);
+        announce("New signing secret made. Copy it now: it is shown only once.");
+      });
+    });
     remove.addEventListener("click", async () => {
       if (!window.confirm(`Stop sending events to ${webhook.url}?`)) return;
       try {
@@ -82,34 +111,46 @@ export function renderWebhooks(ctx, slot, campaign) {
         ctx.say(explain(failure));
       }
     });
-    show.addEventListener("click", async () => {
+    show.addEventListener("click", () => {
       if (show.getAttribute("aria-expanded") === "true") {
         show.setAttribute("aria-expanded", "false");
         deliveries.replaceChildren();
         return;
       }
+      loadDeliveries();
+    });
+    async function loadDeliveries() {
       try {
         const answer = await ctx.api.call("GET", `${path}/${encodeURIComponent(webhook.webhook_id)}/deliveries`);
         show.setAttribute("aria-expanded", "true");
         deliveries.replaceChildren(answer.deliveries.length
           ? h("div", { class: "table-wrap" }, h("table", { class: "table compact" },
               h("caption", { class: "sr-only" }, `Recent deliveries to ${webhook.url}`),
-              h("thead", {}, h("tr", {}, ["Event", "State", "Attempts", "Last answer", "Next attempt"].map((t) => h("th", { scope: "col" }, t)))),
+              h("thead", {}, h("tr", {}, ["Event", "State", "Attempts", "Last answer", "Next attempt", "Again"].map((t) => h("th", { scope: "col" }, t)))),
               h("tbody", {}, answer.deliveries.map((d) => h("tr", {},
                 h("td", {}, d.event_type, h("div", { class: "mono hint" }, d.event_id)),
                 h("td", {}, d.state),
                 h("td", { class: "num" }, String(d.attempts)),
                 h("td", {}, d.last_status ? String(d.last_status) : (d.last_error ?? "–")),
-                h("td", {}, fmt.exactTime(d.next_attempt_at)))))))
+                h("td", {}, fmt.exactTime(d.next_attempt_at)),
+                h("td", {}, h("button", {
+                  type: "button",
+                  class: "button button-quiet",
+                  "aria-label": `Send ${d.event_type} ${d.event_id} again`,
+                  onclick: () => act(`${base}/deliveries/${encodeURIComponent(d.event_id)}:redeliver`, () => {
+                    ctx.say("Sent again: a new day of retries starts now.", "ok");
+                    loadDeliveries();
+                  }),
+                }, "Send again")))))))
           : h("p", { class: "hint" }, "Nothing delivered yet."));
       } catch (failure) {
         ctx.say(explain(failure));
       }
-    });
+    }
     return h("article", { class: "job", dataset: { webhookId: webhook.webhook_id } },
       h("h4", { class: "mono" }, webhook.url),
       h("p", { class: "hint" }, webhook.events.map((e) => EVENTS[e] ?? e).join(", "), ` · added ${fmt.time(webhook.created_at)}`),
-      h("div", { class: "actions" }, show, remove),
+      h("div", { class: "actions" }, show, test, rotate, remove),
       deliveries);
   }
 
