@@ -97,6 +97,27 @@ export function createApi({ base, auth, onExpired }) {
       return response.status === 204 ? null : response.json();
     },
 
+    /** The first `limit` records of a CSV a download route answers (with its header row first),
+     * read as they arrive: the rest of a long file is never fetched. */
+    async firstRecords(path, limit) {
+      const response = await send("GET", path);
+      if (!response.ok) throw await failure(response);
+      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      let text = "";
+      let lines = 0;
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        text += value;
+        lines += value.split("\n").length - 1;
+        if (lines > limit) {
+          await reader.cancel();
+          break;
+        }
+      }
+      return parseCsv(text).slice(0, limit + 1);
+    },
+
     /** Save what a download route answers (a CSV) as a file named `name`. */
     async download(path, name) {
       const response = await send("GET", path);
@@ -137,4 +158,32 @@ export function createApi({ base, auth, onExpired }) {
       });
     },
   };
+}
+
+/** The complete records of CSV text (RFC 4180 quoting); a last record cut short is left out. */
+export function parseCsv(text) {
+  const records = [];
+  let record = [];
+  let field = "";
+  let quoted = false;
+  for (let i = 0; i < text.length; i += 1) {
+    const c = text[i];
+    if (quoted) {
+      if (c !== '"') field += c;
+      else if (text[i + 1] === '"') {
+        field += '"';
+        i += 1;
+      } else quoted = false;
+    } else if (c === '"') quoted = true;
+    else if (c === ",") {
+      record.push(field);
+      field = "";
+    } else if (c === "\n") {
+      record.push(field.replace(/\r$/, ""));
+      records.push(record);
+      record = [];
+      field = "";
+    } else field += c;
+  }
+  return records;
 }

@@ -9,10 +9,13 @@ import { announce, field, fmt, h } from "./dom.js";
 const FOLLOW_MS = 1000;
 const STATE_WORDS = { running: "Working…", done: "Done", failed: "Failed" };
 const KIND_WORDS = { import: "Import", generate: "Generated codes", assignment: "Assignment" };
+// Rows of an import's report shown in the console; the download has them all.
+const REPORT_ROWS_SHOWN = 200;
 
 export function renderCodes(ctx, slot, campaign) {
   const path = `/v1/campaigns/${encodeURIComponent(campaign.campaign_id)}`;
   const waitingFor = new Set(); // objects uploaded whose import job is not listed yet
+  const reports = new Map(); // job id -> its report's first rows (a promise), read once
   let timer = null;
   let stopped = false;
 
@@ -120,7 +123,7 @@ export function renderCodes(ctx, slot, campaign) {
     // Redrawn every second while a job runs: keep the keyboard's place on a job's button.
     const focused = document.activeElement?.closest?.("[data-job-id]") ? document.activeElement : null;
     const place = focused && [focused.closest("[data-job-id]").dataset.jobId, focused.dataset.testid];
-    jobs.replaceChildren(...(listed.length ? listed.map((job) => jobCard(ctx, job)) : [h("p", { class: "hint" }, "No codes loaded yet.")]));
+    jobs.replaceChildren(...(listed.length ? listed.map((job) => jobCard(ctx, job, reports)) : [h("p", { class: "hint" }, "No codes loaded yet.")]));
     if (place) jobs.querySelector(`[data-job-id="${place[0]}"] [data-testid="${place[1]}"]`)?.focus();
     if (waitingFor.size || listed.some((job) => job.state === "running")) {
       timer = setTimeout(refresh, FOLLOW_MS);
@@ -136,14 +139,23 @@ export function renderCodes(ctx, slot, campaign) {
   };
 }
 
+function rows(listed) {
+  return listed.map((row) =>
+    h("tr", { dataset: { line: String(row.line) } },
+      h("td", { class: "num" }, String(row.line)),
+      h("td", {}, row.reason),
+      h("td", { class: "mono" }, row.value ?? "")));
+}
+
 function objectName(source) {
   if (!source) return null;
   const object = source.replace(/^gs:\/\/[^/]+\//, "").replace(/#.*$/, "");
   return object.split("/").pop();
 }
 
-/** One job: what it is, its state and counts, and the rows it turned away. */
-export function jobCard(ctx, job) {
+/** One job: what it is, its state and counts, and the rows it turned away (from its report,
+ * which lists duplicates and warnings too, once the job is done). */
+function jobCard(ctx, job, reports) {
   const rejected = job.invalid + job.duplicates;
   const title =
     job.kind === "import" ? `Import of ${objectName(job.source) ?? "a file"}` : (KIND_WORDS[job.kind] ?? job.kind);
@@ -172,25 +184,36 @@ export function jobCard(ctx, job) {
         "they start with =, +, - or @, which a spreadsheet would run as a formula (exports make them safe). " +
         "The report lists them."));
   }
-  if (rejected > 0) {
-    const listed = job.errors ?? [];
+  if (rejected > 0 || job.warnings > 0) {
+    const body = h("tbody", {}, rows(job.errors ?? []));
+    const note = h("p", { class: "hint" });
+    const total = rejected + job.warnings;
+    const shown = (count) => {
+      note.textContent = count < total ? `The first ${fmt.count(count)} are listed here; the download has all of them.` : "";
+    };
+    shown((job.errors ?? []).length);
+    if (rejected > 0) card.append(h("h4", {}, `${fmt.count(rejected)} ${rejected === 1 ? "row was" : "rows were"} not imported`));
     card.append(
-      h("h4", {}, `${fmt.count(rejected)} ${rejected === 1 ? "row was" : "rows were"} not imported`),
-      listed.length
-        ? h("div", { class: "table-wrap" },
-            h("table", { class: "table compact", dataset: { testid: "job-rejected" } },
-              h("caption", { class: "sr-only" }, "Rejected rows"),
-              h("thead", {}, h("tr", {}, h("th", { scope: "col", class: "num" }, "Line"), h("th", { scope: "col" }, "Reason"), h("th", { scope: "col" }, "Value"))),
-              h("tbody", {}, listed.map((row) =>
-                h("tr", { dataset: { line: String(row.line) } },
-                  h("td", { class: "num" }, String(row.line)),
-                  h("td", {}, row.reason),
-                  h("td", { class: "mono" }, row.value ?? "")))))) 
-        : null,
-      listed.length < rejected
-        ? h("p", { class: "hint" }, `The first ${fmt.count(listed.length)} are listed here; the download has all of them.`)
-        : null,
+      h("div", { class: "table-wrap" },
+        h("table", { class: "table compact", dataset: { testid: "job-rejected" } },
+          h("caption", { class: "sr-only" }, "Rows not imported, and codes imported with a warning"),
+          h("thead", {}, h("tr", {}, h("th", { scope: "col", class: "num" }, "Line"), h("th", { scope: "col" }, "Reason"), h("th", { scope: "col" }, "Value"))),
+          body)),
+      note,
     );
+    if (job.report && job.state !== "running") {
+      if (!reports.has(job.job_id)) {
+        reports.set(job.job_id, ctx.api.firstRecords(`/v1/jobs/${encodeURIComponent(job.job_id)}/download`, REPORT_ROWS_SHOWN));
+      }
+      reports.get(job.job_id).then((records) => {
+        const [header = [], ...found] = records;
+        const at = (name) => header.indexOf(name);
+        const listed = found.map((r) => ({ line: Number(r[at("line")]), reason: r[at("reason")], value: r[at("value")] }));
+        // Repeats are reported as the import commits them, after later invalid rows: by line.
+        body.replaceChildren(...rows(listed.sort((a, b) => a.line - b.line)));
+        shown(found.length);
+      }, () => {}); // the rows the job kept stay listed
+    }
   }
   if ((rejected > 0 || job.warnings > 0) && job.state !== "running") {
     const download = h("button", { type: "button", class: "button button-secondary", dataset: { testid: "download-rejected" } },
