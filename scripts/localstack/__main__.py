@@ -22,10 +22,11 @@ it, so campaigns with require_app_check work locally.
 
 --demo   also creates the demo users in the Auth emulator (an admin and a shopper, email and
          password), campaign `demo` through admin_api with 100 codes, serves the example landing
-         page (web/example) at http://127.0.0.1:3000/?campaign=demo, and prints how to sign in
-         and a curl command that claims a code.
+         page (web/example) at http://127.0.0.1:3000/?campaign=demo and the console
+         (web/console) at http://127.0.0.1:3000/console/, and prints how to sign in and a curl
+         command that claims a code.
 --check  starts everything, runs the demo, one claim over HTTP (expects 201) and fetches the
-         landing page, then stops.
+         landing page and the console, then stops.
 """
 
 from __future__ import annotations

@@ -92,6 +92,8 @@ def announce_demo(config: Config) -> None:
 
 
 def announce_page(url: str, config: Config, app_check_token_url: str | None) -> None:
+    say("the drop control room, the console where marketers run the sale (docs/console.md):")
+    say(f"  {config.url('web')}/console/   sign in as {ADMIN.email} / {ADMIN.password}")
     say("the example landing page (shoppers sign in anonymously on the Auth emulator, or with a")
     say("phone number when the campaign's identity is phone):")
     say(f"  {url}")
@@ -122,6 +124,14 @@ def run_check(config: Config, demo: Demo) -> None:
         if response.status_code != 200:
             raise StackError(f"check: {page + path} answered {response.status_code}, expected 200")
     say(f"check: the landing page answers at {page}")
+    console = f"{config.url('web')}/console/"
+    for path in ("", "config.json", "app.js", "vendor/uPlot.esm.js"):
+        response = http.request("GET", console + path, timeout=10)
+        if response.status_code != 200:
+            raise StackError(
+                f"check: {console + path} answered {response.status_code}, expected 200"
+            )
+    say(f"check: the console answers at {console}")
     say("local stack check passed")
 
 
