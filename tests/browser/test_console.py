@@ -26,8 +26,8 @@ from google.cloud.firestore_v1.base_query import FieldFilter
 from google.cloud.storage import Client as StorageClient
 from playwright.sync_api import Browser, FilePayload, Page, expect
 
-from emulator import EmulatorStack, RunningEmulator, free_port
-from emulator.auth import AuthEmulatorClient
+from devkit.emulators import EmulatorStack, RunningEmulator, free_port
+from devkit.emulators.auth import AuthEmulatorClient
 from scripts.localstack.pages import ConsoleConfig, PageConfig, PageServer
 from shared.clock import utcnow
 from shared.gcp.firestore import (
