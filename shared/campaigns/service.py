@@ -9,6 +9,7 @@ from datetime import datetime
 from google.cloud import firestore
 
 from shared.campaigns import store as campaign_store
+from shared.campaigns.drop_secret import new_drop_secret
 from shared.campaigns.models import (
     CampaignAdmin,
     CampaignCreate,
@@ -19,6 +20,7 @@ from shared.campaigns.models import (
     CampaignUpdate,
     WaitingRoomStatus,
 )
+from shared.errors import RequestValidationFailed
 
 
 def new_campaign_id(title: str) -> str:
@@ -27,6 +29,7 @@ def new_campaign_id(title: str) -> str:
 
 
 def create_campaign(db: firestore.Client, *, data: CampaignCreate, now: datetime) -> CampaignRecord:
+    secret, commitment = new_drop_secret() if data.pre_queue_seconds else (None, None)
     record = CampaignRecord(
         campaign_id=data.campaign_id or new_campaign_id(data.title),
         title=data.title,
@@ -41,10 +44,18 @@ def create_campaign(db: firestore.Client, *, data: CampaignCreate, now: datetime
         identity=data.identity,
         allowed_sign_in_providers=data.allowed_sign_in_providers,
         require_app_check=data.require_app_check,
+        pre_queue_seconds=data.pre_queue_seconds,
+        seed_commitment=commitment,
         created_at=now,
         updated_at=now,
     )
-    return campaign_store.create_campaign(db, record=record)
+    opens_at = record.pre_queue_opens_at
+    if opens_at is not None and opens_at < now:
+        raise RequestValidationFailed(
+            "the pre-queue must open after the campaign is created: its seed's commitment is "
+            "published before anyone joins"
+        )
+    return campaign_store.create_campaign(db, record=record, drop_secret=secret)
 
 
 def update_campaign(
@@ -68,6 +79,7 @@ def public_view(
         identity=campaign.identity,
         allowed_sign_in_providers=campaign.allowed_sign_in_providers,
         require_app_check=campaign.require_app_check,
+        pre_queue_opens_at=campaign.pre_queue_opens_at,
     )
 
 
@@ -89,6 +101,8 @@ def admin_view(
         identity=campaign.identity,
         allowed_sign_in_providers=campaign.allowed_sign_in_providers,
         require_app_check=campaign.require_app_check,
+        pre_queue_seconds=campaign.pre_queue_seconds,
+        seed_commitment=campaign.seed_commitment,
         created_at=campaign.created_at,
         updated_at=campaign.updated_at,
         stats=stats,

@@ -10,9 +10,10 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
 from shared.campaigns import segments
+from shared.campaigns.drop_secret import new_drop_secret
 from shared.campaigns.models import MAX_CODES_PER_USER, CampaignRecord
 from shared.errors import CampaignExists, CampaignNotFound, RequestValidationFailed
-from shared.gcp.firestore import Snapshot, campaign_ref, campaigns_collection
+from shared.gcp.firestore import Snapshot, campaign_ref, campaigns_collection, drop_secret_ref
 
 
 def record_from_snapshot(snapshot: Snapshot) -> CampaignRecord:
@@ -24,10 +25,15 @@ def _fields(record: CampaignRecord) -> dict[str, Any]:
     return record.model_dump(exclude={"campaign_id"})
 
 
-def create_campaign(db: firestore.Client, *, record: CampaignRecord) -> CampaignRecord:
-    """The campaign and its segments (see segments.py), in one atomic batch."""
+def create_campaign(
+    db: firestore.Client, *, record: CampaignRecord, drop_secret: Mapping[str, Any] | None = None
+) -> CampaignRecord:
+    """The campaign, its segments (see segments.py) and a fair drop's secret, in one atomic
+    batch."""
     batch = db.batch()
     batch.create(campaign_ref(db, record.campaign_id), _fields(record))
+    if drop_secret is not None:
+        batch.create(drop_secret_ref(db, record.campaign_id), dict(drop_secret))
     segments.add_to_batch(batch, db, campaign_id=record.campaign_id)
     try:
         batch.commit()
@@ -66,8 +72,16 @@ def list_campaigns(db: firestore.Client, *, limit: int = 1000) -> list[CampaignR
     return [record_from_snapshot(s) for s in query.stream()]
 
 
+# Once a fair drop's pre-queue is open, shoppers join against this window and commitment.
+_FIXED_WHILE_PRE_QUEUED = ("starts_at", "pre_queue_seconds", "waiting_room_enabled")
+
+
 def update_campaign(
-    db: firestore.Client, *, campaign_id: str, changes: Mapping[str, Any], now: datetime
+    db: firestore.Client,
+    *,
+    campaign_id: str,
+    changes: Mapping[str, Any],
+    now: datetime,
 ) -> CampaignRecord:
     """Apply changes in a transaction so the merged window is validated against fresh data."""
     ref = campaign_ref(db, campaign_id)
@@ -85,6 +99,12 @@ def update_campaign(
         if merged.identity != current.identity and now >= current.starts_at:
             raise RequestValidationFailed("identity cannot change once the campaign has started")
         update: dict[str, Any] = {**changes, "updated_at": now}
+        _check_pre_queue(current, merged, changes, now)
+        if merged.pre_queue_seconds and current.seed_commitment is None:
+            secret, commitment = new_drop_secret()
+            transaction.create(drop_secret_ref(db, campaign_id), secret)
+            update["seed_commitment"] = commitment
+            merged = merged.model_copy(update={"seed_commitment": commitment})
         # claims/me reads every slot a shopper may hold, so remember the widest limit ever set.
         if merged.max_per_user > current.slots_ceiling:
             update["slots_ceiling"] = min(merged.max_per_user, MAX_CODES_PER_USER)
@@ -94,6 +114,30 @@ def update_campaign(
 
     result: CampaignRecord = apply(db.transaction())
     return result
+
+
+def _check_pre_queue(
+    current: CampaignRecord, merged: CampaignRecord, changes: Mapping[str, Any], now: datetime
+) -> None:
+    opened = current.pre_queue_opens_at
+    if opened is not None and now >= opened:
+        fixed = [name for name in _FIXED_WHILE_PRE_QUEUED if name in changes]
+        if any(changes[name] != getattr(current, name) for name in fixed):
+            raise RequestValidationFailed(
+                f"{', '.join(fixed)} cannot change once the pre-queue has opened"
+            )
+    if not merged.pre_queue_seconds:
+        return
+    if not merged.waiting_room_enabled:
+        raise RequestValidationFailed(
+            "a pre-queue admits its draw through the waiting room: enable it"
+        )
+    opens = merged.pre_queue_opens_at
+    if opened is None and opens is not None and opens < now:
+        raise RequestValidationFailed(
+            "the pre-queue must open after this change: its seed's commitment is published "
+            "before anyone joins"
+        )
 
 
 def mark_sold_out(
