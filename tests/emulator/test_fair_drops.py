@@ -139,7 +139,7 @@ def test_the_commitment_is_published_before_the_pre_queue_opens_and_the_seed_kep
     assert fairness["state"] == "scheduled"
     assert fairness["seed"] is None
     assert fairness["entries_digest"] is None
-    secret = drop_secret_ref(db, drop.campaign_id).get().to_dict()
+    secret = drop_secret_ref(db, drop.campaign_id).get().to_dict() or {}
     assert hashlib.sha256(bytes.fromhex(secret["seed"])).hexdigest() == fairness["seed_commitment"]
     admin = admin_client.get(drop.url, headers=ADMIN).get_json()
     assert admin["seed_commitment"] == fairness["seed_commitment"]

@@ -113,7 +113,7 @@ def test_the_room_admits_the_drawn_places_in_order_then_later_arrivals() -> None
 
 
 def fetcher(draw: Draw, admissions: list[dict[str, Any]]) -> verify_drop.Fetch:
-    fairness = {
+    fairness: dict[str, Any] = {
         "seed": draw.seed,
         "seed_commitment": hashlib.sha256(bytes.fromhex(draw.seed)).hexdigest(),
         "entries_digest": draw.digest,
@@ -121,7 +121,7 @@ def fetcher(draw: Draw, admissions: list[dict[str, Any]]) -> verify_drop.Fetch:
         "state": "drawn",
     }
     entries = [{"entry_id": e, "place": i + 1} for i, e in enumerate(draw.by_place)]
-    pages = {
+    pages: dict[str, dict[str, Any]] = {
         "/fairness": fairness,
         "/fairness/entries": {"entries": entries[:7], "next_page_token": "7"},
         "/fairness/entries?page_token=7": {"entries": entries[7:], "next_page_token": None},
@@ -132,14 +132,18 @@ def fetcher(draw: Draw, admissions: list[dict[str, Any]]) -> verify_drop.Fetch:
 
 def test_verify_drop_accepts_an_honest_drop_and_names_each_kind_of_mismatch() -> None:
     draw = make_draw(10)
-    honest = [
+    honest: list[dict[str, Any]] = [
         {"entry_id": draw.by_place[0], "place": 1, "admitted_at": 1.0, "released": 3},
         {"entry_id": None, "place": None, "admitted_at": 2.0, "released": 10},
     ]
     assert verify_drop.verify(fetcher(draw, honest)).ok
 
-    early = [{"entry_id": draw.by_place[5], "place": 6, "admitted_at": 1.0, "released": 3}]
-    queue_jumper = [{"entry_id": None, "place": None, "admitted_at": 1.0, "released": 9}]
+    early: list[dict[str, Any]] = [
+        {"entry_id": draw.by_place[5], "place": 6, "admitted_at": 1.0, "released": 3}
+    ]
+    queue_jumper: list[dict[str, Any]] = [
+        {"entry_id": None, "place": None, "admitted_at": 1.0, "released": 9}
+    ]
     for admissions, failed in ((early, "admission order"), (queue_jumper, "admission order")):
         verdict = verify_drop.verify(fetcher(draw, admissions))
         assert not verdict.ok
