@@ -41,11 +41,9 @@ def entry_id_for(entry_key: bytes, identity: str) -> str:
     return hmac.new(entry_key, identity.encode(), hashlib.sha256).hexdigest()[:ENTRY_ID_HEX]
 
 
-def shard_range(shard: int) -> tuple[str, str | None]:
-    """The ids of a shard: from the first (inclusive) to the second (exclusive; None: the end)."""
-    low = f"{shard * _PREFIXES_PER_SHARD:02x}"
-    high = f"{(shard + 1) * _PREFIXES_PER_SHARD:02x}" if shard + 1 < SHARDS else None
-    return low, high
+def shard_of(entry_id: str) -> int:
+    """The range of ids an entry belongs to: its first two hex digits, SHARDS ranges in order."""
+    return int(entry_id[:2], 16) // _PREFIXES_PER_SHARD
 
 
 def pack(entry_ids: Sequence[str]) -> bytes:

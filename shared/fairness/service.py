@@ -166,6 +166,8 @@ class FairnessService:
             for shard in missing:
                 if time.monotonic() > until:
                     return None
+                if shard in shards:
+                    continue  # stored by another instance meanwhile
                 ids = store.shard_entry_ids(self._db, campaign_id, shard)
                 shards[shard] = store.write_shard(self._db, campaign_id, shard, ids)
                 self.metrics.add(
@@ -174,6 +176,10 @@ class FairnessService:
                     documents_read=max(1, len(ids)),
                     documents_written=1,
                 )
+                # A few small reads spare reading ranges that others have stored since.
+                left = [other for other in missing if other not in shards]
+                shards.update(store.read_shards(self._db, campaign_id, left))
+                self.metrics.add(documents_read=len(left))
             ids = store.all_shard_ids(shards)
             drawn_at = self._clock().timestamp()
             store.create_draw(

@@ -16,7 +16,7 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 from google.cloud.firestore_v1.field_path import FieldPath
 
-from shared.fairness.draw import SHARDS, pack, shard_range, unpack
+from shared.fairness.draw import SHARDS, pack, shard_of, unpack
 from shared.gcp.firestore import (
     Snapshot,
     admissions_collection,
@@ -64,7 +64,7 @@ def read_secret(db: firestore.Client, campaign_id: str) -> DropSecret | None:
 
 
 def _entry_ref(db: firestore.Client, campaign_id: str, entry_id: str) -> Any:
-    return entries_collection(db, campaign_id).document(entry_id)
+    return entries_collection(db, campaign_id, shard_of(entry_id)).document(entry_id)
 
 
 def create_entry(db: firestore.Client, campaign_id: str, entry_id: str, now: datetime) -> bool:
@@ -103,16 +103,9 @@ def read_shards(db: firestore.Client, campaign_id: str, shards: Sequence[int]) -
 
 def shard_entry_ids(db: firestore.Client, campaign_id: str, shard: int) -> list[str]:
     """The entry ids in one shard's range, ascending, read a page at a time (names only)."""
-    collection = entries_collection(db, campaign_id)
-    low, high = shard_range(shard)
-    query = collection.where(
-        filter=firestore.FieldFilter(FieldPath.document_id(), ">=", collection.document(low))
-    )
-    if high is not None:
-        query = query.where(
-            filter=firestore.FieldFilter(FieldPath.document_id(), "<", collection.document(high))
-        )
-    query = query.order_by(FieldPath.document_id()).select([FieldPath.document_id()]).limit(PAGE)
+    collection = entries_collection(db, campaign_id, shard)
+    document_id = FieldPath.document_id()
+    query = collection.order_by(document_id).select([document_id]).limit(PAGE)
     ids: list[str] = []
     last: Snapshot | None = None
     while True:

@@ -13,7 +13,7 @@ campaigns/{campaign_id}/segments/{index}                 leases on parts of the 
 campaigns/{campaign_id}/fairness/secret                  a fair drop's seed and entry-id key
 campaigns/{campaign_id}/fairness/shard-{nn}              the draw: one range of entry ids
 campaigns/{campaign_id}/fairness/draw                    the draw: digest, count, when
-campaigns/{campaign_id}/entries/{entry_id}               one identity's entry in the pre-queue
+campaigns/{campaign_id}/entry_shards/{nn}/entries/{id}  an identity's entry, by range of ids
 campaigns/{campaign_id}/admissions/{entry_id or key}     a fair drop's first admission of each
 campaigns/{campaign_id}/refusals/{instance_id}           claims refused, by reason (per instance)
 jobs/{job_id}                                            import and generation jobs
@@ -49,6 +49,7 @@ ANNOUNCEMENTS = "announcements"
 ROOM_INSTANCES = "room_instances"
 SEGMENTS = "segments"
 FAIRNESS = "fairness"
+ENTRY_SHARDS = "entry_shards"
 ENTRIES = "entries"
 ADMISSIONS = "admissions"
 REFUSALS = "refusals"
@@ -169,8 +170,14 @@ def drop_secret_ref(db: firestore.Client, campaign_id: str) -> firestore.Documen
     return fairness_collection(db, campaign_id).document("secret")
 
 
-def entries_collection(db: firestore.Client, campaign_id: str) -> firestore.CollectionReference:
-    return _sub(db, campaign_id, ENTRIES)
+def entries_collection(
+    db: firestore.Client, campaign_id: str, shard: int
+) -> firestore.CollectionReference:
+    """One range of a fair drop's entry ids (shared/fairness/draw.py): the draw reads a range by
+    listing its own collection, not by filtering one large collection."""
+    parent = _sub(db, campaign_id, ENTRY_SHARDS).document(f"{shard:02d}")
+    collection: firestore.CollectionReference = parent.collection(ENTRIES)
+    return collection
 
 
 def admissions_collection(db: firestore.Client, campaign_id: str) -> firestore.CollectionReference:
