@@ -90,11 +90,12 @@ class ClaimService:
         campaign = self.engine.campaign(campaign_id)
         if not campaign.pre_queue_seconds:
             return self._claim(campaign, shopper, idempotency_key, ticket, app_check_token, started)
-        # A fair drop's transparency report counts its refusals by reason.
+        # A fair drop's transparency report counts its refusals by reason, from the start (a
+        # page that asks early is told to wait for it, not refused).
         try:
             return self._claim(campaign, shopper, idempotency_key, ticket, app_check_token, started)
         except CodedropError as exc:
-            if not isinstance(exc, WaitingRoom):
+            if not isinstance(exc, WaitingRoom) and self._clock() >= campaign.starts_at:
                 self._fairness.refused(campaign, exc.error_code)
             raise
 
