@@ -25,7 +25,7 @@ from shared.fairness.service import FREEZE_SECONDS
 from shared.gcp.firestore import campaign_ref, drop_secret_ref
 from shared.waiting_room.admission import Ticket, TicketSigner
 from tests.support.api import ADMIN, auth, function_client
-from tests.support.stack import MakeCampaign
+from tests.support.stack import MakeCampaign, Pump
 
 pytestmark = pytest.mark.emulator
 
@@ -282,3 +282,32 @@ def test_a_forged_place_is_refused(make_drop: Callable[..., Drop]) -> None:
         refused = drop.claim("forger", ticket)
         assert refused.status_code == 400
         assert refused.get_json()["error_code"] == "INVALID_TICKET"
+
+
+def test_the_transparency_report_after_the_drop(
+    make_drop: Callable[..., Drop], pump_events: Pump
+) -> None:
+    drop = make_drop(codes=2, rate=50)
+    drop.open()
+    fans = ["one", "two", "three"]
+    for user in fans:
+        drop.join(user)
+    drop.start()
+    drop.drawn()
+    assert drop.client.get(f"{drop.url}/transparency").status_code == 409  # not over yet
+
+    answers = [drop.claim_until_served(user)[0].status_code for user in fans]
+    pump_events()  # the usage counters learn of the claims
+    deadline = time.monotonic() + 10
+    while (report := drop.client.get(f"{drop.url}/transparency")).status_code != 200:
+        assert time.monotonic() < deadline, report.get_json()
+        time.sleep(0.1)
+
+    assert sorted(answers) == [201, 201, 410]
+    body = report.get_json()
+    assert body["codes_available"] == 2
+    assert body["entries"] == 3
+    assert body["claimed"] == 2
+    assert body["refused"] == {"SOLD_OUT": 1}
+    assert body["admitted"] in (2, 3)  # the last one admitted, or told SOLD_OUT before the room
+    assert 0 <= body["queue_seconds_p50"] <= body["queue_seconds_p95"]
