@@ -119,12 +119,12 @@ class FairnessService:
         now = self._clock()
         entry_id = self.entry_id(campaign, holder)
         if now >= campaign.starts_at:
-            if not store.entry_exists(self._db, campaign.campaign_id, entry_id):
+            draw = self.draw(campaign)
+            place = draw.place_of(entry_id) if draw is not None else None
+            if place is None and not store.entry_exists(self._db, campaign.campaign_id, entry_id):
                 raise CampaignNotActive(
                     "The pre-queue closed at the start: you queue through the waiting room."
                 )
-            draw = self.draw(campaign)
-            place = draw.place_of(entry_id) if draw is not None else None
             return EntryPublic(entry_id=entry_id, place=place), False
         if now < opens_at:
             raise CampaignNotActive("The pre-queue is not open yet.")
@@ -168,18 +168,27 @@ class FairnessService:
                     return None
                 if shard in shards:
                     continue  # stored by another instance meanwhile
+                if not store.lease_shard(self._db, campaign_id, shard, self._clock().timestamp()):
+                    self.metrics.add(documents_read=1, documents_written=1)
+                    continue  # another instance is making it
                 ids = store.shard_entry_ids(self._db, campaign_id, shard)
                 shards[shard] = store.write_shard(self._db, campaign_id, shard, ids)
                 self.metrics.add(
                     shards_made=1,
                     entries_read=len(ids),
                     documents_read=max(1, len(ids)),
-                    documents_written=1,
+                    documents_written=2,  # the lease and the range
                 )
                 # A few small reads spare reading ranges that others have stored since.
                 left = [other for other in missing if other not in shards]
                 shards.update(store.read_shards(self._db, campaign_id, left))
                 self.metrics.add(documents_read=len(left))
+            left = [shard for shard in range(SHARDS) if shard not in shards]
+            if left:
+                shards.update(store.read_shards(self._db, campaign_id, left))
+                self.metrics.add(documents_read=len(left))
+                if len(shards) < SHARDS:
+                    return None  # others are making the rest
             ids = store.all_shard_ids(shards)
             drawn_at = self._clock().timestamp()
             store.create_draw(

@@ -30,6 +30,9 @@ from shared.gcp.firestore import (
 # most this long, and the draw starts FREEZE_SECONDS after the start.
 JOIN_WRITE_TIMEOUT_SECONDS = 2.0
 PAGE = 1000
+# A range of the list is made by the instance that took it, unless it is still not stored this
+# long after (that instance stopped): then by whoever sees it next.
+LEASE_SECONDS = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +117,19 @@ def shard_entry_ids(db: firestore.Client, campaign_id: str, shard: int) -> list[
         if len(page) < PAGE:
             return ids
         last = page[-1]
+
+
+def lease_shard(db: firestore.Client, campaign_id: str, shard: int, now: float) -> bool:
+    """Whether this instance should make the shard: nobody took it, or whoever did has not
+    stored it within LEASE_SECONDS (an instance that stopped). Making a shard twice is
+    harmless (write_shard keeps the first), only wasted reads."""
+    ref = fairness_collection(db, campaign_id).document(f"lease-{shard:02d}")
+    try:
+        ref.create({"at": now})
+    except gexc.AlreadyExists:
+        taken = ref.get()
+        return bool(taken.exists and now - float((taken.to_dict() or {})["at"]) > LEASE_SECONDS)
+    return True
 
 
 def write_shard(db: firestore.Client, campaign_id: str, shard: int, entry_ids: list[str]) -> bytes:
