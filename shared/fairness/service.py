@@ -12,13 +12,14 @@ them in memory, and the waiting room counts the drawn entries as one more instan
 from __future__ import annotations
 
 import logging
+import math
 import random
 import statistics
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from google.cloud import firestore
@@ -52,6 +53,8 @@ FREEZE_SECONDS = 3.0
 WORK_SECONDS = 1.0
 PAGE_SIZE = 1000
 REFUSALS_FLUSH_SECONDS = 2.0
+# An instance with no range of the draw to make looks for the others' this often.
+CHECK_SECONDS = 2.0
 TRANSPARENCY_CACHE_SECONDS = 30.0
 # Statuses after which the transparency report is published.
 _OVER = (CampaignStatus.ENDED, CampaignStatus.SOLD_OUT)
@@ -65,6 +68,15 @@ class DrawMetrics(Tally):
     entries_read: int = 0
     documents_read: int = 0
     documents_written: int = 0
+
+
+@dataclass
+class _Progress:
+    """What an instance knows of a draw being made."""
+
+    stored: dict[int, bytes] = field(default_factory=dict)  # range -> its packed entry ids
+    leased: dict[int, float] = field(default_factory=dict)  # range -> when seen leased
+    checked_at: float = -math.inf
 
 
 @dataclass
@@ -89,7 +101,7 @@ class FairnessService:
         self._instance_id = uuid.uuid4().hex[:12]
         self._secrets: dict[str, DropSecret] = {}
         self._draws: dict[str, Draw] = {}
-        self._shards: dict[str, dict[int, bytes]] = {}
+        self._progress: dict[str, _Progress] = {}
         self._working: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         self._admitted: set[tuple[str, str]] = set()
@@ -154,42 +166,10 @@ class FairnessService:
         stored = store.read_draw(self._db, campaign_id)
         self.metrics.add(documents_read=1)
         if stored is None:
-            shards = self._shards.setdefault(campaign_id, {})
-            missing = [shard for shard in range(SHARDS) if shard not in shards]
-            if missing:
-                shards.update(store.read_shards(self._db, campaign_id, missing))
-                self.metrics.add(documents_read=len(missing))
-            # Instances take the pieces left in different orders, so they seldom make the same.
-            missing = [shard for shard in range(SHARDS) if shard not in shards]
-            random.shuffle(missing)
-            until = time.monotonic() + WORK_SECONDS
-            for shard in missing:
-                if time.monotonic() > until:
-                    return None
-                if shard in shards:
-                    continue  # stored by another instance meanwhile
-                if not store.lease_shard(self._db, campaign_id, shard, self._clock().timestamp()):
-                    self.metrics.add(documents_read=1, documents_written=1)
-                    continue  # another instance is making it
-                ids = store.shard_entry_ids(self._db, campaign_id, shard)
-                shards[shard] = store.write_shard(self._db, campaign_id, shard, ids)
-                self.metrics.add(
-                    shards_made=1,
-                    entries_read=len(ids),
-                    documents_read=max(1, len(ids)),
-                    documents_written=2,  # the lease and the range
-                )
-                # A few small reads spare reading ranges that others have stored since.
-                left = [other for other in missing if other not in shards]
-                shards.update(store.read_shards(self._db, campaign_id, left))
-                self.metrics.add(documents_read=len(left))
-            left = [shard for shard in range(SHARDS) if shard not in shards]
-            if left:
-                shards.update(store.read_shards(self._db, campaign_id, left))
-                self.metrics.add(documents_read=len(left))
-                if len(shards) < SHARDS:
-                    return None  # others are making the rest
-            ids = store.all_shard_ids(shards)
+            progress = self._progress.setdefault(campaign_id, _Progress())
+            if not self._make_ranges(campaign_id, progress):
+                return None
+            ids = store.all_shard_ids(progress.stored)
             drawn_at = self._clock().timestamp()
             store.create_draw(
                 self._db,
@@ -205,11 +185,8 @@ class FairnessService:
             # The digest is out: only now may the seed be known.
             store.reveal_seed(self._db, campaign_id, secret.seed.hex())
             self.metrics.add(documents_written=1)
-        shards = self._shards.setdefault(campaign_id, {})
-        missing = [shard for shard in range(SHARDS) if shard not in shards]
-        if missing:
-            shards.update(store.read_shards(self._db, campaign_id, missing))
-            self.metrics.add(documents_read=len(missing))
+        shards = self._progress.setdefault(campaign_id, _Progress()).stored
+        self._refresh(campaign_id, shards)
         ids = store.all_shard_ids(shards)
         if entries_digest(ids) != stored.digest:
             # Never expected: the stored pieces are the frozen list.
@@ -226,9 +203,56 @@ class FairnessService:
             by_place=order(secret.seed, stored.digest, ids),
         )
         self._draws[campaign_id] = draw
-        self._shards.pop(campaign_id, None)
+        self._progress.pop(campaign_id, None)
         log.info("fair drop drawn", extra={"campaign_id": campaign_id, "entries": draw.count})
         return draw
+
+    def _refresh(self, campaign_id: str, stored: dict[int, bytes]) -> None:
+        """Learn which ranges are stored (those known stay: they never change)."""
+        missing = [shard for shard in range(SHARDS) if shard not in stored]
+        if missing:
+            stored.update(store.read_shards(self._db, campaign_id, missing))
+            self.metrics.add(documents_read=len(missing))
+
+    def _make_ranges(self, campaign_id: str, progress: _Progress) -> bool:
+        """Make ranges of the list for about WORK_SECONDS; whether every range is stored.
+
+        Ranges leased by others are left to them (until their lease could have run out), and
+        what others stored is looked up after each range made here and every CHECK_SECONDS,
+        so an instance with nothing to make costs one read a request."""
+        now = time.monotonic()
+        if now - progress.checked_at > CHECK_SECONDS:
+            self._refresh(campaign_id, progress.stored)
+            progress.checked_at = now
+        free = [
+            shard
+            for shard in range(SHARDS)
+            if shard not in progress.stored
+            and now - progress.leased.get(shard, -math.inf) > store.LEASE_SECONDS
+        ]
+        # Instances take the ranges left in different orders, so they seldom want the same.
+        random.shuffle(free)
+        until = now + WORK_SECONDS
+        for shard in free:
+            if time.monotonic() > until:
+                break
+            if shard in progress.stored:
+                continue
+            if not store.lease_shard(self._db, campaign_id, shard, self._clock().timestamp()):
+                progress.leased[shard] = time.monotonic()
+                self.metrics.add(documents_read=1, documents_written=1)
+                continue
+            ids = store.shard_entry_ids(self._db, campaign_id, shard)
+            progress.stored[shard] = store.write_shard(self._db, campaign_id, shard, ids)
+            self.metrics.add(
+                shards_made=1,
+                entries_read=len(ids),
+                documents_read=max(1, len(ids)),
+                documents_written=2,  # the lease and the range
+            )
+            self._refresh(campaign_id, progress.stored)
+            progress.checked_at = time.monotonic()
+        return len(progress.stored) == SHARDS
 
     # --- admission ----------------------------------------------------------------------------
     def queue(self, campaign: CampaignRecord, holder: str) -> DrawnQueue:
