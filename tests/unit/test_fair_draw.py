@@ -155,3 +155,24 @@ def test_verify_drop_accepts_an_honest_drop_and_names_each_kind_of_mismatch() ->
     )
     verdict = verify_drop.verify(fetcher(other_seed, []))
     assert verdict.checks["places"] is False
+
+
+def test_the_verify_drop_command_exits_0_1_or_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    draw = make_draw(5)
+    late: list[dict[str, Any]] = [
+        {"entry_id": None, "place": None, "admitted_at": 1.0, "released": 2}
+    ]
+    answers = {"honest": fetcher(draw, []), "late": fetcher(draw, late)}
+    monkeypatch.setattr(verify_drop, "http_fetch", lambda url: answers[url.rsplit("/", 1)[1]])
+
+    assert verify_drop.main(["http://127.0.0.1:8001/v1/campaigns/honest"]) == 0
+    assert '"ok": true' in capsys.readouterr().out
+    assert verify_drop.main(["http://127.0.0.1:8001/v1/campaigns/late"]) == 1
+    assert "later arrival" in capsys.readouterr().out
+    assert verify_drop.main(["file:///etc/passwd"]) == 2
+    unreadable = {**answers, "drawing": {"/fairness": {"state": "drawing"}}.__getitem__}
+    monkeypatch.setattr(verify_drop, "http_fetch", lambda url: unreadable[url.rsplit("/", 1)[1]])
+    assert verify_drop.main(["http://127.0.0.1:8001/v1/campaigns/drawing"]) == 2
+    assert "not published yet" in capsys.readouterr().err
