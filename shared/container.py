@@ -26,6 +26,7 @@ from shared.control.exports import ExportService
 from shared.control.live import LiveService
 from shared.events.bus import EventBus
 from shared.events.models import sold_out
+from shared.fairness.service import FairnessService
 from shared.gcp import firestore as gcp_firestore
 from shared.gcp import pubsub as gcp_pubsub
 from shared.gcp import storage as gcp_storage
@@ -132,9 +133,21 @@ class Services:
                 bus=self.bus,
                 room=self.room,
                 usage=self.usage,
+                fairness=self.fairness,
                 app_check=self.app_check,
                 clock=utcnow,
                 deadline_seconds=self.settings.claim_deadline_seconds,
+            ),
+        )
+
+    @property
+    def fairness(self) -> FairnessService:
+        return self._once(
+            "fairness",
+            lambda: FairnessService(
+                db=self.db,
+                usage=self.usage,
+                tick_seconds=self.settings.waiting_room_tick_seconds,
             ),
         )
 

@@ -74,6 +74,11 @@ class SignInProviderNotAllowed(Forbidden):
     default_message = "This sale does not accept your sign-in method."
 
 
+class TicketNotYours(Forbidden):
+    error_code = "TICKET_NOT_YOURS"
+    default_message = "This waiting-room ticket was issued to another account."
+
+
 class NotFound(CodedropError):
     error_code = "NOT_FOUND"
     default_message = "No such resource."
@@ -87,6 +92,11 @@ class CampaignNotFound(NotFound):
 class ClaimNotFound(NotFound):
     error_code = "CLAIM_NOT_FOUND"
     default_message = "You hold no code in this campaign."
+
+
+class FairDropNotFound(NotFound):
+    error_code = "FAIR_DROP_NOT_FOUND"
+    default_message = "This campaign has no pre-queue, so no draw to show."
 
 
 class JobNotFound(NotFound):

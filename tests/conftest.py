@@ -63,6 +63,8 @@ HOT_COLLECTIONS = (
     "counter_shards",
     "outbox",
     "deliveries",
+    "entries",
+    "admissions",
 )
 _run = contextlib.ExitStack()
 _recorder: Recorder | None = None

@@ -240,7 +240,35 @@ export class Codedrop {
       code: null,
       waiting: null,
       error: null,
+      entry: null,
     });
+  }
+
+  /** Where anyone can check a fair drop's draw (its commitment, digest, seed and places). */
+  get proofUrl() {
+    return this.#url("/fairness");
+  }
+
+  /** Join a fair drop's pre-queue (campaign.pre_queue_opens_at): resolves with the entry,
+   * `{entryId, place}` (place once drawn), also kept in state.entry. Joining again answers the
+   * same entry, so a page may call it after a reload to show it. */
+  async join() {
+    const token = await this.#signedInToken(false);
+    const headers = { ...(await this.#authHeaders(token)), "Content-Type": "application/json" };
+    const response = await this.#request("POST", this.#url("/entries"), headers, "{}");
+    if (response.status !== 200 && response.status !== 201) {
+      throw apiError(response, { retryable: response.status >= 500 });
+    }
+    this.#setEntry(response.body);
+    return this.#state.entry;
+  }
+
+  #setEntry(body) {
+    if (!body?.entry_id) return;
+    const place = Number.isInteger(body.place) ? body.place : (this.#state.entry?.place ?? null);
+    const known = this.#state.entry;
+    if (known?.entryId === body.entry_id && known.place === place) return;
+    this.#set({ entry: Object.freeze({ entryId: body.entry_id, place }) });
   }
 
   /** The current state (a frozen snapshot). */
@@ -649,6 +677,7 @@ export class Codedrop {
     }
     if (status === 429 && code === "WAITING_ROOM") {
       if (body.ticket) pending.ticket = body.ticket;
+      this.#setEntry(body); // a fair drop's entrant: their entry and drawn place
       this.#savePending(token, pending);
       retry.failures = 0; // a place in line is progress, not failure
       // The server jitters retry_after_ms within one admission tick; a shopper it admits is
@@ -678,8 +707,11 @@ export class Codedrop {
       retry.refreshedToken = true; // an ID token expires after an hour: get a fresh one once
       return "refresh-token";
     }
-    if (status === 400 && code === "INVALID_TICKET" && !retry.droppedTicket) {
-      retry.droppedTicket = true; // expired or damaged: ask for a new place in line once
+    const badTicket =
+      (status === 400 && code === "INVALID_TICKET") || (status === 403 && code === "TICKET_NOT_YOURS");
+    if (badTicket && !retry.droppedTicket) {
+      // Expired, damaged, or another account's (a shared browser): ask for a place once.
+      retry.droppedTicket = true;
       pending.ticket = null;
       this.#savePending(token, pending);
       return "retry";

@@ -227,6 +227,7 @@ class Sale:
                 bus=services.bus,
                 room=services.room,
                 usage=services.usage,
+                fairness=services.fairness,
                 app_check=services.app_check,
                 clock=utcnow,
                 deadline_seconds=services.settings.claim_deadline_seconds,

@@ -25,6 +25,12 @@ from shared.intake.service import import_job_id
 DEMO_CAMPAIGN = "demo"
 DEMO_TITLE = "Flash sale: 30% off everything"
 DEMO_CODES = 100
+# A fair drop (docs/fair-drops.md): its pre-queue opens soon after the stack is up, and the draw
+# is a few minutes later; ./scripts/verify_drop checks it from its public URLs afterwards.
+FAIR_DEMO_CAMPAIGN = "fair-demo"
+FAIR_DEMO_OPENS_IN = timedelta(seconds=30)
+FAIR_DEMO_PRE_QUEUE = timedelta(minutes=3)
+FAIR_DEMO_CODES = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +70,7 @@ def run_demo(config: Config) -> Demo:
     codes = [f"DEMO-{batch}-{n:03d}" for n in range(1, DEMO_CODES + 1)]
     job = _import(config, codes, admin_token=admin_token)
     say(f"demo: imported {job.get('imported')} codes ({codes[0]} … {codes[-1]})")
-
+    _fair_demo(config, admin_token=admin_token)
     return Demo(campaign_id=DEMO_CAMPAIGN, shopper_token=shopper_token)
 
 
@@ -89,6 +95,42 @@ def announce_demo(config: Config) -> None:
     say(f'  curl -s -X POST {claim} -H "Authorization: Bearer $(./scripts/token shopper)"')
     say("see the campaign:")
     say(f"  curl -s {config.url('claim_api')}/v1/campaigns/{DEMO_CAMPAIGN}")
+
+
+def _fair_demo(config: Config, *, admin_token: str) -> None:
+    """Campaign `fair-demo`: a fair drop whose pre-queue opens in 30 s, drawn 3 minutes later."""
+    now = datetime.now(UTC)
+    starts_at = now + FAIR_DEMO_OPENS_IN + FAIR_DEMO_PRE_QUEUE
+    body = {
+        "campaign_id": FAIR_DEMO_CAMPAIGN,
+        "title": "Fair drop: 50 pairs, drawn at the start",
+        "starts_at": starts_at.isoformat(),
+        "ends_at": (now + timedelta(days=1)).isoformat(),
+        "pre_queue_seconds": int(FAIR_DEMO_PRE_QUEUE.total_seconds()),
+        "waiting_room_enabled": True,
+        "admissions_per_second": 2,
+    }
+    admin = f"{config.url('admin_api')}/v1/campaigns"
+    status, answer = http.call_json("POST", admin, body=body, token=admin_token)
+    if status == 409:
+        say(f"demo: campaign {FAIR_DEMO_CAMPAIGN} already exists; reusing it")
+        return
+    if status != 201:
+        raise StackError(f"admin_api answered {status} to creating the fair drop: {answer}")
+    generate = f"{admin}/{FAIR_DEMO_CAMPAIGN}/codes:generate"
+    status, answer = http.call_json(
+        "POST", generate, body={"count": FAIR_DEMO_CODES}, token=admin_token
+    )
+    if status != 202:
+        raise StackError(
+            f"admin_api answered {status} to generating the fair drop's codes: {answer}"
+        )
+    campaign = f"{config.url('claim_api')}/v1/campaigns/{FAIR_DEMO_CAMPAIGN}"
+    opens_at = now + FAIR_DEMO_OPENS_IN
+    say(f"demo: fair drop {FAIR_DEMO_CAMPAIGN}: join from {opens_at:%H:%M:%S} UTC, drawn at")
+    say(f"  {starts_at:%H:%M:%S} UTC (the landing page with ?campaign={FAIR_DEMO_CAMPAIGN});")
+    say(f"  its proof: curl -s {campaign}/fairness")
+    say(f"  verify it after the start: ./scripts/verify_drop {campaign}")
 
 
 def announce_page(url: str, config: Config, app_check_token_url: str | None) -> None:

@@ -3,7 +3,7 @@ return."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any, Self
 
@@ -19,9 +19,12 @@ MAX_LOW_STOCK_THRESHOLD = 1_000_000_000
 # A hold lasts long enough to check out, and no longer than a day.
 MIN_HOLD_SECONDS = 60
 MAX_HOLD_SECONDS = 86_400
+# A fair drop's pre-queue opens at most a week before the start (docs/fair-drops.md).
+MAX_PRE_QUEUE_SECONDS = 7 * 86_400
 
 Title = Annotated[SafeText, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
 HoldSeconds = Annotated[int, Field(ge=MIN_HOLD_SECONDS, le=MAX_HOLD_SECONDS)]
+PreQueueSeconds = Annotated[int, Field(ge=0, le=MAX_PRE_QUEUE_SECONDS)]
 # A Firebase `firebase.sign_in_provider`: password, phone, anonymous, custom, google.com,
 # oidc.<id>, saml.<id>, ...
 SignInProvider = Annotated[
@@ -57,11 +60,15 @@ class CampaignCreate(RequestBody):
     identity: IdentityKind = IdentityKind.UID
     allowed_sign_in_providers: SignInProviders | None = None
     require_app_check: bool = False
+    # 0: no pre-queue; otherwise shoppers join this long before the start and are drawn at it.
+    pre_queue_seconds: PreQueueSeconds = 0
 
     @model_validator(mode="after")
     def _window(self) -> Self:
         if self.ends_at <= self.starts_at:
             raise ValueError("ends_at must be after starts_at")
+        if self.pre_queue_seconds and not self.waiting_room_enabled:
+            raise ValueError("a pre-queue admits its draw through the waiting room: enable it")
         self.allowed_sign_in_providers = _distinct(self.allowed_sign_in_providers)
         return self
 
@@ -77,6 +84,7 @@ _NOT_NULLABLE = (
     "admissions_per_second",
     "identity",
     "require_app_check",
+    "pre_queue_seconds",
 )
 
 
@@ -106,6 +114,8 @@ class CampaignUpdate(RequestBody):
     identity: IdentityKind | None = None
     allowed_sign_in_providers: SignInProviders | None = None  # null: every provider again
     require_app_check: bool | None = None
+    # Only until the pre-queue opens (store): its commitment is published from then on.
+    pre_queue_seconds: PreQueueSeconds | None = None
 
     @model_validator(mode="after")
     def _something(self) -> Self:
@@ -135,6 +145,9 @@ class CampaignRecord(BaseModel):
     identity: IdentityKind = IdentityKind.UID
     allowed_sign_in_providers: list[str] | None = None
     require_app_check: bool = False
+    pre_queue_seconds: int = 0
+    # Hex SHA-256 of the drop's secret seed (fairness/secret), set with the pre-queue.
+    seed_commitment: str | None = None
     # Set only by a claimer that proved no unassigned code exists; cleared by every import.
     sold_out: bool = False
     sold_out_at: datetime | None = None
@@ -157,6 +170,12 @@ class CampaignRecord(BaseModel):
     archived: bool = False
     created_at: datetime
     updated_at: datetime
+
+    @property
+    def pre_queue_opens_at(self) -> datetime | None:
+        if not self.pre_queue_seconds:
+            return None
+        return self.starts_at - timedelta(seconds=self.pre_queue_seconds)
 
     def status_at(self, now: datetime) -> CampaignStatus:
         if now >= self.ends_at:
@@ -190,6 +209,8 @@ class CampaignPublic(BaseModel):
     identity: IdentityKind
     allowed_sign_in_providers: list[str] | None
     require_app_check: bool
+    # A fair drop: shoppers join from pre_queue_opens_at (POST …/entries), drawn at the start.
+    pre_queue_opens_at: UtcTime | None = None
 
 
 class CampaignStats(BaseModel):
@@ -223,6 +244,8 @@ class CampaignAdmin(BaseModel):
     code_format: CodeFormat | None = None
     version: int
     archived: bool
+    pre_queue_seconds: int = 0
+    seed_commitment: str | None = None
     created_at: UtcTime
     updated_at: UtcTime
     stats: CampaignStats | None = None

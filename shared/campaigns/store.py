@@ -12,6 +12,7 @@ from google.cloud import firestore
 from shared.audit import store as audit_store
 from shared.audit.models import AuditAction, AuditContext
 from shared.campaigns import segments
+from shared.campaigns.drop_secret import new_drop_secret
 from shared.campaigns.models import AUDITED_FIELDS, MAX_CODES_PER_USER, CampaignRecord, audited
 from shared.codes import CodeFormat
 from shared.errors import (
@@ -22,7 +23,7 @@ from shared.errors import (
     Contended,
     RequestValidationFailed,
 )
-from shared.gcp.firestore import Snapshot, campaign_ref, campaigns_collection
+from shared.gcp.firestore import Snapshot, campaign_ref, campaigns_collection, drop_secret_ref
 
 
 def record_from_snapshot(snapshot: Snapshot) -> CampaignRecord:
@@ -35,11 +36,18 @@ def _fields(record: CampaignRecord) -> dict[str, Any]:
 
 
 def create_campaign(
-    db: firestore.Client, *, record: CampaignRecord, audit: AuditContext | None = None
+    db: firestore.Client,
+    *,
+    record: CampaignRecord,
+    audit: AuditContext | None = None,
+    drop_secret: Mapping[str, Any] | None = None,
 ) -> CampaignRecord:
-    """The campaign, its segments (see segments.py) and its audit entry, in one atomic batch."""
+    """The campaign, its segments (see segments.py), its audit entry and a fair drop's secret,
+    in one atomic batch."""
     batch = db.batch()
     batch.create(campaign_ref(db, record.campaign_id), _fields(record))
+    if drop_secret is not None:
+        batch.create(drop_secret_ref(db, record.campaign_id), dict(drop_secret))
     segments.add_to_batch(batch, db, campaign_id=record.campaign_id)
     if audit is not None:
         entry = audit.entry(
@@ -94,6 +102,10 @@ def update_action(before: dict[str, Any], after: dict[str, Any]) -> AuditAction:
     return AuditAction.UPDATE
 
 
+# Once a fair drop's pre-queue is open, shoppers join against this window and commitment.
+_FIXED_WHILE_PRE_QUEUED = ("starts_at", "pre_queue_seconds", "waiting_room_enabled")
+
+
 def update_campaign(
     db: firestore.Client,
     *,
@@ -128,6 +140,12 @@ def update_campaign(
         if merged.identity != current.identity and now >= current.starts_at:
             raise RequestValidationFailed("identity cannot change once the campaign has started")
         update: dict[str, Any] = {**changes, "updated_at": now, "version": version}
+        _check_pre_queue(current, merged, changes, now)
+        if merged.pre_queue_seconds and current.seed_commitment is None:
+            secret, commitment = new_drop_secret()
+            transaction.create(drop_secret_ref(db, campaign_id), secret)
+            update["seed_commitment"] = commitment
+            merged = merged.model_copy(update={"seed_commitment": commitment})
         # claims/me reads every slot a shopper may hold, so remember the widest limit ever set.
         if merged.max_per_user > current.slots_ceiling:
             update["slots_ceiling"] = min(merged.max_per_user, MAX_CODES_PER_USER)
@@ -197,6 +215,30 @@ def archive_campaign(
         expected_version=current.version,
         action=AuditAction.ARCHIVE,
     )
+
+
+def _check_pre_queue(
+    current: CampaignRecord, merged: CampaignRecord, changes: Mapping[str, Any], now: datetime
+) -> None:
+    opened = current.pre_queue_opens_at
+    if opened is not None and now >= opened:
+        fixed = [name for name in _FIXED_WHILE_PRE_QUEUED if name in changes]
+        if any(changes[name] != getattr(current, name) for name in fixed):
+            raise RequestValidationFailed(
+                f"{', '.join(fixed)} cannot change once the pre-queue has opened"
+            )
+    if not merged.pre_queue_seconds:
+        return
+    if not merged.waiting_room_enabled:
+        raise RequestValidationFailed(
+            "a pre-queue admits its draw through the waiting room: enable it"
+        )
+    opens = merged.pre_queue_opens_at
+    if opened is None and opens is not None and opens < now:
+        raise RequestValidationFailed(
+            "the pre-queue must open after this change: its seed's commitment is published "
+            "before anyone joins"
+        )
 
 
 def mark_sold_out(

@@ -91,6 +91,8 @@ function describeWait(seconds) {
 
 let lastStatus = null;
 let lastState = null;
+let client = null; // codedrop.js's client, once the page is configured
+let entryAskedAt = 0;
 let phone = null; // phone sign-in, once the page is configured
 let keeper = null; // keeping the code on another device, once the page is configured
 
@@ -131,6 +133,8 @@ function render(state) {
 
   // A sale that counts phone numbers keeps the code with the number already.
   keeper?.render(status === "claimed", { offered: !needsPhone(campaign) });
+  renderFairDrop(state);
+
   if (phone?.open) button.hidden = true; // the sign-in form's buttons lead the way meanwhile
   const [label, enabled] = BUTTON[status] ?? ["Get my code", false];
   setText(button, label);
@@ -141,6 +145,36 @@ function render(state) {
   button.disabled = !enabled || unknown;
   button.setAttribute("aria-busy", String(status === "claiming"));
   lastStatus = status;
+}
+
+/** A fair drop's panel: join before the start; the entry, its drawn place and the proof. */
+function renderFairDrop(state) {
+  const { status, campaign, entry } = state;
+  const panel = $("#fair-drop");
+  panel.hidden = !campaign?.pre_queue_opens_at || !client;
+  if (panel.hidden) return;
+  $("#proof-link").href = client.proofUrl;
+  const open = status === "not_started" && Date.now() >= Date.parse(campaign.pre_queue_opens_at);
+  $("#join").hidden = Boolean(entry) || !open;
+  $("#entry").hidden = !entry;
+  if (!entry) return;
+  setText($("#entry-id"), entry.entryId);
+  setText($("#place"), entry.place == null ? "drawn at the start" : `#${numbers.format(entry.place)}`);
+  // After the start, ask for the drawn place (joining again answers it), every few seconds.
+  const started = Date.now() >= Date.parse(campaign.starts_at);
+  if (entry.place == null && started && Date.now() - entryAskedAt > 2000) {
+    entryAskedAt = Date.now();
+    client.join().catch(() => {}); // not drawn yet: the next render asks again
+  }
+}
+
+async function joinDrop() {
+  try {
+    await client.join();
+    void client.claim(); // the claim waits for the start, then queues with the drawn place
+  } catch (error) {
+    setText($("#fair-hint"), error.message ?? "Could not join the drop.");
+  }
 }
 
 function fail(message) {
@@ -199,8 +233,10 @@ async function main_() {
   await keeper.start();
   // Signed in here as the shopper who holds a code elsewhere: start afresh as them.
   keeper.listen(() => location.reload());
+  client = drop;
   drop.subscribe(render);
   button.addEventListener("click", () => drop.claim());
+  $("#join").addEventListener("click", joinDrop);
   copyButton.addEventListener("click", copyCode);
   addEventListener("pagehide", () => drop.stop());
   await drop.start();
