@@ -38,6 +38,14 @@ class IdentityKind(StrEnum):
     EMAIL = "email"
 
 
+class EmailCanonicalization(StrEnum):
+    """How a campaign with identity "email" tells two addresses apart (shared/claims/identity.py
+    holds the rules and the table of providers)."""
+
+    MAILBOX = "mailbox"  # one inbox, one identity: lower-cased, +tag dropped, provider rules
+    ADDRESS = "address"  # every address as written, lower-cased only
+
+
 def rfc3339(value: datetime) -> str:
     return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 

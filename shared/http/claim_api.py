@@ -15,6 +15,8 @@ from shared.errors import (
     CampaignNotFound,
     ClaimNotFound,
     Contended,
+    IdentityInvalid,
+    IdentityRequired,
     RequestValidationFailed,
     SoldOut,
     WaitingRoom,
@@ -100,7 +102,16 @@ def get_campaign(call: Call, campaign_id: str) -> flask.Response:
     summary="Claim a code: 201 a new one, 200 the one already held.",
     body=ClaimCreate,
     responses={201: ClaimPublic, 200: ClaimPublic},
-    raises=[InvalidTicket, CampaignNotFound, CampaignNotActive, SoldOut, WaitingRoom, Contended],
+    raises=[
+        InvalidTicket,
+        CampaignNotFound,
+        CampaignNotActive,
+        SoldOut,
+        WaitingRoom,
+        Contended,
+        IdentityRequired,
+        IdentityInvalid,
+    ],
     error_bodies={WaitingRoom: WaitingRoomAnswer},
     headers={
         "Idempotency-Key": {"type": "string", "pattern": IDEMPOTENCY_KEY_PATTERN},
@@ -160,7 +171,7 @@ def _keep_ticket(response: flask.Response, cookie: str, ticket: object, max_age:
     access=Access.SHOPPER,
     summary="The codes the caller holds in a campaign.",
     responses={200: HeldClaims},
-    raises=[CampaignNotFound, ClaimNotFound],
+    raises=[CampaignNotFound, ClaimNotFound, IdentityRequired, IdentityInvalid],
 )
 def my_claims(call: Call, campaign_id: str) -> flask.Response:
     services = call.services

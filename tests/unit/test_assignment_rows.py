@@ -332,3 +332,21 @@ def test_closing_while_a_prefetch_reads_a_query_leaves_it_to_the_prefetch() -> N
     while not closed and time.monotonic() < deadline:
         time.sleep(0.01)
     assert closed == [True]
+
+
+def test_aliases_of_one_inbox_are_one_recipient_keyed_as_the_claim_path_keys_them() -> None:
+    rows = list(read("recipient\njohn.doe@gmail.com\nJohnDoe+news@googlemail.com\n"))
+
+    keys = {r.key for r in rows if isinstance(r, RecipientRow)}
+    assert keys == {identity_key(IdentityKind.EMAIL, "johndoe@gmail.com")}
+    assert [r.identity for r in rows if isinstance(r, RecipientRow)] == ["johndoe@gmail.com"] * 2
+
+
+def test_a_phone_number_in_another_script_is_an_invalid_row() -> None:
+    (row,) = read(
+        "recipient\n+\u0661\u0665\u0665\u0665\u0665\u0665\u0665\u0660\u0661\u0660\u0660\n",
+        IdentityKind.PHONE,
+    )
+
+    assert isinstance(row, InvalidRow)
+    assert row.reason.startswith("not a phone number in international format")
