@@ -4,8 +4,10 @@ answers and stores (docs/security.md lists the defences)."""
 
 from __future__ import annotations
 
+import json
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -13,13 +15,21 @@ import pytest
 from flask.testing import FlaskClient
 from google.cloud import firestore
 
+from emulator.push_auth import DevPushKeys
 from scripts.support.codes import add_codes
+from scripts.support.receiver import Receiver
 from shared.claims.identity import IdentityKind, identity_key
 from shared.clock import utcnow
-from shared.gcp.firestore import campaign_ref, claims_collection
+from shared.gcp.firestore import (
+    campaign_ref,
+    claims_collection,
+    deliveries_collection,
+    webhook_ref,
+)
 from shared.types import rfc3339
-from tests.support.api import ADMIN, auth
-from tests.support.stack import MakeCampaign
+from tests.support.api import ADMIN, REDEEMER, auth, function_client
+from tests.support.cloudevents import PUSH_KEYS, deliver, published_event
+from tests.support.stack import MakeCampaign, Pump
 
 pytestmark = pytest.mark.emulator
 
@@ -119,3 +129,112 @@ def test_a_phone_identity_outside_e164_is_refused(
     assert refused.status_code == 403
     assert refused.get_json()["error_code"] == "IDENTITY_INVALID"
     assert list(claims_collection(db, campaign_id).stream()) == []
+
+
+# --- 2. events pushed to the event functions ----------------------------------------------------
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with Receiver() as started:
+        yield started
+
+
+def redeemed_sale(claim_client: FlaskClient, admin_client: FlaskClient, campaign_id: str) -> str:
+    code = claim(claim_client, campaign_id, auth("buyer-1")).get_json()["code"]
+    redeemed = admin_client.post(
+        f"/v1/campaigns/{campaign_id}/redemptions",
+        json={"code": code, "order_id": "order-1"},
+        headers=REDEEMER,
+    )
+    assert redeemed.status_code == 201
+    assert isinstance(code, str)
+    return code
+
+
+def test_a_forged_event_pushed_to_deliver_webhooks_is_sent_nowhere(
+    claim_client: FlaskClient,
+    admin_client: FlaskClient,
+    make_campaign: MakeCampaign,
+    db: firestore.Client,
+    receiver: Receiver,
+    pump_events: Pump,
+    cleanup: list[Callable[[], object]],
+) -> None:
+    campaign_id = make_campaign(codes=2)
+    created = admin_client.post(
+        f"/v1/campaigns/{campaign_id}/webhooks",
+        json={"url": receiver.url(), "events": ["coupon.redeemed", "campaign.sold_out"]},
+        headers=ADMIN,
+    ).get_json()
+    cleanup.append(lambda: db.recursive_delete(webhook_ref(db, created["webhook_id"])))
+    redeemed_sale(claim_client, admin_client, campaign_id)
+    (real,) = [e for e in pump_events() if e["type"] == "coupon.redeemed"]
+    forged = [
+        {**real, "order_id": "attacker-order"},
+        {**real, "event_id": real["event_id"] + "x"},
+        {
+            "event_id": f"sold_out.{campaign_id}.2",
+            "type": "campaign.sold_out",
+            "campaign_id": campaign_id,
+            "occurred_at": real["occurred_at"],
+        },
+    ]
+    client = function_client("deliver_webhooks", "cloudevent")
+
+    forged_statuses = [deliver(client, published_event(encode(e))) for e in forged]
+    real_status = deliver(client, published_event(encode(real)))
+    drain_until_quiet(receiver)
+
+    assert set(forged_statuses) | {real_status} <= {200, 204}
+    assert [json.loads(r.body) for r in receiver.received] == [real]
+    assert set(deliveries_of(db, created["webhook_id"])) == {real["event_id"]}
+
+
+def encode(event: dict[str, Any]) -> bytes:
+    return json.dumps(event, separators=(",", ":")).encode()
+
+
+def drain_until_quiet(receiver: Receiver, seconds: float = 1.0) -> None:
+    """deliver_webhooks sends before it answers; a short look for stragglers."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not receiver.received:
+        time.sleep(0.05)
+
+
+def deliveries_of(db: firestore.Client, webhook_id: str) -> list[str]:
+    return [s.id for s in deliveries_collection(db, webhook_id).stream()]
+
+
+@pytest.mark.parametrize("function", ["count_usage", "deliver_webhooks"])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": "Bearer not-a-jwt"},
+        PUSH_KEYS.authorization(email="someone-else@demo-codedrop.iam.gserviceaccount.com"),
+        PUSH_KEYS.authorization(audience="https://another-function.example"),
+        DevPushKeys().authorization(),  # the attacker's own key: same claims, other signature
+    ],
+    ids=["unsigned", "not-a-jwt", "other-account", "other-audience", "other-key"],
+)
+def test_a_push_not_signed_as_the_subscription_is_refused(
+    emulators: object, make_campaign: MakeCampaign, function: str, headers: dict[str, str]
+) -> None:
+    campaign_id = make_campaign(codes=1)
+    event = {
+        "event_id": f"sold_out.{campaign_id}.1",
+        "type": "campaign.sold_out",
+        "campaign_id": campaign_id,
+        "occurred_at": rfc3339(utcnow()),
+    }
+
+    answer = function_client(function, "cloudevent").post(
+        "/",
+        data=json.dumps(published_event(encode(event))),
+        content_type="application/cloudevents+json",
+        headers=headers,
+    )
+
+    assert answer.status_code == 401
+    assert answer.get_json()["error_code"] == "UNAUTHENTICATED"
