@@ -179,6 +179,15 @@ class Settings(BaseSettings):
         default=None, validation_alias="CODEDROP_SHOPIFY_WEBHOOK_SECRET"
     )
 
+    # The shop whose orders may redeem codes: one app's secret signs the webhooks of every shop
+    # that installed it, so the route also checks X-Shopify-Shop-Domain. Outside demo- projects
+    # the route refuses every delivery until it is set.
+    shopify_shop_domain: str | None = Field(
+        default=None,
+        validation_alias="CODEDROP_SHOPIFY_SHOP_DOMAIN",
+        pattern=r"^[a-z0-9][a-z0-9-]{0,99}\.myshopify\.com$",
+    )
+
     @property
     def shopify_webhook_key(self) -> bytes | None:
         if self.shopify_webhook_secret is not None:

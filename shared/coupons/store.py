@@ -229,19 +229,23 @@ def release_fields() -> dict[str, Any]:
 
 
 # --- redemption -------------------------------------------------------------------------------
-def campaigns_with_code(db: firestore.Client, *, code: str, limit: int = 20) -> list[str]:
-    """The campaigns that hold `code`, by one equality query on its hash (see the module doc)."""
+def campaigns_with_code(
+    db: firestore.Client, *, code: str, limit: int = 20
+) -> dict[str, dict[str, Any]]:
+    """The campaigns that hold `code`, with the fields that tell its state, by one equality
+    query on its hash (see the module doc)."""
     query = (
         db.collection_group(COUPONS)
         .where(filter=FieldFilter(CODE_KEY, "==", coupon_id_for(code)))
-        .select(["code"])
+        .select(["code", "state", "assigned", "assigned_at", "order_id"])
         .limit(limit)
     )
-    found = []
+    found = {}
     for snapshot in query.stream():
-        if (snapshot.to_dict() or {}).get("code") == code:
-            found.append(snapshot.reference.parent.parent.id)
-    return sorted(found)
+        data = snapshot.to_dict() or {}
+        if data.get("code") == code:
+            found[snapshot.reference.parent.parent.id] = data
+    return dict(sorted(found.items()))
 
 
 def find_unassigned(

@@ -4,6 +4,7 @@ answers and stores (docs/security.md lists the defences)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import uuid
@@ -20,14 +21,19 @@ from scripts.support.codes import add_codes
 from scripts.support.receiver import Receiver
 from shared.claims.identity import IdentityKind, identity_key
 from shared.clock import utcnow
+from shared.container import Services
 from shared.gcp.firestore import (
     campaign_ref,
     claims_collection,
+    coupons_collection,
     deliveries_collection,
     webhook_ref,
 )
+from shared.http import admin_api
+from shared.http.shopify import SIGNATURE_HEADER, signature
+from shared.settings import get_settings
 from shared.types import rfc3339
-from tests.support.api import ADMIN, REDEEMER, auth, function_client
+from tests.support.api import ADMIN, REDEEMER, auth, function_client, router_client
 from tests.support.cloudevents import PUSH_KEYS, deliver, published_event
 from tests.support.stack import MakeCampaign, Pump
 
@@ -238,3 +244,155 @@ def test_a_push_not_signed_as_the_subscription_is_refused(
 
     assert answer.status_code == 401
     assert answer.get_json()["error_code"] == "UNAUTHENTICATED"
+
+
+# --- 6. webhook targets, titles, App Check, Shopify ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://[64:ff9b::a9fe:a9fe]/hook",  # NAT64 of the metadata server
+        "http://[::a9fe:a9fe]/hook",  # IPv4-compatible form of it
+        "http://[::ffff:a9fe:a9fe]/hook",  # IPv4-mapped form of it
+        "http://[2002:a9fe:a9fe::1]/hook",  # 6to4 of it
+        "http://[fec0::1]/hook",  # site-local
+        "http://[64:ff9b::a00:1]/hook",  # NAT64 of 10.0.0.1
+    ],
+)
+def test_a_webhook_to_a_private_address_in_disguise_is_refused(
+    admin_client: FlaskClient, make_campaign: MakeCampaign, url: str
+) -> None:
+    """Even in a demo- project (which allows loopback receivers) these reach private networks."""
+    campaign_id = make_campaign()
+
+    refused = admin_client.post(
+        f"/v1/campaigns/{campaign_id}/webhooks",
+        json={"url": url, "events": ["coupon.claimed"]},
+        headers=ADMIN,
+    )
+
+    assert refused.status_code == 400
+    assert refused.get_json()["error_code"] == "WEBHOOK_URL_NOT_ALLOWED"
+
+
+@pytest.mark.parametrize(
+    "title",
+    [
+        "Line\u2028separator",  # Zl
+        "Paragraph\u2029separator",  # Zp
+        "Zero\u200bwidth",  # Cf
+        "Soft\u00adhyphen",  # Cf
+        "Word\u2060joiner",  # Cf
+        "Private\ue000use",  # Co
+        "Unassigned\u0378",  # Cn
+    ],
+)
+def test_a_title_with_invisible_or_line_breaking_characters_is_refused(
+    admin_client: FlaskClient, new_campaign_id: str, title: str
+) -> None:
+    body = {
+        "campaign_id": new_campaign_id,
+        "title": title,
+        "starts_at": rfc3339(utcnow()),
+        "ends_at": rfc3339(utcnow() + timedelta(hours=1)),
+    }
+
+    refused = admin_client.post("/v1/campaigns", json=body, headers=ADMIN)
+
+    assert refused.status_code == 400
+    assert refused.get_json()["error_code"] == "REQUEST_VALIDATION_FAILED"
+    assert admin_client.get(f"/v1/campaigns/{new_campaign_id}", headers=ADMIN).status_code == 404
+
+
+def test_an_app_check_refusal_never_echoes_the_attackers_token(
+    claim_client: FlaskClient, make_campaign: MakeCampaign
+) -> None:
+    campaign_id = make_campaign(codes=1, require_app_check=True)
+    marker = "EVIL-KID-<img src=x>"
+    header = base64.urlsafe_b64encode(json.dumps({"alg": "RS256", "kid": marker}).encode())
+    token = header.decode().rstrip("=") + ".e30.c2ln"
+
+    refused = claim_client.post(
+        f"/v1/campaigns/{campaign_id}/claims",
+        headers={**auth("app-check-attacker"), "X-Firebase-AppCheck": token},
+    )
+
+    assert refused.status_code == 401
+    assert refused.get_json() == {
+        "error_code": "APP_CHECK_REQUIRED",
+        "error_message": "Invalid App Check token.",
+    }
+
+
+SHOP = "codedrop-attacks.myshopify.com"
+
+
+def shopify_order(
+    client: FlaskClient, key: bytes, codes: list[str], *, shop: str | None, order_id: int = 7001
+) -> Any:
+    body = json.dumps({"id": order_id, "discount_codes": [{"code": c} for c in codes]}).encode()
+    headers = {
+        SIGNATURE_HEADER: signature(body, key),
+        "X-Shopify-Topic": "orders/create",
+        "Content-Type": "application/json",
+    }
+    if shop is not None:
+        headers["X-Shopify-Shop-Domain"] = shop
+    return client.post("/v1/webhooks/shopify/orders", data=body, headers=headers)
+
+
+@pytest.fixture
+def one_shop(db: firestore.Client) -> tuple[FlaskClient, bytes]:
+    """admin_api of a deployment configured for one shop (the routes of the function, with
+    this setting)."""
+    settings = get_settings().model_copy(update={"shopify_shop_domain": SHOP})
+    key = settings.shopify_webhook_key
+    assert key is not None
+    return router_client(admin_api.router, Services(settings, db=db)), key
+
+
+@pytest.mark.parametrize("shop", ["another-shop.myshopify.com", None])
+def test_a_signed_order_of_another_shop_redeems_nothing(
+    claim_client: FlaskClient,
+    make_campaign: MakeCampaign,
+    db: firestore.Client,
+    one_shop: tuple[FlaskClient, bytes],
+    shop: str | None,
+) -> None:
+    client, key = one_shop
+    campaign_id = make_campaign(codes=1)
+    code = claim(claim_client, campaign_id, auth("shop-buyer")).get_json()["code"]
+
+    refused = shopify_order(client, key, [code], shop=shop)
+    accepted = shopify_order(client, key, [code], shop=SHOP.upper())
+
+    assert refused.status_code == 401
+    assert refused.get_json()["error_code"] == "INVALID_SIGNATURE"
+    assert accepted.status_code == 200
+    assert [r["outcome"] for r in accepted.get_json()["results"]] == ["redeemed"]
+
+
+def test_a_code_held_in_two_campaigns_is_redeemed_in_one_only(
+    claim_client: FlaskClient,
+    make_campaign: MakeCampaign,
+    db: firestore.Client,
+    one_shop: tuple[FlaskClient, bytes],
+) -> None:
+    """The same code text in two campaigns, claimed by two shoppers: one order burns one."""
+    client, key = one_shop
+    code = f"DUP-{uuid.uuid4().hex[:8].upper()}"
+    first, second = make_campaign(codes=[code]), make_campaign(codes=[code])
+    assert claim(claim_client, first, auth("early-shopper")).status_code == 201
+    assert claim(claim_client, second, auth("later-shopper")).status_code == 201
+
+    answers = [shopify_order(client, key, [code], shop=SHOP) for _ in range(2)]
+
+    results = [a.get_json()["results"] for a in answers]
+    assert results[0] == [{"code": code, "campaign_id": first, "outcome": "redeemed"}]
+    assert results[1] == [{"code": code, "campaign_id": first, "outcome": "already_redeemed"}]
+    states = {
+        c: [(s.to_dict() or {}).get("state") for s in coupons_collection(db, c).stream()]
+        for c in (first, second)
+    }
+    assert states == {first: ["redeemed"], second: ["claimed"]}

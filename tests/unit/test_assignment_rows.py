@@ -126,6 +126,11 @@ def test_result_cells_are_safe_in_a_spreadsheet_but_phone_numbers_keep_their_plu
     assert result_cell("+15550100123") == "+15550100123"
     assert result_cell("+1 555 0100") == "'+1 555 0100"
     assert result_cell("plain") == "plain"
+    # Spreadsheets skip leading spaces and read full-width forms as ASCII.
+    assert result_cell(" =1+1") == "' =1+1"
+    assert result_cell("\uff1dHYPERLINK(1)") == "'\uff1dHYPERLINK(1)"
+    assert result_cell("\u200b@SUM(A1)") == "'\u200b@SUM(A1)"
+    assert result_cell(" plain") == " plain"
 
 
 def test_results_are_never_lists_again() -> None:
