@@ -10,7 +10,7 @@ from datetime import datetime
 
 from google.cloud import firestore
 
-from shared.campaigns.models import CampaignRecord
+from shared.campaigns.models import CampaignRecord, CampaignStatus
 from shared.claims import policy
 from shared.claims import store as claim_store
 from shared.claims.engine import ClaimEngine, ClaimOutcome
@@ -79,7 +79,15 @@ class ClaimService:
         )
         user_id = shopper.user_id
         room_pass = RoomPass(ticket=None)
-        if campaign.waiting_room_enabled:
+        # Only a running sale has a room: before starts_at (or paused, or ended) the engine
+        # answers at once (CAMPAIGN_NOT_ACTIVE, or a code already held), with no ticket and no
+        # admission spent, so a try before the start earns no place ahead of the start's
+        # arrivals (shoppers who came 23 s early were admitted before those at +1 s).
+        running = campaign.status_at(self._clock()) in (
+            CampaignStatus.ACTIVE,
+            CampaignStatus.SOLD_OUT,
+        )
+        if campaign.waiting_room_enabled and running:
             remaining = self._usage.remaining(campaign)
             # Once no code is left, nobody waits for one: the engine answers at once (SOLD_OUT,
             # or the code a holder already has).
