@@ -23,7 +23,7 @@ from shared.container import instance_services
 from shared.gcp.firestore import campaign_ref
 from shared.http.routing import MAX_BODY_BYTES, MAX_PROBLEMS
 from tests.support.api import ADMIN, auth
-from tests.support.cloudevents import finalized_event, published_event
+from tests.support.cloudevents import PUSH_KEYS, finalized_event, published_event
 from tests.support.stack import BUCKET, MakeCampaign
 
 pytestmark = pytest.mark.emulator
@@ -139,7 +139,10 @@ def test_a_delivery_that_is_not_an_event_is_acknowledged(
         ("\x00\x01", "text/plain"),
         ("{}", "text/plain"),
     ]:
-        response = client.post("/", data=body, content_type=content_type)
+        # Signed as the push subscription signs (count_usage checks it; import_codes ignores it).
+        response = client.post(
+            "/", data=body, content_type=content_type, headers=PUSH_KEYS.authorization()
+        )
         assert response.status_code in (200, 204), (body, response.get_data()[:200])
 
 
@@ -227,7 +230,7 @@ def test_event_functions_answer_json_too(
 ) -> None:
     client = usage_client if function == "count_usage" else import_client
 
-    response = client.get("/")
+    response = client.get("/", headers=PUSH_KEYS.authorization())
 
     assert_error(response, 405, "METHOD_NOT_ALLOWED")
     assert "POST" in response.headers["Allow"]
@@ -267,6 +270,7 @@ def test_a_crash_in_an_event_function_is_json_500_so_pubsub_retries(
         "/",
         data=json.dumps(published_event(json.dumps(event).encode())),
         content_type="application/cloudevents+json",
+        headers=PUSH_KEYS.authorization(),
     )
 
     body = assert_error(response, 500, "INTERNAL")
