@@ -162,6 +162,11 @@ class Settings(BaseSettings):
     waiting_room_tick_seconds: float = Field(
         default=1.0, gt=0, le=30, validation_alias="CODEDROP_WAITING_ROOM_TICK_SECONDS"
     )
+    # Arrivals in a sale's first seconds are ordered at random, not by who polled first
+    # (shared/waiting_room/admission.start_place); 0 switches it off.
+    waiting_room_start_window_seconds: float = Field(
+        default=2.0, ge=0, le=25, validation_alias="CODEDROP_WAITING_ROOM_START_WINDOW_SECONDS"
+    )
     waiting_room_kp: float = Field(
         default=0.5, ge=0, le=5, validation_alias="CODEDROP_WAITING_ROOM_KP"
     )
