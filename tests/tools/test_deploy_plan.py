@@ -295,3 +295,12 @@ def test_a_pushed_function_checks_the_token_its_subscription_signs(
 def _flag_value(command: list[str], flag: str) -> str:
     (value,) = [arg.split("=", 1)[1] for arg in command if arg.startswith(f"{flag}=")]
     return value
+
+
+def test_the_functions_that_check_push_tokens_are_the_ones_pushed_to() -> None:
+    from shared.http.wsgi import PUSHED_FUNCTIONS
+
+    pushed = {
+        s.name for s in functions.FUNCTIONS if s.trigger is functions.Trigger.PUSH_SUBSCRIPTION
+    }
+    assert set(PUSHED_FUNCTIONS) == pushed
