@@ -75,6 +75,9 @@ def test_check_starts_everything_claims_once_and_stops(tmp_path: Path) -> None:
     assert any(line.startswith("check: claim answered 201 with code ") for line in lines), (
         diagnostics
     )
+    assert any(
+        line.startswith("check: count_usage counted the claim from a signed push") for line in lines
+    ), diagnostics
     assert "check: development App Check tokens are served" in lines, diagnostics
     assert "local stack check passed" in lines, diagnostics
     page = f"http://127.0.0.1:{env['CODEDROP_WEB_PORT']}/?campaign=demo"
