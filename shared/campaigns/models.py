@@ -10,7 +10,15 @@ from typing import Annotated, Any, Self
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from shared.codes import CodeFormat
-from shared.types import CampaignId, IdentityKind, InputTime, RequestBody, SafeText, UtcTime
+from shared.types import (
+    CampaignId,
+    EmailCanonicalization,
+    IdentityKind,
+    InputTime,
+    RequestBody,
+    SafeText,
+    UtcTime,
+)
 
 MAX_CODES_PER_USER = 10
 DEFAULT_ADMISSIONS_PER_SECOND = 100.0
@@ -58,6 +66,9 @@ class CampaignCreate(RequestBody):
     # null: a claim is final; a number: a claim is a hold for checkout, released if not redeemed.
     hold_seconds: HoldSeconds | None = None
     identity: IdentityKind = IdentityKind.UID
+    # With identity "email": "mailbox" (one inbox, one identity) or "address" (shared/claims/
+    # identity.py has the rules per provider).
+    email_canonicalization: EmailCanonicalization = EmailCanonicalization.MAILBOX
     allowed_sign_in_providers: SignInProviders | None = None
     require_app_check: bool = False
     # 0: no pre-queue; otherwise shoppers join this long before the start and are drawn at it.
@@ -83,6 +94,7 @@ _NOT_NULLABLE = (
     "waiting_room_enabled",
     "admissions_per_second",
     "identity",
+    "email_canonicalization",
     "require_app_check",
     "pre_queue_seconds",
 )
@@ -112,6 +124,7 @@ class CampaignUpdate(RequestBody):
     hold_seconds: HoldSeconds | None = None  # null switches holds off for new claims
     # Only until the campaign starts: claims made so far are keyed on the identity (store).
     identity: IdentityKind | None = None
+    email_canonicalization: EmailCanonicalization | None = None  # as identity: before the start
     allowed_sign_in_providers: SignInProviders | None = None  # null: every provider again
     require_app_check: bool | None = None
     # Only until the pre-queue opens (store): its commitment is published from then on.
@@ -143,6 +156,7 @@ class CampaignRecord(BaseModel):
     # Validated by the API; the record takes any positive value so benchmarks can hold briefly.
     hold_seconds: int | None = Field(default=None, gt=0)
     identity: IdentityKind = IdentityKind.UID
+    email_canonicalization: EmailCanonicalization = EmailCanonicalization.MAILBOX
     allowed_sign_in_providers: list[str] | None = None
     require_app_check: bool = False
     pre_queue_seconds: int = 0
@@ -237,6 +251,7 @@ class CampaignAdmin(BaseModel):
     admissions_per_second: float
     hold_seconds: int | None
     identity: IdentityKind
+    email_canonicalization: EmailCanonicalization
     allowed_sign_in_providers: list[str] | None
     require_app_check: bool
     # The format every code was generated in (a checkout may test typed codes against it with
