@@ -44,6 +44,8 @@ RESET_TIMEOUT = 600.0
 PROGRESS_EVERY = 5.0
 
 log = logging.getLogger("bench")
+# The code a run measures is the code it started with, whatever the checkout holds by its end.
+_COMMIT_AT_START = provenance.commit()
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -495,7 +497,7 @@ def write_json(path: Path | None, document: Mapping[str, Any]) -> None:
         **document,
         "command": _command_line(),
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "commit": provenance.commit(),
+        "commit": _COMMIT_AT_START,
         "machine": provenance.machine(),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
