@@ -218,8 +218,8 @@ class Phase:
 class ChildBench(ABC, Generic[P]):
     """A benchmark of phases each run in a child process (`python -m {module} --child ...`).
 
-    `shortfall`: the problem recorded when a phase wrote fewer than its rows (format fields
-    name, written, rows)."""
+    `shortfall`: the problem recorded when a phase did not write exactly its rows (format
+    fields name, written, rows)."""
 
     module: ClassVar[str]
     shortfall: ClassVar[str]
@@ -288,7 +288,7 @@ class ChildBench(ABC, Generic[P]):
 
     def run(self, name: str, spec: ChildSpec) -> P:
         """Run one child and record its row; a failed child becomes a row with its error."""
-        answer, code, clock = self._child(spec)
+        answer, code, clock = self.child(spec)
         error = answer.get("error") if answer else f"child exited with code {code} and no result"
         if code != 0 and error is None:
             error = f"child exited with code {code}"
@@ -329,7 +329,9 @@ class ChildBench(ABC, Generic[P]):
             self.problems.append(self.shortfall.format(name=name, written=written, rows=spec.rows))
         return phase
 
-    def _child(self, spec: ChildSpec) -> tuple[dict[str, Any], int, harness.Phase]:
+    def child(self, spec: ChildSpec) -> tuple[dict[str, Any], int, harness.Phase]:
+        """Run a child on `spec`: its answer (empty if it wrote none), its exit code, and the
+        wall time, emulator CPU and load around it."""
         spec_path = self.emulators.log_dir / f"{spec.label}.spec.json"
         result_path = self.emulators.log_dir / f"{spec.label}.result.json"
         spec_path.write_text(json.dumps(asdict(spec)))
