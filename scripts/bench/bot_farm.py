@@ -297,10 +297,7 @@ OPTIONS: list[harness.Option] = [
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = harness.parser(__doc__, prog="bot_farm", options=OPTIONS)
     args = parser.parse_args(argv)
-    args.settings = [s.strip() for s in args.settings.split(",") if s.strip()]
-    unknown = [s for s in args.settings if s not in SETTINGS]
-    if unknown or not args.settings:
-        parser.error(f"--settings: unknown {unknown}; choose from {', '.join(SETTINGS)}")
+    args.settings = harness.chosen(parser, "--settings", args.settings, list(SETTINGS))
     if not 0 < args.farm_lead <= 1:
         parser.error("--farm-lead must be in (0, 1]")
     if args.farm_people > args.farm_accounts // 2:

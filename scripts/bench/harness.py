@@ -84,6 +84,18 @@ def positive(text: str) -> int:
     return value
 
 
+def chosen(
+    parser: argparse.ArgumentParser, flag: str, text: str, choices: Sequence[str]
+) -> list[str]:
+    """A comma-separated list of some of `choices`, given as `flag`, in the order given; the
+    parser's usage error when it names one not in `choices`, or none."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in choices]
+    if unknown or not names:
+        parser.error(f"{flag}: unknown {unknown}; choose from {', '.join(choices)}")
+    return names
+
+
 def setup_logging(level: int, *, role: str = "%(processName)s") -> None:
     """Progress on stderr (the table goes to stdout); the client libraries kept quiet."""
     logging.basicConfig(
