@@ -33,6 +33,7 @@ MANAGED_ENV = frozenset(
         "CODEDROP_IMPORTS_BUCKET",
         "CODEDROP_EVENTS_TOPIC",
         "CODEDROP_CORS_ORIGINS",
+        "CODEDROP_SHOPIFY_WEBHOOK_SECRET_FILE",
         "THREADS",
     }
 )
@@ -117,12 +118,19 @@ DEFAULT_TICKET_SECRET = "codedrop-ticket-secret"  # noqa: S105 (a secret's name,
 
 @dataclass(frozen=True)
 class Secret:
-    """A Secret Manager secret a function reads as an environment variable."""
+    """A Secret Manager secret a function reads: as an environment variable, fixed when the
+    instance starts, or, with `file`, as a file the function reads on use (its `latest`
+    version, mounted), so a new version reaches warm instances without a restart."""
 
     name: str
     env: str
     first_value: str  # what a new secret starts with, in words
     value: Callable[[], bytes]
+    file: str | None = None  # where it is mounted; the function finds the path in `<env>_FILE`
+
+    def flag(self, name: str) -> str:
+        """This secret's item of `--set-secrets` (`name`: the secret's name in the project)."""
+        return f"{self.file or self.env}={name}:latest"
 
 
 def _shopify_secret() -> bytes:
@@ -143,6 +151,8 @@ SHOPIFY_SECRET = Secret(
     env="CODEDROP_SHOPIFY_WEBHOOK_SECRET",
     first_value="$CODEDROP_SHOPIFY_WEBHOOK_SECRET from the deployer's shell, else random",
     value=_shopify_secret,
+    # Added or rotated after the deploy (when the shop shows it): read on use.
+    file="/etc/secrets/shopify/webhook-secret",
 )
 WEBHOOK_KEY = Secret(
     name="codedrop-webhook-key",
@@ -166,6 +176,8 @@ def secrets_of(spec: FunctionSpec) -> tuple[Secret, ...]:
 
 # Cloud Scheduler, the Pub/Sub push subscription and Eventarc sign their requests as this one.
 INVOKER_ACCOUNT = "invoker"
+# Cloud Build builds every function as this one (resources.BUILD_ROLES).
+BUILD_ACCOUNT = "build"
 
 
 def build_command(
@@ -182,6 +194,7 @@ def build_command(
     ticket_secret: str = DEFAULT_TICKET_SECRET,
 ) -> list[str]:
     function_env = {**env, "THREADS": str(spec.concurrency)}
+    function_env.update({f"{s.env}_FILE": s.file for s in secrets_of(spec) if s.file})
     _check_env(function_env)
     return [
         "gcloud",
@@ -207,11 +220,13 @@ def build_command(
         f"--max-instances={spec.max_instances}",
         f"--timeout={spec.timeout}",
         f"--run-service-account={account_email(spec.account, project)}",
+        "--build-service-account="
+        f"projects/{project}/serviceAccounts/{account_email(BUILD_ACCOUNT, project)}",
         env_vars_flag(function_env),
         # From Secret Manager, never from the source.
         "--set-secrets="
         + ",".join(
-            f"{secret.env}={ticket_secret if secret is TICKET_SECRET else secret.name}:latest"
+            secret.flag(ticket_secret if secret is TICKET_SECRET else secret.name)
             for secret in secrets_of(spec)
         ),
     ]
