@@ -3,12 +3,13 @@ return."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from shared.codes import CodeFormat
 from shared.types import CampaignId, IdentityKind, InputTime, RequestBody, SafeText, UtcTime
 
 MAX_CODES_PER_USER = 10
@@ -18,9 +19,12 @@ MAX_LOW_STOCK_THRESHOLD = 1_000_000_000
 # A hold lasts long enough to check out, and no longer than a day.
 MIN_HOLD_SECONDS = 60
 MAX_HOLD_SECONDS = 86_400
+# A fair drop's pre-queue opens at most a week before the start (docs/fair-drops.md).
+MAX_PRE_QUEUE_SECONDS = 7 * 86_400
 
 Title = Annotated[SafeText, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
 HoldSeconds = Annotated[int, Field(ge=MIN_HOLD_SECONDS, le=MAX_HOLD_SECONDS)]
+PreQueueSeconds = Annotated[int, Field(ge=0, le=MAX_PRE_QUEUE_SECONDS)]
 # A Firebase `firebase.sign_in_provider`: password, phone, anonymous, custom, google.com,
 # oidc.<id>, saml.<id>, ...
 SignInProvider = Annotated[
@@ -56,11 +60,15 @@ class CampaignCreate(RequestBody):
     identity: IdentityKind = IdentityKind.UID
     allowed_sign_in_providers: SignInProviders | None = None
     require_app_check: bool = False
+    # 0: no pre-queue; otherwise shoppers join this long before the start and are drawn at it.
+    pre_queue_seconds: PreQueueSeconds = 0
 
     @model_validator(mode="after")
     def _window(self) -> Self:
         if self.ends_at <= self.starts_at:
             raise ValueError("ends_at must be after starts_at")
+        if self.pre_queue_seconds and not self.waiting_room_enabled:
+            raise ValueError("a pre-queue admits its draw through the waiting room: enable it")
         self.allowed_sign_in_providers = _distinct(self.allowed_sign_in_providers)
         return self
 
@@ -76,6 +84,7 @@ _NOT_NULLABLE = (
     "admissions_per_second",
     "identity",
     "require_app_check",
+    "pre_queue_seconds",
 )
 
 
@@ -105,6 +114,8 @@ class CampaignUpdate(RequestBody):
     identity: IdentityKind | None = None
     allowed_sign_in_providers: SignInProviders | None = None  # null: every provider again
     require_app_check: bool | None = None
+    # Only until the pre-queue opens (store): its commitment is published from then on.
+    pre_queue_seconds: PreQueueSeconds | None = None
 
     @model_validator(mode="after")
     def _something(self) -> Self:
@@ -134,6 +145,9 @@ class CampaignRecord(BaseModel):
     identity: IdentityKind = IdentityKind.UID
     allowed_sign_in_providers: list[str] | None = None
     require_app_check: bool = False
+    pre_queue_seconds: int = 0
+    # Hex SHA-256 of the drop's secret seed (fairness/secret), set with the pre-queue.
+    seed_commitment: str | None = None
     # Set only by a claimer that proved no unassigned code exists; cleared by every import.
     sold_out: bool = False
     sold_out_at: datetime | None = None
@@ -143,8 +157,25 @@ class CampaignRecord(BaseModel):
     codes_total: int = 0
     # The widest max_per_user ever set: a shopper may hold claims in slots up to it.
     slots_ceiling: int = 1
+    # The format every code of the campaign was generated in (shared/codes.py) while that holds:
+    # code look-ups and redemptions refuse codes that do not fit it without reading them. Set by
+    # the first generation into an empty campaign; an upload or a generation in another format
+    # makes the campaign's codes mixed, for good (store.record_generated_format).
+    code_format: CodeFormat | None = None
+    codes_mixed: bool = False
+    # Bumped by every admin edit (not by imports or sales): a save made from an older version
+    # is refused, not silently applied over another admin's edit.
+    version: int = 0
+    # Archived campaigns (ended, kept for their claims and reports) are left out of lists.
+    archived: bool = False
     created_at: datetime
     updated_at: datetime
+
+    @property
+    def pre_queue_opens_at(self) -> datetime | None:
+        if not self.pre_queue_seconds:
+            return None
+        return self.starts_at - timedelta(seconds=self.pre_queue_seconds)
 
     def status_at(self, now: datetime) -> CampaignStatus:
         if now >= self.ends_at:
@@ -172,11 +203,14 @@ class CampaignPublic(BaseModel):
     ends_at: UtcTime
     status: CampaignStatus
     remaining: int
+    max_per_user: int  # what the page promises: "one code per shopper", or more
     waiting_room: WaitingRoomStatus
     # What the landing page must offer: the sign-in the sale counts and accepts, App Check.
     identity: IdentityKind
     allowed_sign_in_providers: list[str] | None
     require_app_check: bool
+    # A fair drop: shoppers join from pre_queue_opens_at (POST …/entries), drawn at the start.
+    pre_queue_opens_at: UtcTime | None = None
 
 
 class CampaignStats(BaseModel):
@@ -205,6 +239,13 @@ class CampaignAdmin(BaseModel):
     identity: IdentityKind
     allowed_sign_in_providers: list[str] | None
     require_app_check: bool
+    # The format every code was generated in (a checkout may test typed codes against it with
+    # web/codedrop.js isWellFormed), or null.
+    code_format: CodeFormat | None = None
+    version: int
+    archived: bool
+    pre_queue_seconds: int = 0
+    seed_commitment: str | None = None
     created_at: UtcTime
     updated_at: UtcTime
     stats: CampaignStats | None = None
@@ -212,3 +253,13 @@ class CampaignAdmin(BaseModel):
 
 class CampaignList(BaseModel):
     campaigns: list[CampaignAdmin]
+
+
+# What an admin edits, as the audit log shows it before and after a change.
+AUDITED_FIELDS = frozenset(CampaignUpdate.model_fields) | {"archived"}
+
+
+def audited(
+    record: CampaignRecord, names: frozenset[str] | set[str] = AUDITED_FIELDS
+) -> dict[str, Any]:
+    return record.model_dump(mode="json", include=set(names))

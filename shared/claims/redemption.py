@@ -32,13 +32,19 @@ from shared.coupons.store import (
     EXPIRES_BUCKET,
     CouponState,
     campaigns_with_code,
-    coupon_id_for,
     coupon_state,
+    find_coupon,
 )
-from shared.errors import CodeAlreadyRedeemed, CodeNotClaimed, CodeNotFound, Contended
+from shared.errors import (
+    CodeAlreadyRedeemed,
+    CodeNotClaimed,
+    CodeNotFound,
+    Contended,
+    shown,
+)
 from shared.events.bus import EventBus
 from shared.events.models import CouponRedeemed, redeemed_event_id
-from shared.gcp.firestore import Snapshot, claims_collection, coupons_collection
+from shared.gcp.firestore import Snapshot, claims_collection
 
 log = logging.getLogger(__name__)
 
@@ -61,20 +67,20 @@ class RedemptionService:
         self._clock = clock
 
     def _coupon(self, campaign_id: str, code: str) -> Snapshot:
-        ref = coupons_collection(self._db, campaign_id).document(coupon_id_for(code))
-        snapshot = ref.get()
-        data = snapshot.to_dict() or {}
-        # The id is a hash of the code: compare the code itself before answering about it.
-        if not snapshot.exists or data.get("code") != code:
-            raise CodeNotFound(f"Campaign {campaign_id!r} has no code {code!r}.")
-        return snapshot
+        """The coupon of `code` as a cashier typed it (any letter case; see shared.codes).
+        Every miss answers alike: another campaign's code is an unknown code here."""
+        snapshot = find_coupon(self._db, campaign_id=campaign_id, code=code)
+        if snapshot is None:
+            raise CodeNotFound(f"Campaign {campaign_id!r} has no code {shown(code)}.")
+        found: Snapshot = snapshot
+        return found
 
     def status(self, *, campaign_id: str, code: str) -> CodeStatus:
         data = self._coupon(campaign_id, code).to_dict() or {}
         state = coupon_state(data)
         assigned = state is not CouponState.AVAILABLE
         return CodeStatus(
-            code=code,
+            code=data["code"],
             state=state.value,
             user_id=data.get("assigned_to") if assigned else None,
             claimed_at=data.get("assigned_at") if assigned else None,
@@ -87,6 +93,7 @@ class RedemptionService:
         for _ in range(MAX_ROUNDS):
             snapshot = self._coupon(campaign_id, code)
             data = snapshot.to_dict() or {}
+            code = data["code"]  # as stored, whatever case it was typed in
             state = coupon_state(data)
             if state is CouponState.REDEEMED:
                 if data.get("order_id") != order_id:

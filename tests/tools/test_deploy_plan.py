@@ -149,6 +149,8 @@ def _checked(lines: list[str], env: dict[str, str]) -> list[str]:
     ]
 
 
+# Runs the real gcloud once per line of the plan: minutes on a busy machine.
+@pytest.mark.timeout(900)
 def test_every_command_of_the_plan_fails_at_authentication_never_at_parsing(
     plan: list[str], gcloud_env: dict[str, str]
 ) -> None:
@@ -157,6 +159,7 @@ def test_every_command_of_the_plan_fails_at_authentication_never_at_parsing(
     assert not wrong, "\n".join(wrong)
 
 
+@pytest.mark.timeout(900)
 def test_what_the_plan_asks_before_and_while_it_runs_parses_too(
     gcloud_env: dict[str, str],
 ) -> None:
@@ -183,6 +186,7 @@ def test_only_firebase_tools_and_the_pages_config_are_not_gcloud_calls(plan: lis
     assert config[0].startswith("python3 -m scripts.deployment.hosting ")
 
 
+@pytest.mark.timeout(600)
 def test_the_plan_prepares_a_sale_with_commands_that_parse(gcloud_env: dict[str, str]) -> None:
     result = subprocess.run(
         [

@@ -22,6 +22,9 @@ import pytest
 from scripts.deployment import cli, functions, hosting, plan
 from scripts.deployment.plan import run_plan
 
+# A whole plan is some 250 calls of the stand-in, a process each: minutes on a busy machine.
+pytestmark = pytest.mark.timeout(900)
+
 PROJECT = "codedrop-test"
 FAKE = Path(__file__).with_name("fake_gcloud.py")
 REPO = Path(__file__).resolve().parents[2]
