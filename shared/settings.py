@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import re
+import time
+from collections.abc import Callable
 from functools import lru_cache
+from pathlib import Path
 from typing import Annotated
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+log = logging.getLogger(__name__)
 
 # An origin as browsers send it: scheme, host and optional port; no path, never "null".
 _ORIGIN = re.compile(r"^https?://[a-z0-9.-]+(:[0-9]{1,5})?$")
@@ -195,6 +201,12 @@ class Settings(BaseSettings):
     shopify_webhook_secret: SecretStr | None = Field(
         default=None, validation_alias="CODEDROP_SHOPIFY_WEBHOOK_SECRET"
     )
+    # Or a file holding it: the deploy mounts the secret's latest version there, and it is read
+    # on use (see SecretFiles), so a secret added or rotated after the deploy reaches warm
+    # instances without a restart.
+    shopify_webhook_secret_file: Path | None = Field(
+        default=None, validation_alias="CODEDROP_SHOPIFY_WEBHOOK_SECRET_FILE"
+    )
 
     # The shop whose orders may redeem codes: one app's secret signs the webhooks of every shop
     # that installed it, so the route also checks X-Shopify-Shop-Domain. Outside demo- projects
@@ -207,6 +219,8 @@ class Settings(BaseSettings):
 
     @property
     def shopify_webhook_key(self) -> bytes | None:
+        if self.shopify_webhook_secret_file is not None:
+            return SECRET_FILES.read(self.shopify_webhook_secret_file, min_length=16)
         if self.shopify_webhook_secret is not None:
             return self.shopify_webhook_secret.get_secret_value().encode()
         if self.is_local:
@@ -319,6 +333,38 @@ class Settings(BaseSettings):
     @property
     def is_local(self) -> bool:
         return self.project_id.startswith("demo-")
+
+
+class SecretFiles:
+    """Secrets mounted as files, read on use and kept `max_age` seconds: a new version is seen
+    that long after it is added, and a busy instance reads the file once per `max_age` (two
+    threads may both read it at the turn: harmless)."""
+
+    def __init__(self, max_age: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._max_age = max_age
+        self._clock = clock
+        self._read: dict[Path, tuple[float, bytes | None]] = {}
+
+    def read(self, path: Path, *, min_length: int) -> bytes | None:
+        """The file's value, or None (refuse what it would verify) when it is missing, empty
+        or shorter than `min_length`."""
+        now = self._clock()
+        cached = self._read.get(path)
+        if cached is not None and now - cached[0] < self._max_age:
+            return cached[1]
+        try:
+            value: bytes | None = path.read_bytes().strip()
+        except OSError as exc:
+            log.error("secret file unreadable", extra={"path": str(path), "error": repr(exc)})
+            value = None
+        if value is not None and len(value) < min_length:
+            log.error("secret file too short", extra={"path": str(path), "min": min_length})
+            value = None
+        self._read[path] = (now, value)
+        return value
+
+
+SECRET_FILES = SecretFiles()
 
 
 @lru_cache(maxsize=1)

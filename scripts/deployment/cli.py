@@ -8,14 +8,16 @@ import re
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from scripts.deployment import DeployError
 from scripts.deployment.functions import (
     DEFAULT_EVENTS_TOPIC,
-    DEFAULT_IMPORTS_BUCKET,
     FUNCTION_NAMES,
+    FUNCTIONS,
     FunctionSpec,
+    default_imports_bucket,
     select_functions,
 )
 from scripts.deployment.gcloud import (
@@ -26,17 +28,21 @@ from scripts.deployment.gcloud import (
     build_command,
     runtime_env,
 )
+from scripts.deployment.hosting import HostingError, stage_pages
+from scripts.deployment.monitoring import monitoring_steps
 from scripts.deployment.plan import Step, print_plan, run_plan
 from scripts.deployment.resources import (
     SUBSCRIPTIONS,
     Target,
     dead_letter_publisher_step,
     foundation,
+    hosting_steps,
     identity_steps,
     invoker_steps,
     scheduler_steps,
     subscription_steps,
 )
+from scripts.deployment.sale import MAX_QUOTA_WINDOW, MAX_SIGNUPS_PER_IP_HOUR, prepare_sale_steps
 from scripts.deployment.staging import (
     DEFAULT_BUILD_DIR,
     REPO_ROOT,
@@ -69,6 +75,16 @@ def _parse_env(text: str) -> tuple[str, str]:
     return key, value
 
 
+def _parse_time(text: str) -> datetime:
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected an RFC 3339 time, got {text!r}") from exc
+    if at.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{text!r} names no offset (add Z or +01:00)")
+    return at.astimezone(UTC)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="scripts/deploy",
@@ -97,8 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--imports-bucket",
-        default=DEFAULT_IMPORTS_BUCKET,
-        help="bucket that triggers import_codes; default: %(default)s",
+        help="bucket that triggers import_codes; default: "
+        + default_imports_bucket("<project>")
+        + " (bucket names are global)",
     )
     parser.add_argument(
         "--imports-bucket-location",
@@ -132,6 +149,42 @@ def build_parser() -> argparse.ArgumentParser:
         help="claim_api instances kept warm (default 1); raise before a big sale",
     )
     parser.add_argument(
+        "--alert-channels",
+        type=lambda text: [c.strip() for c in text.split(",") if c.strip()],
+        default=[],
+        metavar="CHANNELS",
+        help="comma-separated notification channels (projects/P/notificationChannels/ID) the "
+        "alert policies notify; a re-run sets exactly these",
+    )
+    sale = parser.add_argument_group(
+        "before a big sale (see docs/deploy.md)",
+        "--prepare-sale CAMPAIGN raises the Auth sign-up quota for the sale's window, checks "
+        "indexes are READY and claim_api's warm instances, and warms the campaign's new key "
+        "ranges (500/50/5). It deploys nothing.",
+    )
+    sale.add_argument("--prepare-sale", metavar="CAMPAIGN", help="the campaign id")
+    sale.add_argument(
+        "--sale-starts",
+        type=_parse_time,
+        metavar="TIME",
+        help="when the sale opens, RFC 3339 with its offset (2026-11-27T18:00:00Z)",
+    )
+    sale.add_argument(
+        "--sale-hours", type=float, default=2.0, help="the sale's window; default: %(default)s"
+    )
+    sale.add_argument(
+        "--signups-per-ip-hour",
+        type=int,
+        default=MAX_SIGNUPS_PER_IP_HOUR,
+        help="new Auth accounts an hour per IP address during the sale; default: %(default)s",
+    )
+    sale.add_argument(
+        "--sale-claims-per-second",
+        type=int,
+        default=500,
+        help="the sale's expected peak, which the warm-up ramps to; default: %(default)s",
+    )
+    parser.add_argument(
         "--ticket-secret",
         default=DEFAULT_TICKET_SECRET,
         help="Secret Manager secret holding CODEDROP_TICKET_SECRET (at least 32 characters)",
@@ -156,6 +209,10 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
         parser.error("--project-number is the project's number: digits only")
     if args.sale_min_instances is not None and not 0 <= args.sale_min_instances <= 100:
         parser.error("--sale-min-instances must be between 0 and 100")
+    if args.prepare_sale is not None:
+        _validate_sale(parser, args)
+    if args.imports_bucket is None:
+        args.imports_bucket = default_imports_bucket(project or PLACEHOLDER_PROJECT)
     if project is not None:
         if project.startswith("demo-"):
             parser.error(
@@ -164,6 +221,10 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
             )
         if not PROJECT_ID.match(project):
             parser.error(f"--project {project!r} is not a valid Google Cloud project id")
+    _validate_env(parser, args)
+
+
+def _validate_env(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     for key, _ in args.env:
         if key.endswith("_EMULATOR_HOST"):
             parser.error(f"--env {key}: emulator switches are never deployed")
@@ -171,6 +232,40 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
             parser.error(f"--env {key}: reserved by Cloud Functions")
         if key in MANAGED_ENV:
             parser.error(f"--env {key}: set by this script (see its options)")
+
+
+SIGN_IN_AHEAD = timedelta(hours=1)
+CAMPAIGN_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")  # shared.types.CampaignId
+
+
+def _validate_sale(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if not CAMPAIGN_ID.match(args.prepare_sale):
+        parser.error(f"--prepare-sale {args.prepare_sale!r} is not a campaign id")
+    if args.sale_starts is None:
+        parser.error("--prepare-sale needs --sale-starts")
+    if not 1 <= args.signups_per_ip_hour <= MAX_SIGNUPS_PER_IP_HOUR:
+        parser.error(f"--signups-per-ip-hour must be between 1 and {MAX_SIGNUPS_PER_IP_HOUR}")
+    if not timedelta(0) < timedelta(hours=args.sale_hours) <= MAX_QUOTA_WINDOW - SIGN_IN_AHEAD:
+        parser.error(f"--sale-hours must be above 0 and at most {MAX_QUOTA_WINDOW - SIGN_IN_AHEAD}")
+    if not 1 <= args.sale_claims_per_second <= 100_000:
+        parser.error("--sale-claims-per-second must be between 1 and 100000")
+
+
+def sale_plan(args: argparse.Namespace, *, target: Target) -> list[Step]:
+    claim_api = next(spec for spec in FUNCTIONS if spec.name == "claim_api")
+    return prepare_sale_steps(
+        target,
+        campaign_id=args.prepare_sale,
+        claim_api=claim_api,
+        # Shoppers open the page, and sign in, before the sale opens.
+        starts=args.sale_starts - SIGN_IN_AHEAD,
+        window=SIGN_IN_AHEAD + timedelta(hours=args.sale_hours),
+        signups_per_ip_hour=args.signups_per_ip_hour,
+        min_instances=(
+            claim_api.min_instances if args.sale_min_instances is None else args.sale_min_instances
+        ),
+        claims_per_second=args.sale_claims_per_second,
+    )
 
 
 def build_plan(
@@ -188,6 +283,7 @@ def build_plan(
             build_command(
                 spec,
                 project=target.project,
+                project_number=target.project_number,
                 region=args.region,
                 runtime=args.runtime,
                 source=staged,
@@ -204,11 +300,7 @@ def build_plan(
         return functions
     by_name = {spec.name: spec for spec in specs}
     return [
-        *foundation(
-            target,
-            indexes=REPO_ROOT / "firestore.indexes.json",
-            rules=REPO_ROOT / "firestore.rules",
-        ),
+        *foundation(target, indexes=REPO_ROOT / "firestore.indexes.json"),
         *identity_steps(target, specs),
         *functions,
         *invoker_steps(target, specs),
@@ -219,6 +311,13 @@ def build_plan(
         ),
         dead_letter_publisher_step(target),
         *scheduler_steps(target, by_name["sweep"]),
+        *hosting_steps(
+            target,
+            claim_api=by_name["claim_api"],
+            admin_api=by_name["admin_api"],
+            root=args.build_dir.resolve() / "hosting",
+        ),
+        *monitoring_steps(target, root=REPO_ROOT, alert_channels=args.alert_channels),
     ]
 
 
@@ -242,8 +341,23 @@ def _project_number(args: argparse.Namespace) -> str:
     return number
 
 
+def target_of(args: argparse.Namespace, *, project: str, project_number: str) -> Target:
+    return Target(
+        project=project,
+        project_number=project_number,
+        region=args.region,
+        firestore_location=args.firestore_location or args.region,
+        imports_bucket=args.imports_bucket,
+        events_topic=args.events_topic,
+        ticket_secret=args.ticket_secret,
+    )
+
+
 def _function_env(args: argparse.Namespace, project: str) -> dict[str, str]:
     cors = [origin.strip() for origin in args.cors_origins.split(",") if origin.strip()]
+    if args.project:
+        # The pages Firebase Hosting serves (hosting_steps) call claim_api and admin_api.
+        cors += [f"https://{args.project}.web.app", f"https://{args.project}.firebaseapp.com"]
     return runtime_env(
         project=project,
         imports_bucket=args.imports_bucket,
@@ -262,24 +376,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     project: str = args.project or PLACEHOLDER_PROJECT
     if args.project is None:
         LOG.info("no --project: the commands below name %s", PLACEHOLDER_PROJECT)
+    if args.prepare_sale is not None:
+        target = target_of(args, project=project, project_number=PLACEHOLDER_PROJECT_NUMBER)
+        steps = sale_plan(args, target=target)
+        if args.dry_run:
+            print_plan(steps)
+            return 0
+        return run_plan(steps)
     try:
         env = _function_env(args, project)
         staged = stage(args.build_dir)
+        if not args.only:
+            stage_pages(args.build_dir)
         specs = select_functions(entry_points.declared(staged / "main.py"), args.only)
         python = runtime_python(args.build_dir, staged / "requirements.txt")
         check_env = {**env, "GOOGLE_CLOUD_PROJECT": args.project or PREFLIGHT_DEMO_PROJECT}
         check_staged_import(staged, [spec.entry_point for spec in specs], check_env, python=python)
-        target = Target(
-            project=project,
-            project_number=_project_number(args),
-            region=args.region,
-            firestore_location=args.firestore_location or args.region,
-            imports_bucket=args.imports_bucket,
-            events_topic=args.events_topic,
-            ticket_secret=args.ticket_secret,
-        )
+        target = target_of(args, project=project, project_number=_project_number(args))
         steps = build_plan(args, target=target, env=env, specs=specs, staged=staged)
-    except DeployError as exc:
+    except (DeployError, HostingError) as exc:
         LOG.error("%s", exc)
         return 1
 

@@ -23,9 +23,15 @@ from shared.http.entry_points import Kind
 LOG = logging.getLogger("codedrop.deploy")
 
 # Must match shared.settings.Settings (tests/tools/test_deploy.py checks): the trigger and the
-# code that reads the setting have to name the same bucket and topic.
-DEFAULT_IMPORTS_BUCKET = "codedrop-imports"
+# code that reads the setting have to name the same topic. (The bucket is named per project,
+# see default_imports_bucket, and every function is told its name.)
 DEFAULT_EVENTS_TOPIC = "coupon-events"
+
+
+def default_imports_bucket(project: str) -> str:
+    """Bucket names are global: the first adopter of a fixed name would own it for everyone.
+    A project id (6-30 characters) makes it ours and keeps it under the 63-character limit."""
+    return f"{project}-codedrop-imports"
 
 
 class Trigger(enum.Enum):

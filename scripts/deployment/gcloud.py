@@ -35,6 +35,7 @@ MANAGED_ENV = frozenset(
         "CODEDROP_CORS_ORIGINS",
         "CODEDROP_PUSH_AUDIENCE",
         "CODEDROP_PUSH_SERVICE_ACCOUNT",
+        "CODEDROP_SHOPIFY_WEBHOOK_SECRET_FILE",
         "THREADS",
     }
 )
@@ -119,12 +120,19 @@ DEFAULT_TICKET_SECRET = "codedrop-ticket-secret"  # noqa: S105 (a secret's name,
 
 @dataclass(frozen=True)
 class Secret:
-    """A Secret Manager secret a function reads as an environment variable."""
+    """A Secret Manager secret a function reads: as an environment variable, fixed when the
+    instance starts, or, with `file`, as a file the function reads on use (its `latest`
+    version, mounted), so a new version reaches warm instances without a restart."""
 
     name: str
     env: str
     first_value: str  # what a new secret starts with, in words
     value: Callable[[], bytes]
+    file: str | None = None  # where it is mounted; the function finds the path in `<env>_FILE`
+
+    def flag(self, name: str) -> str:
+        """This secret's item of `--set-secrets` (`name`: the secret's name in the project)."""
+        return f"{self.file or self.env}={name}:latest"
 
 
 def _shopify_secret() -> bytes:
@@ -145,6 +153,8 @@ SHOPIFY_SECRET = Secret(
     env="CODEDROP_SHOPIFY_WEBHOOK_SECRET",
     first_value="$CODEDROP_SHOPIFY_WEBHOOK_SECRET from the deployer's shell, else random",
     value=_shopify_secret,
+    # Added or rotated after the deploy (when the shop shows it): read on use.
+    file="/etc/secrets/shopify/webhook-secret",
 )
 WEBHOOK_KEY = Secret(
     name="codedrop-webhook-key",
@@ -168,21 +178,27 @@ def secrets_of(spec: FunctionSpec) -> tuple[Secret, ...]:
 
 # Cloud Scheduler, the Pub/Sub push subscription and Eventarc sign their requests as this one.
 INVOKER_ACCOUNT = "invoker"
+# Cloud Build builds every function as this one (resources.BUILD_ROLES).
+BUILD_ACCOUNT = "build"
 
 
-def function_url(spec: FunctionSpec, *, project: str, region: str) -> str:
-    """A gen2 function's stable URL (it also answers on its run.app URL); a push subscription's
-    token names it as its audience."""
-    return f"https://{region}-{project}.cloudfunctions.net/{spec.service}"
+def push_audience(spec: FunctionSpec, *, project_number: str, region: str) -> str:
+    """The audience a push subscription's OIDC token names, and the function checks: its
+    deterministic run.app URL. Cloud Run accepts a run.app URL as an audience (a cloudfunctions.net
+    URL is not one), and this one is known before the function exists, so the function is
+    deployed with it already set."""
+    return f"https://{spec.service}-{project_number}.{region}.run.app"
 
 
-def push_env(spec: FunctionSpec, *, project: str, region: str) -> dict[str, str]:
+def push_env(
+    spec: FunctionSpec, *, project: str, project_number: str, region: str
+) -> dict[str, str]:
     """What a pushed function checks each push's OIDC token against (shared/gcp/push_auth.py):
     the audience and the account its subscription signs with (resources.subscription_steps)."""
     if spec.trigger is not Trigger.PUSH_SUBSCRIPTION:
         return {}
     return {
-        "CODEDROP_PUSH_AUDIENCE": function_url(spec, project=project, region=region),
+        "CODEDROP_PUSH_AUDIENCE": push_audience(spec, project_number=project_number, region=region),
         "CODEDROP_PUSH_SERVICE_ACCOUNT": account_email(INVOKER_ACCOUNT, project),
     }
 
@@ -191,6 +207,7 @@ def build_command(
     spec: FunctionSpec,
     *,
     project: str,
+    project_number: str,
     region: str,
     runtime: str,
     source: Path,
@@ -203,8 +220,9 @@ def build_command(
     function_env = {
         **env,
         "THREADS": str(spec.concurrency),
-        **push_env(spec, project=project, region=region),
+        **push_env(spec, project=project, project_number=project_number, region=region),
     }
+    function_env.update({f"{s.env}_FILE": s.file for s in secrets_of(spec) if s.file})
     _check_env(function_env)
     return [
         "gcloud",
@@ -230,11 +248,13 @@ def build_command(
         f"--max-instances={spec.max_instances}",
         f"--timeout={spec.timeout}",
         f"--run-service-account={account_email(spec.account, project)}",
+        "--build-service-account="
+        f"projects/{project}/serviceAccounts/{account_email(BUILD_ACCOUNT, project)}",
         env_vars_flag(function_env),
         # From Secret Manager, never from the source.
         "--set-secrets="
         + ",".join(
-            f"{secret.env}={ticket_secret if secret is TICKET_SECRET else secret.name}:latest"
+            secret.flag(ticket_secret if secret is TICKET_SECRET else secret.name)
             for secret in secrets_of(spec)
         ),
     ]

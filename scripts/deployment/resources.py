@@ -1,13 +1,18 @@
 """Everything a project needs besides the functions, as plan steps, in the order they must run.
 
-APIs, the Firestore database with the indexes and index exemptions of firestore.indexes.json,
-the security rules, service accounts and the IAM each caller needs, the imports bucket, the
-events topic with its dead-letter topic, the ticket secret, and, after the functions, the push
-subscription that feeds count_usage (retry and dead-letter policies) and the Cloud Scheduler
-job that calls the sweep every minute (OIDC).
+APIs, the Firestore database, Firebase on the project, then firebase-tools deploys Firestore's
+rules, indexes, index exemptions and TTL policies from firebase.json (firestore.rules and
+firestore.indexes.json: the files the test suite checks); service accounts (a build account of
+our own among them) and the IAM each caller needs, the imports bucket, the events topic with its
+dead-letter topic, the secrets, and, after the functions, the push subscriptions (retry and
+dead-letter policies) and the Cloud Scheduler job that calls the sweep every minute, both
+signing OIDC tokens for a run.app URL of the function: the push subscriptions for its
+deterministic URL (the audience the function is deployed checking), the scheduler for the URI
+`gcloud functions describe` reports.
 
-Every step is one command. Create steps are marked `exists_ok` (a re-run finds the resource and
-goes on); update steps follow them where a re-run must apply changed settings.
+Every create step asks first whether its resource is there (`unless`) and is marked `exists_ok`
+(a create that finds it anyway goes on); update steps follow where a re-run must apply changed
+settings. See plan.py for what is retried.
 """
 
 from __future__ import annotations
@@ -17,19 +22,19 @@ import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from scripts.deployment.functions import FunctionSpec
 from scripts.deployment.gcloud import (
+    BUILD_ACCOUNT,
     INVOKER_ACCOUNT,
     SECRETS,
     TICKET_SECRET,
     Secret,
     account_email,
-    function_url,
+    push_audience,
     secrets_of,
 )
-from scripts.deployment.plan import Step
+from scripts.deployment.plan import Lookup, Step
 
 APIS = (
     "firestore.googleapis.com",
@@ -44,7 +49,19 @@ APIS = (
     "secretmanager.googleapis.com",
     "firebaserules.googleapis.com",
     "iam.googleapis.com",
+    # Firebase: the project's Firebase side, Auth (shoppers' sign-in) and Hosting (the pages).
+    "firebase.googleapis.com",
+    "identitytoolkit.googleapis.com",
+    "firebasehosting.googleapis.com",
+    # The dashboard, its log-based metrics and the alert policies (deploy/monitoring/).
+    "monitoring.googleapis.com",
+    "logging.googleapis.com",
 )
+# What a function build needs of its build account (Cloud Functions' documented role for a
+# custom build service account: logs, the source bucket, Artifact Registry).
+BUILD_ROLES = ("roles/cloudbuild.builds.builder",)
+# firebase-tools as package-lock.json pins it (scripts/deploy installs the Node packages).
+FIREBASE = ("npx", "--no-install", "firebase")
 # Pub/Sub redelivers a failed push after 10 s, backing off to 10 min, 10 times at most; then
 # the message goes to the dead-letter topic, whose own subscription keeps it for 7 days.
 PUSH_RETRY = ("--min-retry-delay=10s", "--max-retry-delay=600s")
@@ -74,8 +91,25 @@ class Target:
     def secret_name(self, secret: Secret) -> str:
         return self.ticket_secret if secret is TICKET_SECRET else secret.name
 
-    def url(self, spec: FunctionSpec) -> str:
-        return function_url(spec, project=self.project, region=self.region)
+    def audience(self, spec: FunctionSpec) -> str:
+        """What the function's push subscription signs for and the function checks."""
+        return push_audience(spec, project_number=self.project_number, region=self.region)
+
+    def uri(self, spec: FunctionSpec) -> Lookup:
+        """The function's run.app URI, known once it is deployed: the audience Cloud Run always
+        accepts in an OIDC token (a cloudfunctions.net URL is not one)."""
+        return Lookup(
+            f"<uri of {spec.service}>",
+            (
+                "gcloud",
+                "functions",
+                "describe",
+                spec.service,
+                f"--region={self.region}",
+                "--format=value(serviceConfig.uri)",
+                f"--project={self.project}",
+            ),
+        )
 
     def account(self, name: str) -> str:
         return account_email(name, self.project)
@@ -83,6 +117,10 @@ class Target:
     @property
     def invoker(self) -> str:
         return self.account(INVOKER_ACCOUNT)
+
+    @property
+    def builder(self) -> str:
+        return self.account(BUILD_ACCOUNT)
 
     @property
     def pubsub_agent(self) -> str:
@@ -93,7 +131,7 @@ class Target:
         return f"service-{self.project_number}@gs-project-accounts.iam.gserviceaccount.com"
 
 
-def _gcloud(*args: str, target: Target) -> list[str]:
+def gcloud_command(*args: str, target: Target) -> list[str]:
     return ["gcloud", *args, f"--project={target.project}"]
 
 
@@ -101,14 +139,33 @@ def _sa(email: str) -> str:
     return f"--member=serviceAccount:{email}"
 
 
-def foundation(target: Target, *, indexes: Path, rules: Path) -> list[Step]:
-    """APIs, Firestore (database, indexes, exemptions, rules), before anything uses them.
-    `rules` is read when the step runs, relative to the repository root (the plan's cwd)."""
-    steps = [
-        Step("APIs", _gcloud("services", "enable", *APIS, target=target)),
+def _describes(*args: str, target: Target) -> list[str]:
+    """A probe: prints the resource's name when it exists, fails when it does not."""
+    return gcloud_command(*args, "--format=value(name)", target=target)
+
+
+def _rest(target: Target, method: str, url: str) -> str:
+    """A REST call with gcloud's credentials, printing the answer (fails on an HTTP error)."""
+    return (
+        f"TOKEN=$(gcloud auth print-access-token --project={target.project})"
+        f' && curl -sSf -X {method} -H "Authorization: Bearer $TOKEN"'
+        f' -H "x-goog-user-project: {target.project}" {shlex.quote(url)}'
+    )
+
+
+def _firebase(*args: str, target: Target) -> list[str]:
+    return [*FIREBASE, *args, "--project", target.project, "--non-interactive"]
+
+
+def foundation(target: Target, *, indexes: Path) -> list[Step]:
+    """APIs, the database, Firebase, then Firestore's rules, indexes, exemptions and TTL."""
+    config = json.loads(indexes.read_text())
+    ttl = [f"{o['collectionGroup']}.{o['fieldPath']}" for o in config["fieldOverrides"] if o["ttl"]]
+    return [
+        Step("APIs", gcloud_command("services", "enable", *APIS, target=target)),
         Step(
             "Firestore database",
-            _gcloud(
+            gcloud_command(
                 "firestore",
                 "databases",
                 "create",
@@ -117,120 +174,27 @@ def foundation(target: Target, *, indexes: Path, rules: Path) -> list[Step]:
                 target=target,
             ),
             exists_ok=True,
+            unless=_describes("firestore", "databases", "describe", target=target),
+        ),
+        Step(
+            "Firebase on the project (Auth, Hosting)",
+            [*FIREBASE, "projects:addfirebase", target.project, "--non-interactive"],
+            exists_ok=True,
+            unless=_rest(
+                target, "GET", f"https://firebase.googleapis.com/v1beta1/projects/{target.project}"
+            ),
+        ),
+        # firebase-tools compares with what is deployed and changes only the difference, one
+        # field at a time; Firestore's admin contention on a long list is retried (plan.py) and
+        # the retry goes on where the last run stopped.
+        Step(
+            f"Firestore rules, {len(config['indexes'])} composite indexes, "
+            f"{len(config['fieldOverrides'])} field overrides, TTL policies on "
+            + ", ".join(ttl)
+            + " (firebase.json)",
+            _firebase("deploy", "--only", "firestore", target=target),
         ),
     ]
-    steps += index_steps(target, json.loads(indexes.read_text()))
-    steps.append(rules_step(target, rules))
-    return steps
-
-
-def index_steps(target: Target, config: dict[str, object]) -> list[Step]:
-    steps = []
-    for index in config["indexes"]:  # type: ignore[attr-defined]
-        fields = [
-            f"--field-config=field-path={f['fieldPath']},order={f['order'].lower()}"
-            for f in index["fields"]
-        ]
-        scope = index["queryScope"].lower().replace("_", "-")
-        steps.append(
-            Step(
-                f"index {index['collectionGroup']}("
-                + ", ".join(f["fieldPath"] for f in index["fields"])
-                + ")",
-                _gcloud(
-                    "firestore",
-                    "indexes",
-                    "composite",
-                    "create",
-                    f"--collection-group={index['collectionGroup']}",
-                    f"--query-scope={scope}",
-                    *fields,
-                    target=target,
-                ),
-                exists_ok=True,
-            )
-        )
-    for override in config.get("fieldOverrides", []):  # type: ignore[attr-defined]
-        if override.get("indexes"):
-            steps.append(field_index_step(target, override))
-            continue
-        # An exemption: a field written in increasing order at sale or import rate, which no
-        # query needs, is not indexed.
-        steps.append(
-            Step(
-                f"no index on {override['collectionGroup']}.{override['fieldPath']}",
-                _gcloud(
-                    "firestore",
-                    "indexes",
-                    "fields",
-                    "update",
-                    override["fieldPath"],
-                    f"--collection-group={override['collectionGroup']}",
-                    "--disable-indexes",
-                    "--async",
-                    target=target,
-                ),
-            )
-        )
-    return steps
-
-
-def field_index_step(target: Target, override: dict[str, Any]) -> Step:
-    """A field override that lists its single-field indexes (the collection-group ones the
-    checkout half queries across campaigns). gcloud's `fields update --index` only makes
-    collection-scoped ones, so this is the Firestore Admin REST API with gcloud's credentials,
-    setting the field's whole index config."""
-    group, path = override["collectionGroup"], override["fieldPath"]
-    indexes = [
-        {
-            "queryScope": index["queryScope"],
-            "fields": [
-                {"fieldPath": path, **{k: v for k, v in index.items() if k != "queryScope"}}
-            ],
-        }
-        for index in override["indexes"]
-    ]
-    url = (
-        f"https://firestore.googleapis.com/v1/projects/{target.project}/databases/(default)"
-        f"/collectionGroups/{group}/fields/{path}?updateMask=indexConfig"
-    )
-    body = json.dumps({"indexConfig": {"indexes": indexes}}, separators=(",", ":"))
-    command = (
-        f"TOKEN=$(gcloud auth print-access-token --project={target.project})"
-        ' && curl -sSf -X PATCH -H "Authorization: Bearer $TOKEN"'
-        f' -H "x-goog-user-project: {target.project}" -H "Content-Type: application/json"'
-        f" -d {shlex.quote(body)} {shlex.quote(url)} >/dev/null"
-    )
-    scopes = ", ".join(str(i["queryScope"]).lower() for i in indexes)
-    return Step(f"index on {group}.{path} ({scopes})", command)
-
-
-def rules_step(target: Target, rules: Path) -> Step:
-    """firestore.rules as the release of cloud.firestore. No gcloud command deploys rules, so
-    this is the Firebase Rules REST API called with gcloud's own credentials: create a ruleset
-    from the file, then point the release at it (update, or create on a fresh project)."""
-    api = f"https://firebaserules.googleapis.com/v1/projects/{target.project}"
-    release = f"projects/{target.project}/releases/cloud.firestore"
-    headers = (
-        '-H "Authorization: Bearer $TOKEN" '
-        f'-H "x-goog-user-project: {target.project}" -H "Content-Type: application/json"'
-    )
-    ruleset_body = (
-        'python3 -c \'import json,sys; print(json.dumps({"source": {"files": '
-        '[{"name": "firestore.rules", "content": open(sys.argv[1]).read()}]}}))\' '
-        f"{shlex.quote(str(rules))}"
-    )
-    new_release = f'{{\\"name\\": \\"{release}\\", \\"rulesetName\\": \\"$RULESET\\"}}'
-    ruleset_name = "python3 -c 'import json,sys; print(json.load(sys.stdin)[\"name\"])'"
-    command = (
-        f"TOKEN=$(gcloud auth print-access-token --project={target.project})"
-        f" && RULESET=$({ruleset_body} | curl -sSf -X POST {headers} --data-binary @-"
-        f' "{api}/rulesets" | {ruleset_name})'
-        f' && {{ curl -sSf -X PATCH {headers} -d "{{\\"release\\": {new_release}}}"'
-        f' "{api}/releases/cloud.firestore" >/dev/null'
-        f' || curl -sSf -X POST {headers} -d "{new_release}" "{api}/releases" >/dev/null; }}'
-    )
-    return Step("Firestore rules (deny every client)", command)
 
 
 def secret_steps(target: Target, secret: Secret) -> list[Step]:
@@ -240,14 +204,17 @@ def secret_steps(target: Target, secret: Secret) -> list[Step]:
     return [
         Step(
             f"secret {name}",
-            _gcloud("secrets", "create", name, "--replication-policy=automatic", target=target),
+            gcloud_command(
+                "secrets", "create", name, "--replication-policy=automatic", target=target
+            ),
             exists_ok=True,
+            unless=_describes("secrets", "describe", name, target=target),
         ),
         Step(
             f"secret {name}: a first value ({secret.first_value})",
-            _gcloud("secrets", "versions", "add", name, "--data-file=-", target=target),
+            gcloud_command("secrets", "versions", "add", name, "--data-file=-", target=target),
             stdin=secret.value,
-            unless=_gcloud(
+            unless=gcloud_command(
                 "secrets",
                 "versions",
                 "list",
@@ -267,7 +234,7 @@ def identity_steps(target: Target, specs: Iterable[FunctionSpec]) -> list[Step]:
     steps = [
         Step(
             f"service account {name}",
-            _gcloud(
+            gcloud_command(
                 "iam",
                 "service-accounts",
                 "create",
@@ -276,14 +243,39 @@ def identity_steps(target: Target, specs: Iterable[FunctionSpec]) -> list[Step]:
                 target=target,
             ),
             exists_ok=True,
+            unless=gcloud_command(
+                "iam",
+                "service-accounts",
+                "describe",
+                target.account(name),
+                "--format=value(email)",
+                target=target,
+            ),
         )
-        for name in [*(spec.account for spec in specs), INVOKER_ACCOUNT]
+        for name in [*(spec.account for spec in specs), INVOKER_ACCOUNT, BUILD_ACCOUNT]
+    ]
+    # Since mid-2024 a new project's default Cloud Build account may lack what a function build
+    # needs; every deploy names this one (gcloud.build_command).
+    steps += [
+        Step(
+            f"the build account has {role}",
+            [
+                "gcloud",
+                "projects",
+                "add-iam-policy-binding",
+                target.project,
+                _sa(target.builder),
+                f"--role={role}",
+                "--condition=None",
+            ],
+        )
+        for role in BUILD_ROLES
     ]
     bucket = f"gs://{target.imports_bucket}"
     steps += [
         Step(
             "imports bucket",
-            _gcloud(
+            gcloud_command(
                 "storage",
                 "buckets",
                 "create",
@@ -294,20 +286,25 @@ def identity_steps(target: Target, specs: Iterable[FunctionSpec]) -> list[Step]:
                 target=target,
             ),
             exists_ok=True,
+            unless=_describes("storage", "buckets", "describe", bucket, target=target),
         ),
         Step(
             "events topic",
-            _gcloud("pubsub", "topics", "create", target.events_topic, target=target),
+            gcloud_command("pubsub", "topics", "create", target.events_topic, target=target),
             exists_ok=True,
+            unless=_describes("pubsub", "topics", "describe", target.events_topic, target=target),
         ),
         Step(
             "dead-letter topic",
-            _gcloud("pubsub", "topics", "create", target.dead_letter_topic, target=target),
+            gcloud_command("pubsub", "topics", "create", target.dead_letter_topic, target=target),
             exists_ok=True,
+            unless=_describes(
+                "pubsub", "topics", "describe", target.dead_letter_topic, target=target
+            ),
         ),
         Step(
             "dead-letter subscription (keeps what count_usage never took, 7 days)",
-            _gcloud(
+            gcloud_command(
                 "pubsub",
                 "subscriptions",
                 "create",
@@ -318,6 +315,9 @@ def identity_steps(target: Target, specs: Iterable[FunctionSpec]) -> list[Step]:
                 target=target,
             ),
             exists_ok=True,
+            unless=_describes(
+                "pubsub", "subscriptions", "describe", target.dead_letter_topic, target=target
+            ),
         ),
         *(step for secret in SECRETS for step in secret_steps(target, secret)),
     ]
@@ -338,7 +338,7 @@ def identity_steps(target: Target, specs: Iterable[FunctionSpec]) -> list[Step]:
             ),
             Step(
                 f"{spec.name} publishes events",
-                _gcloud(
+                gcloud_command(
                     "pubsub",
                     "topics",
                     "add-iam-policy-binding",
@@ -351,7 +351,7 @@ def identity_steps(target: Target, specs: Iterable[FunctionSpec]) -> list[Step]:
             *(
                 Step(
                     f"{spec.name} reads {secret.env}",
-                    _gcloud(
+                    gcloud_command(
                         "secrets",
                         "add-iam-policy-binding",
                         target.secret_name(secret),
@@ -381,7 +381,9 @@ def identity_steps(target: Target, specs: Iterable[FunctionSpec]) -> list[Step]:
             )
     steps += [
         # Eventarc's storage trigger: Cloud Storage publishes object events, the trigger
-        # receives them as the invoker account.
+        # receives them as the invoker account. The Cloud Storage agent exists only once asked
+        # for; this asks (and prints it), so the binding below names an account that exists.
+        Step("Cloud Storage's agent", gcloud_command("storage", "service-agent", target=target)),
         Step(
             "Cloud Storage's agent publishes object events",
             [
@@ -409,7 +411,7 @@ def identity_steps(target: Target, specs: Iterable[FunctionSpec]) -> list[Step]:
         # Push subscriptions sign OIDC tokens for the invoker through Pub/Sub's agent.
         Step(
             "Pub/Sub's agent signs push tokens as the invoker",
-            _gcloud(
+            gcloud_command(
                 "iam",
                 "service-accounts",
                 "add-iam-policy-binding",
@@ -463,11 +465,11 @@ SUBSCRIPTIONS = (
 
 def subscription_steps(target: Target, spec: FunctionSpec, sub: Subscription) -> list[Step]:
     """A push subscription: OIDC as the invoker, backoff, dead letters."""
-    url = target.url(spec)
+    uri = target.uri(spec)
     settings = [
-        f"--push-endpoint={url}",
+        f"--push-endpoint={uri.marker}",
         f"--push-auth-service-account={target.invoker}",
-        f"--push-auth-token-audience={url}",
+        f"--push-auth-token-audience={target.audience(spec)}",
         f"--ack-deadline={ACK_DEADLINE_SECONDS}",
         *sub.retry,
         f"--dead-letter-topic={target.dead_letter_topic}",
@@ -477,7 +479,7 @@ def subscription_steps(target: Target, spec: FunctionSpec, sub: Subscription) ->
     return [
         Step(
             f"{spec.name}'s push subscription",
-            _gcloud(
+            gcloud_command(
                 "pubsub",
                 "subscriptions",
                 "create",
@@ -488,16 +490,19 @@ def subscription_steps(target: Target, spec: FunctionSpec, sub: Subscription) ->
                 target=target,
             ),
             exists_ok=True,
+            unless=_describes("pubsub", "subscriptions", "describe", name, target=target),
+            lookups=(uri,),
         ),
         Step(
             f"{spec.name}'s push subscription settings (a re-run applies changes)",
-            _gcloud("pubsub", "subscriptions", "update", name, *settings, target=target),
+            gcloud_command("pubsub", "subscriptions", "update", name, *settings, target=target),
+            lookups=(uri,),
         ),
         # Dead-lettering: Pub/Sub's agent takes the message off the subscription and
         # publishes it to the dead-letter topic.
         Step(
             f"Pub/Sub's agent takes dead letters off {name}",
-            _gcloud(
+            gcloud_command(
                 "pubsub",
                 "subscriptions",
                 "add-iam-policy-binding",
@@ -513,7 +518,7 @@ def subscription_steps(target: Target, spec: FunctionSpec, sub: Subscription) ->
 def dead_letter_publisher_step(target: Target) -> Step:
     return Step(
         "Pub/Sub's agent publishes dead letters",
-        _gcloud(
+        gcloud_command(
             "pubsub",
             "topics",
             "add-iam-policy-binding",
@@ -527,22 +532,22 @@ def dead_letter_publisher_step(target: Target) -> Step:
 
 def scheduler_steps(target: Target, sweep: FunctionSpec) -> list[Step]:
     """The sweep every minute, signed with an OIDC token of the invoker account."""
-    url = target.url(sweep)
+    uri = target.uri(sweep)
     common = [
         f"--location={target.region}",
         "--schedule=* * * * *",
         "--time-zone=Etc/UTC",
-        f"--uri={url}",
+        f"--uri={uri.marker}",
         "--http-method=POST",
         "--message-body={}",
         f"--oidc-service-account-email={target.invoker}",
-        f"--oidc-token-audience={url}",
+        f"--oidc-token-audience={uri.marker}",
         "--attempt-deadline=120s",
     ]
     return [
         Step(
             "the sweep's schedule",
-            _gcloud(
+            gcloud_command(
                 "scheduler",
                 "jobs",
                 "create",
@@ -553,10 +558,19 @@ def scheduler_steps(target: Target, sweep: FunctionSpec) -> list[Step]:
                 target=target,
             ),
             exists_ok=True,
+            unless=_describes(
+                "scheduler",
+                "jobs",
+                "describe",
+                "codedrop-sweep",
+                f"--location={target.region}",
+                target=target,
+            ),
+            lookups=(uri,),
         ),
         Step(
             "the sweep's schedule settings (a re-run applies changes)",
-            _gcloud(
+            gcloud_command(
                 "scheduler",
                 "jobs",
                 "update",
@@ -566,5 +580,42 @@ def scheduler_steps(target: Target, sweep: FunctionSpec) -> list[Step]:
                 "--update-headers=Content-Type=application/json",
                 target=target,
             ),
+            lookups=(uri,),
+        ),
+    ]
+
+
+def hosting_steps(
+    target: Target, *, claim_api: FunctionSpec, admin_api: FunctionSpec, root: Path
+) -> list[Step]:
+    """The landing page and the console on Firebase Hosting (firebase.json "hosting", from
+    the folder hosting.stage_pages filled), configured with the functions' URIs and the
+    project's Firebase web app."""
+    project = ["--project", target.project, "--non-interactive"]
+    claim, admin = target.uri(claim_api), target.uri(admin_api)
+    sdk = Lookup("<the web app's config>", (*FIREBASE, "apps:sdkconfig", "WEB", *project))
+    webapps = f"https://firebase.googleapis.com/v1beta1/projects/{target.project}/webApps"
+    return [
+        Step(
+            "a Firebase web app for the pages (their Auth configuration)",
+            [*FIREBASE, "apps:create", "WEB", "codedrop", *project],
+            unless=_rest(target, "GET", webapps) + " | grep -o '\"appId\"'",
+        ),
+        Step(
+            "the pages' config.json (claim_api's and admin_api's URIs, the web app's config)",
+            [
+                "python3",
+                "-m",
+                "scripts.deployment.hosting",
+                f"--root={root}",
+                f"--api-base={claim.marker}",
+                f"--admin-api-base={admin.marker}",
+                f"--sdk-config={sdk.marker}",
+            ],
+            lookups=(claim, admin, sdk),
+        ),
+        Step(
+            "the landing page at / and the console at /console/ on Firebase Hosting",
+            _firebase("deploy", "--only", "hosting", "--public", str(root), target=target),
         ),
     ]

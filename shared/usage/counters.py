@@ -27,7 +27,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from google.api_core import exceptions as gexc
@@ -40,6 +40,10 @@ from shared.settings import Settings
 log = logging.getLogger(__name__)
 
 CONFIG_CACHE_SECONDS = 5.0
+# A marker only has to outlive every redelivery of its event: Pub/Sub keeps an unacknowledged
+# message 7 days, and its dead letter 7 more days for an operator to replay. Then Firestore's
+# TTL policy on `expire_at` (firestore.indexes.json) deletes it.
+MARKER_RETENTION = timedelta(days=30)
 # Errors Firestore answers when writes to one document contend (or time out doing so).
 CONTENTION = (gexc.Aborted, gexc.ResourceExhausted, gexc.DeadlineExceeded)
 
@@ -202,7 +206,11 @@ class ShardedCounters:
         for _ in range(self._settings.counter_max_attempts):
             count = self.shard_count(campaign_id)
             batch = self._db.batch()
-            batch.create(marker, {"type": event.type.value, "applied_at": self._clock()})
+            now = self._clock()
+            batch.create(
+                marker,
+                {"type": event.type.value, "applied_at": now, "expire_at": now + MARKER_RETENTION},
+            )
             batch.set(shards.document(str(random.randrange(count))), increments, merge=True)
             started = time.monotonic()
             try:

@@ -26,12 +26,12 @@ from shared.clock import utcnow
 from shared.container import Services, instance_services
 from shared.events import models as events
 from shared.events.bus import EventBus
-from shared.gcp.firestore import counter_shards_collection, outbox_collection
+from shared.gcp.firestore import counter_shards_collection, outbox_collection, processed_event_ref
 from shared.http import claim_api as claim_routes
 from shared.intake import jobs as job_store
 from shared.intake.models import JobKind, JobRecord, JobState, codes_imported
 from shared.settings import Settings, get_settings
-from shared.usage.counters import ShardedCounters
+from shared.usage.counters import MARKER_RETENTION, ShardedCounters
 from tests.support.api import ADMIN, auth, router_client
 from tests.support.cloudevents import deliver, published_event
 from tests.support.stack import PROJECT, MakeCampaign, Pump
@@ -78,6 +78,21 @@ def test_a_redelivered_event_counts_once(
 
     assert statuses == [200, 200, 200]
     assert counters().totals(campaign_id).claimed == 1
+
+
+def test_an_events_marker_expires_after_every_redelivery_could_arrive(
+    db: firestore.Client, usage_client: FlaskClient, make_campaign: MakeCampaign
+) -> None:
+    """Markers are written at claim rate and would pile up for good: Firestore's TTL policy on
+    `expire_at` (firestore.indexes.json, deployed by scripts/deploy) deletes them."""
+    campaign_id = make_campaign()
+    [event] = claimed_events(db, campaign_id, 1)
+
+    assert send(usage_client, event) == 200
+
+    marker = processed_event_ref(db, campaign_id, event.event_id).get().to_dict() or {}
+    assert marker["expire_at"] - marker["applied_at"] == MARKER_RETENTION
+    assert timedelta(days=14) <= MARKER_RETENTION  # 7 days unacknowledged + 7 dead-lettered
 
 
 def test_out_of_order_delivery_lands_in_the_right_hours(

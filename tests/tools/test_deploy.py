@@ -369,7 +369,7 @@ def test_dry_run_prints_one_gcloud_command_per_function(build_dir: Path) -> None
     assert "--no-allow-unauthenticated" in by_name["sweep"]
     assert _flag(by_name["import-codes"], "--trigger-event-filters") == [
         "type=google.cloud.storage.object.v1.finalized",
-        "bucket=codedrop-imports",
+        "bucket=codedrop-prod-codedrop-imports",  # bucket names are global: one per project
     ]
     # count_usage is pushed by the plan's own subscription (retry and dead-letter policies).
     assert "--no-allow-unauthenticated" in by_name["count-usage"]
@@ -388,7 +388,8 @@ def test_only_deploys_one_function_and_nothing_else(build_dir: Path) -> None:
         "--dry-run", "--build-dir", str(build_dir), "--project", "codedrop-prod", "--only", "sweep"
     )
     assert result.returncode == 0, result.stderr
-    (line,) = result.stdout.splitlines()
+    (what, line) = result.stdout.splitlines()
+    assert what == "# function sweep"
     assert shlex.split(line)[:4] == ["gcloud", "functions", "deploy", "sweep"]
 
 
@@ -430,6 +431,7 @@ def test_every_function_in_the_table_gets_its_trigger(spec: functions.FunctionSp
     command = gcloud.build_command(
         spec,
         project="codedrop-prod",
+        project_number="123456789012",
         region="europe-west1",
         runtime="python311",
         source=Path("/stage"),
@@ -467,15 +469,22 @@ def test_cors_origins_with_commas_use_gcloud_alternate_delimiter(build_dir: Path
     for command in commands:
         (value,) = _flag(command, "--set-env-vars")
         assert value.startswith("^")
-        assert _env_of(command)["CODEDROP_CORS_ORIGINS"] == origins
+        # The project's Firebase Hosting origins, where the deploy puts the pages, come after.
+        hosting = "https://codedrop-prod.web.app,https://codedrop-prod.firebaseapp.com"
+        assert _env_of(command)["CODEDROP_CORS_ORIGINS"] == f"{origins},{hosting}"
 
 
 def test_defaults_match_the_service_settings() -> None:
     from shared.settings import Settings
 
     fields = Settings.model_fields
-    assert fields["imports_bucket"].default == functions.DEFAULT_IMPORTS_BUCKET
     assert fields["events_topic"].default == functions.DEFAULT_EVENTS_TOPIC
+    # The bucket is the project's own, and each function is told it.
+    parser = cli.build_parser()
+    args = parser.parse_args(["--project", "codedrop-prod"])
+    cli._validate(parser, args)
+    env = cli._function_env(args, "codedrop-prod")
+    assert env["CODEDROP_IMPORTS_BUCKET"] == "codedrop-prod-codedrop-imports"
 
 
 # --- refusals -----------------------------------------------------------------------------------

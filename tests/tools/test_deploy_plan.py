@@ -21,7 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from scripts.deployment import functions
+from scripts.deployment import cli, functions
+from scripts.deployment.plan import Step
+from tests.support import stack
 
 REPO = Path(__file__).resolve().parents[2]
 PROJECT = "codedrop-test"
@@ -29,6 +31,7 @@ NUMBER = "123456789012"
 AUTH = re.compile(
     r"You do not currently have an active account selected|does not have any valid credentials"
 )
+FIREBASE = "npx --no-install firebase "
 PARSE = re.compile(
     r"unrecognized arguments|argument --|Invalid choice|must be specified|At most one of"
 )
@@ -58,7 +61,21 @@ def plan(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    return result.stdout.splitlines()
+    # Each step's purpose is a comment line above its command.
+    return [line for line in result.stdout.splitlines() if not line.startswith("# ")]
+
+
+def _steps() -> list[Step]:
+    """The plan as cli builds it, without staging (the steps' probes and lookups)."""
+    args = cli.build_parser().parse_args(
+        ["--dry-run", "--project", PROJECT, "--project-number", NUMBER]
+    )
+    cli._validate(cli.build_parser(), args)
+    target = cli.target_of(args, project=PROJECT, project_number=NUMBER)
+    env = cli._function_env(args, PROJECT)
+    return cli.build_plan(
+        args, target=target, env=env, specs=list(functions.FUNCTIONS), staged=Path("/stage")
+    )
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +101,25 @@ def gcloud_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return env
 
 
+# What bash substitutes for a value an earlier step makes known (the lookups are checked
+# apart): gcloud checks some flags' form while parsing (a URL, a resource name).
+LOOKUP = re.compile(r"\$\((?:[^()']|'[^']*')*\)")
+LOOKED_UP = {
+    "functions describe": f"https://function-{NUMBER}.europe-west1.run.app",
+    "dashboards list": f"projects/{NUMBER}/dashboards/3a9c",
+    "policies list": f"projects/{NUMBER}/alertPolicies/7d1e",
+    "apps:sdkconfig": '{"apiKey": "k"}',
+}
+
+
+def _looked_up(match: re.Match[str]) -> str:
+    """A lookup's value; any other substitution (a token) is left for bash."""
+    values = [value for command, value in LOOKED_UP.items() if command in match[0]]
+    return values[0] if values else match[0]
+
+
 def _outcome(line: str, env: dict[str, str]) -> tuple[str, str]:
+    line = LOOKUP.sub(_looked_up, line)
     argv = shlex.split(line) if line.startswith("gcloud ") else ["bash", "-c", line]
     result = subprocess.run(
         argv,
@@ -104,65 +139,129 @@ def _outcome(line: str, env: dict[str, str]) -> tuple[str, str]:
     return "other", f"exit {result.returncode}: {result.stderr.strip()}"
 
 
+def _checked(lines: list[str], env: dict[str, str]) -> list[str]:
+    with ThreadPoolExecutor(4) as pool:
+        outcomes = list(pool.map(lambda line: _outcome(line, env), lines))
+    return [
+        f"{kind}: {line}\n    {detail}"
+        for line, (kind, detail) in zip(lines, outcomes, strict=True)
+        if kind != "auth"
+    ]
+
+
 # Runs the real gcloud once per line of the plan: minutes on a busy machine.
 @pytest.mark.timeout(900)
 def test_every_command_of_the_plan_fails_at_authentication_never_at_parsing(
     plan: list[str], gcloud_env: dict[str, str]
 ) -> None:
-    with ThreadPoolExecutor(4) as pool:
-        outcomes = list(pool.map(lambda line: _outcome(line, gcloud_env), plan))
-    wrong = [
-        f"{kind}: {line}\n    {detail}"
-        for line, (kind, detail) in zip(plan, outcomes, strict=True)
-        if kind != "auth"
-    ]
+    gcloud_lines = [line for line in plan if line.startswith("gcloud ")]
+    wrong = _checked(gcloud_lines, gcloud_env)
     assert not wrong, "\n".join(wrong)
 
 
-def test_every_line_is_one_gcloud_call_but_rest_calls_gcloud_cannot_make(
-    plan: list[str],
+@pytest.mark.timeout(900)
+def test_what_the_plan_asks_before_and_while_it_runs_parses_too(
+    gcloud_env: dict[str, str],
 ) -> None:
-    """The rules release, and the collection-group single-field indexes (gcloud's `fields
-    update --index` only makes collection-scoped ones): REST calls with gcloud's token."""
+    """A create's probe (does it exist?) and a lookup (a function's URI) are gcloud commands
+    the printed plan does not show on lines of their own."""
+    probes = sorted(
+        {
+            step.unless if isinstance(step.unless, str) else shlex.join(step.unless)
+            for step in _steps()
+            if step.unless is not None
+        }
+        | {shlex.join(lookup.command) for step in _steps() for lookup in step.lookups}
+    )
+    assert len(probes) > 10
+    wrong = _checked([p for p in probes if not p.startswith(FIREBASE)], gcloud_env)
+    assert not wrong, "\n".join(wrong)
+
+
+def test_only_firebase_tools_and_the_pages_config_are_not_gcloud_calls(plan: list[str]) -> None:
     others = [line for line in plan if not line.startswith("gcloud ")]
-    assert all(line.startswith("TOKEN=$(gcloud auth print-access-token") for line in others)
-    (rules,) = [line for line in others if "firebaserules.googleapis.com" in line]
-    assert "firestore.rules" in rules
-    config = json.loads((REPO / "firestore.indexes.json").read_text())
-    enabled = [o for o in config["fieldOverrides"] if o["indexes"]]
-    fields = [line for line in others if "firestore.googleapis.com" in line]
-    assert len(fields) == len(enabled) == len(others) - 1
-    for override in enabled:
-        (line,) = [
-            f
-            for f in fields
-            if f"/collectionGroups/{override['collectionGroup']}/fields/{override['fieldPath']}?"
-            in f
-        ]
-        assert '"queryScope":"COLLECTION_GROUP"' in line
-        assert '"order":"ASCENDING"' in line
+    assert others
+    config = [line for line in others if not line.startswith(FIREBASE)]
+    assert len(config) == 1
+    assert config[0].startswith("python3 -m scripts.deployment.hosting ")
 
 
-def test_the_plan_creates_every_index_and_exemption(plan: list[str]) -> None:
-    config = json.loads((REPO / "firestore.indexes.json").read_text())
-    composites = [line for line in plan if " indexes composite create " in line]
-    assert len(composites) == len(config["indexes"])
-    for index in config["indexes"]:
-        fields = [
-            f"--field-config=field-path={f['fieldPath']},order={f['order'].lower()}"
-            for f in index["fields"]
+@pytest.mark.timeout(600)
+def test_the_plan_prepares_a_sale_with_commands_that_parse(gcloud_env: dict[str, str]) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scripts.deployment",
+            "--dry-run",
+            "--project",
+            PROJECT,
+            "--prepare-sale",
+            "black-friday",
+            "--sale-starts",
+            "2026-11-28T09:00:00+01:00",
+            "--sale-min-instances",
+            "5",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if not line.startswith("# ")]
+    (quota, ready, warm, warmup) = lines
+    body = json.loads(shlex.split(quota.split(" -d ", 1)[1])[0])
+    # The window opens an hour early: shoppers sign in on the page before the sale opens.
+    assert body == {
+        "quota": {
+            "signUpQuotaConfig": {
+                "quota": "1000",
+                "startTime": "2026-11-28T07:00:00Z",
+                "quotaDuration": "10800s",
+            }
+        }
+    }
+    assert f"projects/{PROJECT}/config?updateMask=quota.signUpQuotaConfig" in quota
+    assert "-ge 5" in warm
+    assert "--campaign=black-friday" in warmup
+    inner = [m[0][2:-1] for line in (ready, warm) for m in LOOKUP.finditer(line)]
+    assert len(inner) == 2
+    wrong = _checked(inner, gcloud_env)
+    assert not wrong, "\n".join(wrong)
+
+
+def test_firestore_is_deployed_from_the_files_the_suite_checks(plan: list[str]) -> None:
+    """firebase-tools deploys firebase.json's `firestore`: the rules the emulator tests load
+    and the indexes file the index checker reads, TTL policies (`ttl: true`) included."""
+    (deploy,) = [line for line in plan if line.startswith(f"{FIREBASE}deploy --only firestore")]
+    assert f"--project {PROJECT}" in deploy
+    firestore = json.loads((REPO / "firebase.json").read_text())["firestore"]
+    assert REPO / firestore["rules"] == stack.RULES
+    assert REPO / firestore["indexes"] == stack.INDEXES
+    config = json.loads(stack.INDEXES.read_text())
+    ttl = {(o["collectionGroup"], o["fieldPath"]) for o in config["fieldOverrides"] if o["ttl"]}
+    assert ttl == {("deliveries", "expire_at"), ("processed_events", "expire_at")}
+    # A TTL field is written in increasing order: never indexed.
+    assert all(not o["indexes"] for o in config["fieldOverrides"] if o["ttl"])
+
+
+def _uri(service: str) -> str:
+    """The function's run.app URI as gcloud reports it once deployed: the OIDC audience Cloud
+    Run always accepts (a cloudfunctions.net URL is not one)."""
+    describe = shlex.join(
+        [
+            "gcloud",
+            "functions",
+            "describe",
+            service,
+            "--region=europe-west1",
+            "--format=value(serviceConfig.uri)",
+            f"--project={PROJECT}",
         ]
-        assert any(
-            f"--collection-group={index['collectionGroup']}" in line
-            and all(field in line for field in fields)
-            for line in composites
-        ), index
-    for override in (o for o in config["fieldOverrides"] if not o["indexes"]):
-        expected = (
-            f"gcloud firestore indexes fields update {override['fieldPath']}"
-            f" --collection-group={override['collectionGroup']} --disable-indexes"
-        )
-        assert any(line.startswith(expected) for line in plan), expected
+    )
+    return f"$({describe})"
 
 
 def _line(plan: list[str], start: str) -> list[str]:
@@ -172,7 +271,7 @@ def _line(plan: list[str], start: str) -> list[str]:
 
 def test_webhook_deliveries_have_their_own_push_subscription(plan: list[str]) -> None:
     create = _line(plan, "gcloud pubsub subscriptions create coupon-events-deliver-webhooks ")
-    url = f"https://europe-west1-{PROJECT}.cloudfunctions.net/deliver-webhooks"
+    url = _uri("deliver-webhooks")
     for flag in (
         f"--push-endpoint={url}",
         "--dead-letter-topic=coupon-events-dead-letter",
@@ -183,7 +282,11 @@ def test_webhook_deliveries_have_their_own_push_subscription(plan: list[str]) ->
 
 def test_the_push_subscription_retries_with_backoff_and_dead_letters(plan: list[str]) -> None:
     create = _line(plan, "gcloud pubsub subscriptions create coupon-events-count-usage ")
-    url = f"https://europe-west1-{PROJECT}.cloudfunctions.net/count-usage"
+    url = _uri("count-usage")
+    # The audience is the deterministic run.app URL: known before the function exists, so the
+    # function is deployed checking it (a cloudfunctions.net URL is no audience Cloud Run takes).
+    audience = f"https://count-usage-{NUMBER}.europe-west1.run.app"
+    assert f"--push-auth-token-audience={audience}" in create
     invoker = f"codedrop-invoker@{PROJECT}.iam.gserviceaccount.com"
     for flag in (
         f"--push-endpoint={url}",
@@ -203,7 +306,7 @@ def test_the_push_subscription_retries_with_backoff_and_dead_letters(plan: list[
 
 def test_the_sweep_runs_every_minute_with_an_oidc_token_only_it_accepts(plan: list[str]) -> None:
     job = _line(plan, "gcloud scheduler jobs create http codedrop-sweep ")
-    url = f"https://europe-west1-{PROJECT}.cloudfunctions.net/sweep"
+    url = _uri("sweep")
     assert "--schedule=* * * * *" in job
     assert f"--uri={url}" in job
     assert f"--oidc-token-audience={url}" in job
@@ -238,8 +341,9 @@ def test_each_caller_can_pass_the_iam_set_for_it(plan: list[str]) -> None:
         (secrets,) = [arg for arg in command if arg.startswith("--set-secrets=")]
         expected = ["CODEDROP_TICKET_SECRET=codedrop-ticket-secret:latest"]
         if spec.name == "admin_api":  # it verifies Shopify's order webhooks
+            # A file read on use: a version added after the deploy reaches warm instances.
             expected.append(
-                "CODEDROP_SHOPIFY_WEBHOOK_SECRET=codedrop-shopify-webhook-secret:latest"
+                "/etc/secrets/shopify/webhook-secret=codedrop-shopify-webhook-secret:latest"
             )
         if spec.name in ("admin_api", "deliver_webhooks", "sweep"):  # businesses' webhooks
             expected.append("CODEDROP_WEBHOOK_KEY=codedrop-webhook-key:latest")
