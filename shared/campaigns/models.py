@@ -3,13 +3,21 @@ return."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from shared.types import CampaignId, IdentityKind, InputTime, RequestBody, SafeText, UtcTime
+from shared.types import (
+    CampaignId,
+    IdentityKind,
+    InputTime,
+    OnCancel,
+    RequestBody,
+    SafeText,
+    UtcTime,
+)
 
 MAX_CODES_PER_USER = 10
 DEFAULT_ADMISSIONS_PER_SECOND = 100.0
@@ -18,9 +26,13 @@ MAX_LOW_STOCK_THRESHOLD = 1_000_000_000
 # A hold lasts long enough to check out, and no longer than a day.
 MIN_HOLD_SECONDS = 60
 MAX_HOLD_SECONDS = 86_400
+# A code valid for a minute at least, and for ten years at most.
+MIN_VALID_SECONDS = 60
+MAX_VALID_SECONDS = 10 * 366 * 86_400
 
 Title = Annotated[SafeText, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
 HoldSeconds = Annotated[int, Field(ge=MIN_HOLD_SECONDS, le=MAX_HOLD_SECONDS)]
+ValidSeconds = Annotated[int, Field(ge=MIN_VALID_SECONDS, le=MAX_VALID_SECONDS)]
 # A Firebase `firebase.sign_in_provider`: password, phone, anonymous, custom, google.com,
 # oidc.<id>, saml.<id>, ...
 SignInProvider = Annotated[
@@ -56,13 +68,24 @@ class CampaignCreate(RequestBody):
     identity: IdentityKind = IdentityKind.UID
     allowed_sign_in_providers: SignInProviders | None = None
     require_app_check: bool = False
+    on_cancel: OnCancel = OnCancel.KEEP_USED
+    # How long a code may be redeemed: for so long after its claim, or until a fixed time
+    # (one or the other, or neither: codes never expire).
+    codes_valid_for_seconds: ValidSeconds | None = None
+    codes_valid_until: InputTime | None = None
 
     @model_validator(mode="after")
     def _window(self) -> Self:
         if self.ends_at <= self.starts_at:
             raise ValueError("ends_at must be after starts_at")
+        _one_validity(self.codes_valid_for_seconds, self.codes_valid_until)
         self.allowed_sign_in_providers = _distinct(self.allowed_sign_in_providers)
         return self
+
+
+def _one_validity(seconds: int | None, until: datetime | None) -> None:
+    if seconds is not None and until is not None:
+        raise ValueError("codes_valid_for_seconds and codes_valid_until exclude each other")
 
 
 # Fields of an update that may be left out but never set to null.
@@ -76,6 +99,7 @@ _NOT_NULLABLE = (
     "admissions_per_second",
     "identity",
     "require_app_check",
+    "on_cancel",
 )
 
 
@@ -105,11 +129,16 @@ class CampaignUpdate(RequestBody):
     identity: IdentityKind | None = None
     allowed_sign_in_providers: SignInProviders | None = None  # null: every provider again
     require_app_check: bool | None = None
+    on_cancel: OnCancel | None = None
+    # Read at each redemption from the claim time: a change applies to codes claimed before it.
+    codes_valid_for_seconds: ValidSeconds | None = None  # null: no validity after the claim
+    codes_valid_until: InputTime | None = None  # null: no fixed end
 
     @model_validator(mode="after")
     def _something(self) -> Self:
         if not self.model_fields_set:
             raise ValueError("nothing to update")
+        _one_validity(self.codes_valid_for_seconds, self.codes_valid_until)
         self.allowed_sign_in_providers = _distinct(self.allowed_sign_in_providers)
         for name in _NOT_NULLABLE:
             if name in self.model_fields_set and getattr(self, name) is None:
@@ -134,6 +163,9 @@ class CampaignRecord(BaseModel):
     identity: IdentityKind = IdentityKind.UID
     allowed_sign_in_providers: list[str] | None = None
     require_app_check: bool = False
+    on_cancel: OnCancel = OnCancel.KEEP_USED
+    codes_valid_for_seconds: int | None = Field(default=None, gt=0)
+    codes_valid_until: datetime | None = None
     # Set only by a claimer that proved no unassigned code exists; cleared by every import.
     sold_out: bool = False
     sold_out_at: datetime | None = None
@@ -145,6 +177,14 @@ class CampaignRecord(BaseModel):
     slots_ceiling: int = 1
     created_at: datetime
     updated_at: datetime
+
+    def valid_until(self, claimed_at: datetime) -> datetime | None:
+        """Until when a code claimed at `claimed_at` may be redeemed (None: no end)."""
+        if self.codes_valid_until is not None:
+            return self.codes_valid_until
+        if self.codes_valid_for_seconds is not None:
+            return claimed_at + timedelta(seconds=self.codes_valid_for_seconds)
+        return None
 
     def status_at(self, now: datetime) -> CampaignStatus:
         if now >= self.ends_at:
@@ -182,10 +222,12 @@ class CampaignPublic(BaseModel):
 class CampaignStats(BaseModel):
     codes_total: int
     claimed: int  # every claim ever made, holds included (a released hold stays counted)
-    remaining: int  # codes_total - claimed + released
+    remaining: int  # codes_total - claimed + released + returned - voided while available
     held: int = 0  # holds right now: neither redeemed nor released yet
     redeemed: int = 0
     released: int = 0
+    reversed: int = 0  # redemptions undone (cancelled or refunded orders), any on_cancel
+    voided: int = 0
     claims_last_minute: int = 0
     projected_sold_out_at: UtcTime | None = None
 
@@ -205,6 +247,9 @@ class CampaignAdmin(BaseModel):
     identity: IdentityKind
     allowed_sign_in_providers: list[str] | None
     require_app_check: bool
+    on_cancel: OnCancel
+    codes_valid_for_seconds: int | None
+    codes_valid_until: UtcTime | None
     created_at: UtcTime
     updated_at: UtcTime
     stats: CampaignStats | None = None
