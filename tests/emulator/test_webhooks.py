@@ -27,9 +27,16 @@ from shared.claims.policy import Shopper
 from shared.clock import utcnow
 from shared.container import Services, instance_services
 from shared.errors import TooManyWebhooks, WebhookUrlNotAllowed
-from shared.events.models import CouponClaimed, EventType, encode_event
+from shared.events.models import (
+    CouponClaimed,
+    CouponReversed,
+    CouponVoided,
+    EventType,
+    encode_event,
+)
 from shared.gcp.firestore import campaign_webhooks_ref, deliveries_collection, webhook_ref
 from shared.settings import get_settings
+from shared.types import OnCancel
 from shared.webhooks.guard import resolve_host
 from shared.webhooks.models import (
     MAX_WEBHOOKS_PER_CAMPAIGN,
@@ -429,6 +436,37 @@ def test_only_the_listed_event_types_of_the_campaign_are_delivered(
         webhooks.handle(event, encode_event(event))
 
     assert receiver.received == []
+
+
+def test_reversals_and_voids_are_delivered_to_the_webhooks_listing_them(
+    make_campaign: MakeCampaign,
+    receiver: Receiver,
+    webhooks: WebhookService,
+    subscribe: Subscribe,
+) -> None:
+    campaign_id = make_campaign()
+    events = [EventType.COUPON_REVERSED, EventType.COUPON_VOIDED]
+    subscribe(webhooks, campaign_id, receiver.url(), events=events)
+    common = {"campaign_id": campaign_id, "occurred_at": utcnow(), "coupon_id": "c0ffee"}
+    reversed_ = CouponReversed(
+        event_id=f"reversed.{campaign_id}.c0ffee.1",
+        user_id="u1",
+        claim_id="k-0",
+        order_id="o-1",
+        on_cancel=OnCancel.RETURN_TO_POOL,
+        **common,
+    )
+    voided = CouponVoided(
+        event_id=f"voided.{campaign_id}.c0ffee", voided_from="available", **common
+    )
+
+    for event in (reversed_, voided):
+        webhooks.handle(event, encode_event(event))
+
+    assert [json.loads(r.body)["type"] for r in receiver.received] == [
+        "coupon.reversed",
+        "coupon.voided",
+    ]
 
 
 def test_a_500_is_retried_until_the_endpoint_accepts(
