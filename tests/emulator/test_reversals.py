@@ -447,3 +447,39 @@ def test_policy_and_validity_are_set_read_and_patched(
     body = switched.get_json()
     assert (body["on_cancel"], body["codes_valid_for_seconds"]) == ("return_to_pool", None)
     assert body["codes_valid_until"] == "2027-01-01T00:00:00.000Z"
+
+
+def test_reconciliation_agrees_with_the_counters_after_reversals_and_voids(
+    claim_client: FlaskClient,
+    admin_client: FlaskClient,
+    make_campaign: MakeCampaign,
+    pump_events: Pump,
+    forget_order: Callable[[str], str],
+) -> None:
+    campaign_id = make_campaign(codes=4, on_cancel="return_to_pool")
+    for n, user in enumerate(("lea", "max", "nia")):
+        code = claim(claim_client, campaign_id, user)["code"]
+        redeem(admin_client, campaign_id, code, forget_order(f"reconciled-{n}"))
+    reverse(admin_client, campaign_id, "reconciled-0")
+    free = [
+        c
+        for c in (f"{campaign_id}-{i:05d}" for i in range(4))
+        if status(admin_client, campaign_id, c).get_json()["state"] == "available"
+    ]
+    void(admin_client, campaign_id, free[0])
+    void(admin_client, campaign_id, free[1])
+    pump_events()
+
+    response = admin_client.post(
+        f"/v1/campaigns/{campaign_id}/reconcile", json={"repair": False}, headers=ADMIN
+    )
+
+    body = response.get_json()
+    # (The fixture writes its codes without an import job: only `imported` has no event.)
+    assert {k: body[k]["difference"] for k in ("claimed", "redeemed", "held")} == {
+        "claimed": 0,
+        "redeemed": 0,
+        "held": 0,
+    }
+    assert (body["claimed"]["counted"], body["redeemed"]["counted"]) == (4, 2)
+    assert stats(admin_client, campaign_id)["remaining"] == 0
