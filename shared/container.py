@@ -21,9 +21,13 @@ from shared.claims.holds import HoldReleaser
 from shared.claims.redemption import RedemptionService
 from shared.claims.reversal import ReversalService
 from shared.claims.service import ClaimService
+from shared.claims.typed_codes import TypedCodes
 from shared.clock import utcnow
+from shared.control.exports import ExportService
+from shared.control.live import LiveService
 from shared.events.bus import EventBus
 from shared.events.models import sold_out
+from shared.fairness.service import FairnessService
 from shared.gcp import firestore as gcp_firestore
 from shared.gcp import pubsub as gcp_pubsub
 from shared.gcp import storage as gcp_storage
@@ -31,6 +35,7 @@ from shared.gcp.app_check import AppCheckVerifier
 from shared.intake.models import JobRecord, JobState, codes_imported
 from shared.intake.service import IntakeService
 from shared.maintenance.sweep import Sweeper
+from shared.ratelimit.service import GuessLimiter
 from shared.settings import Settings, get_settings
 from shared.usage.counters import ShardedCounters
 from shared.usage.service import UsageService
@@ -129,9 +134,21 @@ class Services:
                 bus=self.bus,
                 room=self.room,
                 usage=self.usage,
+                fairness=self.fairness,
                 app_check=self.app_check,
                 clock=utcnow,
                 deadline_seconds=self.settings.claim_deadline_seconds,
+            ),
+        )
+
+    @property
+    def fairness(self) -> FairnessService:
+        return self._once(
+            "fairness",
+            lambda: FairnessService(
+                db=self.db,
+                usage=self.usage,
+                tick_seconds=self.settings.waiting_room_tick_seconds,
             ),
         )
 
@@ -182,6 +199,26 @@ class Services:
         )
 
     @property
+    def exports(self) -> ExportService:
+        return self._once(
+            "exports",
+            lambda: ExportService(
+                db=self.db,
+                streams=self.streams_db,
+                storage_client=self.storage,
+                settings=self.settings,
+                clock=utcnow,
+            ),
+        )
+
+    @property
+    def live(self) -> LiveService:
+        return self._once(
+            "live",
+            lambda: LiveService(db=self.db, usage=self.usage, room=self.room, clock=utcnow),
+        )
+
+    @property
     def holds(self) -> HoldReleaser:
         return self._once("holds", lambda: HoldReleaser(db=self.db, bus=self.bus, clock=utcnow))
 
@@ -199,6 +236,17 @@ class Services:
                 db=self.db, bus=self.bus, clock=utcnow, redemptions=self.redemptions
             ),
         )
+
+    @property
+    def typed_codes(self) -> TypedCodes:
+        return self._once(
+            "typed_codes",
+            lambda: TypedCodes(db=self.db, max_age=self.settings.campaign_cache_seconds),
+        )
+
+    @property
+    def guess_limiter(self) -> GuessLimiter:
+        return self._once("guess_limiter", lambda: GuessLimiter(db=self.db, settings=self.settings))
 
     @property
     def webhooks(self) -> WebhookService:

@@ -39,6 +39,11 @@ class RequestValidationFailed(CodedropError):
     default_message = "The request is not valid."
 
 
+class CodeMalformed(RequestValidationFailed):
+    error_code = "CODE_MALFORMED"
+    default_message = "This is not a code of this campaign's format; check what was typed."
+
+
 class RequestTooLarge(CodedropError):
     error_code = "REQUEST_TOO_LARGE"
     default_message = "The request body is too large."
@@ -69,6 +74,11 @@ class SignInProviderNotAllowed(Forbidden):
     default_message = "This sale does not accept your sign-in method."
 
 
+class TicketNotYours(Forbidden):
+    error_code = "TICKET_NOT_YOURS"
+    default_message = "This waiting-room ticket was issued to another account."
+
+
 class NotFound(CodedropError):
     error_code = "NOT_FOUND"
     default_message = "No such resource."
@@ -82,6 +92,11 @@ class CampaignNotFound(NotFound):
 class ClaimNotFound(NotFound):
     error_code = "CLAIM_NOT_FOUND"
     default_message = "You hold no code in this campaign."
+
+
+class FairDropNotFound(NotFound):
+    error_code = "FAIR_DROP_NOT_FOUND"
+    default_message = "This campaign has no pre-queue, so no draw to show."
 
 
 class JobNotFound(NotFound):
@@ -109,6 +124,11 @@ class WebhookNotFound(NotFound):
     default_message = "No such webhook."
 
 
+class DeliveryNotFound(NotFound):
+    error_code = "DELIVERY_NOT_FOUND"
+    default_message = "No such delivery of this webhook."
+
+
 class WebhookUrlNotAllowed(RequestValidationFailed):
     error_code = "WEBHOOK_URL_NOT_ALLOWED"
     default_message = "Webhooks must be https URLs of public addresses."
@@ -121,6 +141,21 @@ class Conflict(CodedropError):
 class CampaignExists(Conflict):
     error_code = "CAMPAIGN_EXISTS"
     default_message = "A campaign with this id already exists."
+
+
+class CampaignChanged(Conflict):
+    error_code = "CAMPAIGN_CHANGED"
+    default_message = "The campaign was changed by someone else since you loaded it."
+
+
+class CampaignNotEnded(Conflict):
+    error_code = "CAMPAIGN_NOT_ENDED"
+    default_message = "Only an ended campaign can be archived."
+
+
+class JobNotFinished(Conflict):
+    error_code = "JOB_NOT_FINISHED"
+    default_message = "The job has not finished: its file is not written yet."
 
 
 class TooManyWebhooks(Conflict):
@@ -161,6 +196,11 @@ class SoldOut(CodedropError):
 class WaitingRoom(CodedropError):
     error_code = "WAITING_ROOM"
     default_message = "Too many shoppers right now; wait your turn."
+
+
+class RateLimited(CodedropError):
+    error_code = "RATE_LIMITED"
+    default_message = "Too many code look-ups; retry after the given time."
 
 
 class Contended(CodedropError):

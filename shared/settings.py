@@ -143,6 +143,18 @@ class Settings(BaseSettings):
         default=60, ge=1, le=3600, validation_alias="CODEDROP_HOLD_BUCKET_SECONDS"
     )
 
+    # Guessing (shared/ratelimit): code look-ups and redemptions a caller (token uid) and a
+    # client address may make a minute, over all instances together.
+    code_lookups_per_minute: int = Field(
+        default=60, ge=1, le=1_000_000, validation_alias="CODEDROP_CODE_LOOKUPS_PER_MINUTE"
+    )
+    code_lookups_per_minute_per_address: int = Field(
+        default=600,
+        ge=1,
+        le=1_000_000,
+        validation_alias="CODEDROP_CODE_LOOKUPS_PER_MINUTE_PER_ADDRESS",
+    )
+
     # Shopify's orders/create webhook is signed with the app's secret (base64 HMAC-SHA256 of the
     # raw body). Outside demo- projects the route refuses every delivery until it is set.
     shopify_webhook_secret: SecretStr | None = Field(

@@ -3,6 +3,7 @@ request bodies."""
 
 from __future__ import annotations
 
+import re
 import threading
 import unicodedata
 from dataclasses import dataclass, field, fields
@@ -18,9 +19,27 @@ from pydantic import (
     Field,
     PlainSerializer,
     StringConstraints,
+    WithJsonSchema,
 )
+from pydantic_core import PydanticCustomError
 
-CampaignId = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")]
+CAMPAIGN_ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+CAMPAIGN_ID_RULE = "1-63 lower-case letters, digits, - or _, starting with a letter or digit"
+_CAMPAIGN_ID = re.compile(CAMPAIGN_ID_PATTERN)
+
+
+def _campaign_id(value: str) -> str:
+    # Said in words: pydantic's own message for a pattern is the regular expression.
+    if not _CAMPAIGN_ID.match(value):
+        raise PydanticCustomError("campaign_id", f"a campaign id is {CAMPAIGN_ID_RULE}")
+    return value
+
+
+CampaignId = Annotated[
+    str,
+    AfterValidator(_campaign_id),
+    WithJsonSchema({"type": "string", "pattern": CAMPAIGN_ID_PATTERN}),
+]
 # Job ids are generated ("imp-…", "gen-…"); a document id starting with "__" is Firestore's.
 JobId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import tempfile
 import uuid
@@ -19,7 +20,7 @@ from flask.testing import FlaskClient
 from google.cloud import firestore
 from google.cloud.storage import Client as StorageClient
 
-from emulator import (
+from devkit.emulators import (
     EmulatorStack,
     EmulatorUnavailable,
     RunningEmulator,
@@ -29,10 +30,10 @@ from emulator import (
     start_auth,
     wait_ready,
 )
-from emulator.app_check import DevAppCheckServer, dev_app_check
-from emulator.auth import AuthEmulatorClient
-from emulator.manager import AUTH_TIMEOUT
-from scripts.support.firestore_indexes import IndexConfig, QueryShape, Recorder, recording
+from devkit.emulators.auth import AuthEmulatorClient
+from devkit.emulators.manager import AUTH_TIMEOUT
+from devkit.firestore_indexes import IndexConfig, QueryShape, Recorder, recording
+from devkit.standins.app_check import DevAppCheckServer, dev_app_check
 from tests.support.api import function_client
 from tests.support.cloudevents import deliver, published_event
 from tests.support.stack import (
@@ -62,10 +63,29 @@ HOT_COLLECTIONS = (
     "counter_shards",
     "outbox",
     "deliveries",
+    "entries",
+    "admissions",
 )
 _run = contextlib.ExitStack()
 _recorder: Recorder | None = None
 _auth_early: RunningEmulator | None = None
+
+
+# A run split across pytest-xdist workers: each worker saves what it recorded here and the
+# controller checks the union (a field written in one worker may be queried only in another).
+RECORDS_ENV = "CODEDROP_TEST_INDEX_RECORDS"
+
+
+def _worker(config: pytest.Config) -> str | None:
+    workerinput: dict[str, str] = getattr(config, "workerinput", {})
+    return workerinput.get("workerid")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if _worker(config) is None:  # the controller, or a run in one process
+        records = Path(tempfile.mkdtemp(prefix="codedrop-test-index-records-"))
+        _run.callback(shutil.rmtree, records, ignore_errors=True)
+        os.environ[RECORDS_ENV] = str(records)  # workers start with this environment
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -117,6 +137,16 @@ def production_index_problems(
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    records = Path(os.environ[RECORDS_ENV])
+    worker = _worker(session.config)
+    if worker is not None:
+        if _recorder is not None:
+            _recorder.save(records / f"{worker}.pickle")
+        _run.close()
+        return
+    if _recorder is not None:
+        for saved in sorted(records.glob("*.pickle")):
+            _recorder.add_saved(saved)
     _run.close()
     if _recorder is None or not _recorder.shapes:
         return
@@ -176,6 +206,10 @@ def emulators(
         mp.setenv("CODEDROP_IMPORTS_BUCKET", BUCKET)
         # Tests pause and resume campaigns and expect the next claim to see it at once.
         mp.setenv("CODEDROP_CAMPAIGN_CACHE_SECONDS", "0")
+        # Tests look codes up faster than a checkout may (tests/emulator/test_guessing.py
+        # sets the limits it tests).
+        mp.setenv("CODEDROP_CODE_LOOKUPS_PER_MINUTE", "1000000")
+        mp.setenv("CODEDROP_CODE_LOOKUPS_PER_MINUTE_PER_ADDRESS", "1000000")
         reset_instance()
         _create_topic_and_pump_subscription()
         yield stack
@@ -248,7 +282,7 @@ def cleanup() -> Iterator[list[Callable[[], object]]]:
 @pytest.fixture
 def make_campaign(db: firestore.Client, cleanup: list[Callable[[], object]]) -> MakeCampaign:
     """Create a campaign (active now unless told otherwise) holding `codes` coupons."""
-    from scripts.support import codes as fixture_codes
+    from devkit import codes as fixture_codes
     from shared.campaigns import service as campaign_service
     from shared.campaigns.models import CampaignCreate
     from shared.clock import utcnow
@@ -289,12 +323,12 @@ def storage_client(emulators: EmulatorStack) -> StorageClient:
 
 @pytest.fixture(scope="session")
 def import_client(emulators: EmulatorStack) -> FlaskClient:
-    return function_client("import_codes", "cloudevent")
+    return function_client("import_codes")
 
 
 @pytest.fixture(scope="session")
 def usage_client(emulators: EmulatorStack) -> FlaskClient:
-    return function_client("count_usage", "cloudevent")
+    return function_client("count_usage")
 
 
 @pytest.fixture

@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from emulator import EmulatorStack
-from emulator.app_check import DevAppCheckKeys, DevAppCheckServer
-from emulator.processes import GroupProcess, ProcessFailed, port_taken
+from devkit.emulators import EmulatorStack
+from devkit.emulators.processes import GroupProcess, ProcessFailed, port_taken
+from devkit.standins.app_check import DevAppCheckKeys, DevAppCheckServer
+from devkit.standins.scheduler import SweepScheduler
+from devkit.standins.storage_notifier import StorageNotifier, emulator_client
 from scripts.localstack.config import (
     EMULATOR_PORTS,
     FUNCTIONS,
@@ -32,10 +34,8 @@ from scripts.localstack.functions import (
     start_function,
 )
 from scripts.localstack.output import say
-from scripts.localstack.pages import PageConfig, PageServer, PagesUnavailable
+from scripts.localstack.pages import ConsoleConfig, PageConfig, PageServer, PagesUnavailable
 from scripts.localstack.resources import create_pubsub_resources, verify_bucket
-from scripts.localstack.scheduler import SweepScheduler
-from scripts.localstack.storage_notifier import StorageNotifier, emulator_client
 
 log = logging.getLogger("local_stack")
 
@@ -218,7 +218,8 @@ class LocalStack:
 
     def serve_pages(self, campaign_id: str) -> str:
         """Serve the example landing page (web/example) on the web port, its App Check tokens
-        from the development key set; its URL on the campaign."""
+        from the development key set, and the console (web/console) at /console/ on admin_api;
+        the landing page's URL on the campaign."""
         config = self.config
         page_config = PageConfig(
             api_base=config.url("claim_api"),
@@ -227,8 +228,15 @@ class LocalStack:
             campaign_id=campaign_id,
             app_check_token_url=self.app_check_token_url,
         )
+        console = ConsoleConfig(
+            admin_api_base=config.url("admin_api"),
+            project=config.project,
+            auth_emulator_url=f"http://{config.auth_host}",
+        )
         try:
-            self.pages = PageServer(host=HOST, port=config.ports["web"], config=page_config)
+            self.pages = PageServer(
+                host=HOST, port=config.ports["web"], config=page_config, console=console
+            )
         except (PagesUnavailable, OSError) as exc:
             raise StackError(f"cannot serve the landing page: {exc}") from exc
         self.pages.start()

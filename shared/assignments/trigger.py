@@ -1,8 +1,9 @@
 """import_codes: the Cloud Storage object-finalized trigger of the imports bucket.
 
-Recipient lists under `assignments/` go to the assignment service, everything else to code
-intake. Raises (so the event is retried) only on failures that may pass; an event that can
-never succeed (malformed, not a file of ours, unknown campaign) is logged and acknowledged.
+Recipient lists under `assignments/` go to the assignment service, export requests under
+`export/` to the export service, everything else to code intake. Raises (so the event is
+retried) only on failures that may pass; an event that can never succeed (malformed, not a file
+of ours, unknown campaign) is logged and acknowledged.
 """
 
 from __future__ import annotations
@@ -12,12 +13,19 @@ import logging
 from cloudevents.http import CloudEvent
 
 from shared.assignments.service import AssignmentService
+from shared.control.exports import ExportService
 from shared.intake.service import IntakeService, object_from_event
 
 log = logging.getLogger(__name__)
 
 
-def handle(event: CloudEvent, *, intake: IntakeService, assignments: AssignmentService) -> None:
+def handle(
+    event: CloudEvent,
+    *,
+    intake: IntakeService,
+    assignments: AssignmentService,
+    exports: ExportService,
+) -> None:
     try:
         obj = object_from_event(event.get_data())
     except ValueError as exc:
@@ -28,5 +36,7 @@ def handle(event: CloudEvent, *, intake: IntakeService, assignments: AssignmentS
         return
     if assignments.handles(obj):
         assignments.handle_object_finalized(obj)
+    elif obj.bucket == intake.bucket and exports.handles(obj.name):
+        exports.handle_request(obj.name)
     else:
         intake.handle_object_finalized(obj)

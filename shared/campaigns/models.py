@@ -9,6 +9,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from shared.codes import CodeFormat
 from shared.types import (
     CampaignId,
     IdentityKind,
@@ -29,10 +30,13 @@ MAX_HOLD_SECONDS = 86_400
 # A code valid for a minute at least, and for ten years at most.
 MIN_VALID_SECONDS = 60
 MAX_VALID_SECONDS = 10 * 366 * 86_400
+# A fair drop's pre-queue opens at most a week before the start (docs/fair-drops.md).
+MAX_PRE_QUEUE_SECONDS = 7 * 86_400
 
 Title = Annotated[SafeText, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
 HoldSeconds = Annotated[int, Field(ge=MIN_HOLD_SECONDS, le=MAX_HOLD_SECONDS)]
 ValidSeconds = Annotated[int, Field(ge=MIN_VALID_SECONDS, le=MAX_VALID_SECONDS)]
+PreQueueSeconds = Annotated[int, Field(ge=0, le=MAX_PRE_QUEUE_SECONDS)]
 # A Firebase `firebase.sign_in_provider`: password, phone, anonymous, custom, google.com,
 # oidc.<id>, saml.<id>, ...
 SignInProvider = Annotated[
@@ -73,12 +77,16 @@ class CampaignCreate(RequestBody):
     # (one or the other, or neither: codes never expire).
     codes_valid_for_seconds: ValidSeconds | None = None
     codes_valid_until: InputTime | None = None
+    # 0: no pre-queue; otherwise shoppers join this long before the start and are drawn at it.
+    pre_queue_seconds: PreQueueSeconds = 0
 
     @model_validator(mode="after")
     def _window(self) -> Self:
         if self.ends_at <= self.starts_at:
             raise ValueError("ends_at must be after starts_at")
         _one_validity(self.codes_valid_for_seconds, self.codes_valid_until)
+        if self.pre_queue_seconds and not self.waiting_room_enabled:
+            raise ValueError("a pre-queue admits its draw through the waiting room: enable it")
         self.allowed_sign_in_providers = _distinct(self.allowed_sign_in_providers)
         return self
 
@@ -100,6 +108,7 @@ _NOT_NULLABLE = (
     "identity",
     "require_app_check",
     "on_cancel",
+    "pre_queue_seconds",
 )
 
 
@@ -133,6 +142,8 @@ class CampaignUpdate(RequestBody):
     # Read at each redemption from the claim time: a change applies to codes claimed before it.
     codes_valid_for_seconds: ValidSeconds | None = None  # null: no validity after the claim
     codes_valid_until: InputTime | None = None  # null: no fixed end
+    # Only until the pre-queue opens (store): its commitment is published from then on.
+    pre_queue_seconds: PreQueueSeconds | None = None
 
     @model_validator(mode="after")
     def _something(self) -> Self:
@@ -166,6 +177,9 @@ class CampaignRecord(BaseModel):
     on_cancel: OnCancel = OnCancel.KEEP_USED
     codes_valid_for_seconds: int | None = Field(default=None, gt=0)
     codes_valid_until: datetime | None = None
+    pre_queue_seconds: int = 0
+    # Hex SHA-256 of the drop's secret seed (fairness/secret), set with the pre-queue.
+    seed_commitment: str | None = None
     # Set only by a claimer that proved no unassigned code exists; cleared by every import.
     sold_out: bool = False
     sold_out_at: datetime | None = None
@@ -175,6 +189,17 @@ class CampaignRecord(BaseModel):
     codes_total: int = 0
     # The widest max_per_user ever set: a shopper may hold claims in slots up to it.
     slots_ceiling: int = 1
+    # The format every code of the campaign was generated in (shared/codes.py) while that holds:
+    # code look-ups and redemptions refuse codes that do not fit it without reading them. Set by
+    # the first generation into an empty campaign; an upload or a generation in another format
+    # makes the campaign's codes mixed, for good (store.record_generated_format).
+    code_format: CodeFormat | None = None
+    codes_mixed: bool = False
+    # Bumped by every admin edit (not by imports or sales): a save made from an older version
+    # is refused, not silently applied over another admin's edit.
+    version: int = 0
+    # Archived campaigns (ended, kept for their claims and reports) are left out of lists.
+    archived: bool = False
     created_at: datetime
     updated_at: datetime
 
@@ -185,6 +210,12 @@ class CampaignRecord(BaseModel):
         if self.codes_valid_for_seconds is not None:
             return claimed_at + timedelta(seconds=self.codes_valid_for_seconds)
         return None
+
+    @property
+    def pre_queue_opens_at(self) -> datetime | None:
+        if not self.pre_queue_seconds:
+            return None
+        return self.starts_at - timedelta(seconds=self.pre_queue_seconds)
 
     def status_at(self, now: datetime) -> CampaignStatus:
         if now >= self.ends_at:
@@ -212,11 +243,14 @@ class CampaignPublic(BaseModel):
     ends_at: UtcTime
     status: CampaignStatus
     remaining: int
+    max_per_user: int  # what the page promises: "one code per shopper", or more
     waiting_room: WaitingRoomStatus
     # What the landing page must offer: the sign-in the sale counts and accepts, App Check.
     identity: IdentityKind
     allowed_sign_in_providers: list[str] | None
     require_app_check: bool
+    # A fair drop: shoppers join from pre_queue_opens_at (POST …/entries), drawn at the start.
+    pre_queue_opens_at: UtcTime | None = None
 
 
 class CampaignStats(BaseModel):
@@ -250,6 +284,13 @@ class CampaignAdmin(BaseModel):
     on_cancel: OnCancel
     codes_valid_for_seconds: int | None
     codes_valid_until: UtcTime | None
+    # The format every code was generated in (a checkout may test typed codes against it with
+    # web/codedrop.js isWellFormed), or null.
+    code_format: CodeFormat | None = None
+    version: int
+    archived: bool
+    pre_queue_seconds: int = 0
+    seed_commitment: str | None = None
     created_at: UtcTime
     updated_at: UtcTime
     stats: CampaignStats | None = None
@@ -257,3 +298,13 @@ class CampaignAdmin(BaseModel):
 
 class CampaignList(BaseModel):
     campaigns: list[CampaignAdmin]
+
+
+# What an admin edits, as the audit log shows it before and after a change.
+AUDITED_FIELDS = frozenset(CampaignUpdate.model_fields) | {"archived"}
+
+
+def audited(
+    record: CampaignRecord, names: frozenset[str] | set[str] = AUDITED_FIELDS
+) -> dict[str, Any]:
+    return record.model_dump(mode="json", include=set(names))

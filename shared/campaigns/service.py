@@ -8,7 +8,10 @@ from datetime import datetime
 
 from google.cloud import firestore
 
+from shared.audit import store as audit_store
+from shared.audit.models import AuditContext
 from shared.campaigns import store as campaign_store
+from shared.campaigns.drop_secret import new_drop_secret
 from shared.campaigns.models import (
     CampaignAdmin,
     CampaignCreate,
@@ -19,6 +22,10 @@ from shared.campaigns.models import (
     CampaignUpdate,
     WaitingRoomStatus,
 )
+from shared.errors import CampaignChanged, RequestValidationFailed
+
+# A refused save lists the edits made since its version among the campaign's latest entries.
+CHANGES_SHOWN = 20
 
 
 def new_campaign_id(title: str) -> str:
@@ -26,7 +33,14 @@ def new_campaign_id(title: str) -> str:
     return f"{slug}-{secrets.token_hex(3)}"
 
 
-def create_campaign(db: firestore.Client, *, data: CampaignCreate, now: datetime) -> CampaignRecord:
+def create_campaign(
+    db: firestore.Client,
+    *,
+    data: CampaignCreate,
+    now: datetime,
+    audit: AuditContext | None = None,
+) -> CampaignRecord:
+    secret, commitment = new_drop_secret() if data.pre_queue_seconds else (None, None)
     record = CampaignRecord(
         campaign_id=data.campaign_id or new_campaign_id(data.title),
         title=data.title,
@@ -44,17 +58,55 @@ def create_campaign(db: firestore.Client, *, data: CampaignCreate, now: datetime
         on_cancel=data.on_cancel,
         codes_valid_for_seconds=data.codes_valid_for_seconds,
         codes_valid_until=data.codes_valid_until,
+        version=1,
+        pre_queue_seconds=data.pre_queue_seconds,
+        seed_commitment=commitment,
         created_at=now,
         updated_at=now,
     )
-    return campaign_store.create_campaign(db, record=record)
+    opens_at = record.pre_queue_opens_at
+    if opens_at is not None and opens_at < now:
+        raise RequestValidationFailed(
+            "the pre-queue must open after the campaign is created: its seed's commitment is "
+            "published before anyone joins"
+        )
+    return campaign_store.create_campaign(db, record=record, audit=audit, drop_secret=secret)
 
 
 def update_campaign(
-    db: firestore.Client, *, campaign_id: str, data: CampaignUpdate, now: datetime
+    db: firestore.Client,
+    *,
+    campaign_id: str,
+    data: CampaignUpdate,
+    now: datetime,
+    audit: AuditContext | None = None,
+    expected_version: int | None = None,
 ) -> CampaignRecord:
+    """Apply an admin's edit. A save made from an older version than the campaign's is refused
+    with the campaign as it is now and the edits made since (who, when, before and after)."""
     changes = data.model_dump(include=data.model_fields_set)
-    return campaign_store.update_campaign(db, campaign_id=campaign_id, changes=changes, now=now)
+    try:
+        return campaign_store.update_campaign(
+            db,
+            campaign_id=campaign_id,
+            changes=changes,
+            now=now,
+            audit=audit,
+            expected_version=expected_version,
+        )
+    except CampaignChanged as exc:
+        current = campaign_store.get_campaign(db, campaign_id=campaign_id)
+        entries, _ = audit_store.list_entries(
+            db, campaign_id=campaign_id, limit=CHANGES_SHOWN, page_token=None
+        )
+        since = [
+            e for e in entries if e.version is not None and e.version > (expected_version or 0)
+        ]
+        exc.details = {
+            "current": admin_view(current, now=now, stats=None).model_dump(mode="json"),
+            "changes": [audit_store.public(e).model_dump(mode="json") for e in reversed(since)],
+        }
+        raise
 
 
 def public_view(
@@ -68,9 +120,11 @@ def public_view(
         ends_at=campaign.ends_at,
         status=campaign.status_at(now),
         remaining=remaining,
+        max_per_user=campaign.max_per_user,
         identity=campaign.identity,
         allowed_sign_in_providers=campaign.allowed_sign_in_providers,
         require_app_check=campaign.require_app_check,
+        pre_queue_opens_at=campaign.pre_queue_opens_at,
     )
 
 
@@ -95,6 +149,11 @@ def admin_view(
         on_cancel=campaign.on_cancel,
         codes_valid_for_seconds=campaign.codes_valid_for_seconds,
         codes_valid_until=campaign.codes_valid_until,
+        code_format=campaign.code_format,
+        version=campaign.version,
+        archived=campaign.archived,
+        pre_queue_seconds=campaign.pre_queue_seconds,
+        seed_commitment=campaign.seed_commitment,
         created_at=campaign.created_at,
         updated_at=campaign.updated_at,
         stats=stats,
@@ -102,7 +161,15 @@ def admin_view(
 
 
 def list_campaigns(
-    db: firestore.Client, *, status: CampaignStatus | None, now: datetime
+    db: firestore.Client,
+    *,
+    status: CampaignStatus | None,
+    now: datetime,
+    include_archived: bool = False,
 ) -> list[CampaignRecord]:
     campaigns = campaign_store.list_campaigns(db)
-    return [c for c in campaigns if status is None or c.status_at(now) is status]
+    return [
+        c
+        for c in campaigns
+        if (status is None or c.status_at(now) is status) and (include_archived or not c.archived)
+    ]

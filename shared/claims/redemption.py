@@ -28,7 +28,7 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
 from shared.campaigns.models import CampaignRecord
-from shared.campaigns.store import record_from_snapshot
+from shared.campaigns.store import get_campaign
 from shared.claims.models import (
     ClaimState,
     CodeStatus,
@@ -41,27 +41,21 @@ from shared.coupons.store import (
     EXPIRES_BUCKET,
     CouponState,
     campaigns_with_code,
-    coupon_id_for,
     coupon_state,
+    find_coupon,
 )
 from shared.errors import (
-    CampaignNotFound,
     CodeAlreadyRedeemed,
     CodeExpired,
     CodeNotClaimed,
     CodeNotFound,
     CodeVoided,
     Contended,
+    shown,
 )
 from shared.events.bus import EventBus
 from shared.events.models import CouponRedeemed, redeemed_event_id
-from shared.gcp.firestore import (
-    Snapshot,
-    campaign_ref,
-    claims_collection,
-    coupons_collection,
-    redeemed_order_ref,
-)
+from shared.gcp.firestore import Snapshot, claims_collection, redeemed_order_ref
 
 log = logging.getLogger(__name__)
 
@@ -84,25 +78,24 @@ class RedemptionService:
         self._clock = clock
 
     def _coupon(self, campaign_id: str, code: str) -> Snapshot:
-        ref = coupons_collection(self._db, campaign_id).document(coupon_id_for(code))
-        return _known(ref.get(), campaign_id, code)
+        """The coupon of `code` as a cashier typed it (any letter case; see shared.codes).
+        Every miss answers alike: another campaign's code is an unknown code here."""
+        snapshot = find_coupon(self._db, campaign_id=campaign_id, code=code)
+        if snapshot is None:
+            raise CodeNotFound(f"Campaign {campaign_id!r} has no code {shown(code)}.")
+        found: Snapshot = snapshot
+        return found
 
     def _coupon_and_campaign(self, campaign_id: str, code: str) -> tuple[Snapshot, CampaignRecord]:
-        """The coupon and its campaign (whose validity the redemption checks), one round trip."""
-        coupon = coupons_collection(self._db, campaign_id).document(coupon_id_for(code))
-        campaign = campaign_ref(self._db, campaign_id)
-        found = {s.reference.path: s for s in self._db.get_all([coupon, campaign])}
-        known = _known(found[coupon.path], campaign_id, code)
-        if not found[campaign.path].exists:
-            raise CampaignNotFound(f"Campaign {campaign_id!r} does not exist.")
-        return known, record_from_snapshot(found[campaign.path])
+        """The coupon and its campaign, whose validity the redemption checks."""
+        return self._coupon(campaign_id, code), get_campaign(self._db, campaign_id=campaign_id)
 
     def status(self, *, campaign_id: str, code: str) -> CodeStatus:
         data = self._coupon(campaign_id, code).to_dict() or {}
         state = coupon_state(data)
         assigned = state is not CouponState.AVAILABLE
         return CodeStatus(
-            code=code,
+            code=data["code"],
             state=state.value,
             user_id=data.get("assigned_to") if assigned else None,
             claimed_at=data.get("assigned_at") if assigned else None,
@@ -115,6 +108,7 @@ class RedemptionService:
         for _ in range(MAX_ROUNDS):
             snapshot, campaign = self._coupon_and_campaign(campaign_id, code)
             data = snapshot.to_dict() or {}
+            code = data["code"]  # as stored, whatever case it was typed in
             state = coupon_state(data)
             if state is CouponState.VOIDED:
                 raise CodeVoided(f"Code {code!r} was voided.")
@@ -233,10 +227,3 @@ def order_key(order_id: str) -> str:
     """The document id of an order's redemptions: a hash, as order ids may hold any printable
     character (a `/` or `__x__` is no document id)."""
     return hashlib.sha256(order_id.encode()).hexdigest()[:40]
-
-
-def _known(snapshot: Snapshot, campaign_id: str, code: str) -> Snapshot:
-    # The id is a hash of the code: compare the code itself before answering about it.
-    if not snapshot.exists or (snapshot.to_dict() or {}).get("code") != code:
-        raise CodeNotFound(f"Campaign {campaign_id!r} has no code {code!r}.")
-    return snapshot

@@ -45,8 +45,14 @@ from shared.claims.models import (
     ReversalPublic,
 )
 from shared.claims.redemption import TRANSIENT, RedemptionService, order_key
-from shared.coupons.store import EXPIRES_BUCKET, CouponState, coupon_id_for, coupon_state
-from shared.errors import CodeAlreadyRedeemed, CodeNotFound, Contended, RedemptionNotFound
+from shared.coupons.store import EXPIRES_BUCKET, CouponState, coupon_state, find_coupon
+from shared.errors import (
+    CodeAlreadyRedeemed,
+    CodeNotFound,
+    Contended,
+    RedemptionNotFound,
+    shown,
+)
 from shared.events.bus import EventBus
 from shared.events.models import (
     CouponReversed,
@@ -284,12 +290,11 @@ class ReversalService:
         """Withdraw a code (idempotent): available, held or claimed, it can no longer be
         claimed (it stays `assigned`, which the claim's query filters on) nor redeemed. A
         shopper who held it keeps the slot, in state `voided`. A redeemed code is refused."""
-        ref = coupons_collection(self._db, campaign_id).document(coupon_id_for(code))
         for _ in range(MAX_ROUNDS):
-            snapshot = ref.get()
+            snapshot = find_coupon(self._db, campaign_id=campaign_id, code=code)
+            if snapshot is None:
+                raise CodeNotFound(f"Campaign {campaign_id!r} has no code {shown(code)}.")
             data = snapshot.to_dict() or {}
-            if not snapshot.exists or data.get("code") != code:
-                raise CodeNotFound(f"Campaign {campaign_id!r} has no code {code!r}.")
             state = coupon_state(data)
             if state is CouponState.VOIDED:
                 return self._redemptions.status(campaign_id=campaign_id, code=code)

@@ -4,6 +4,7 @@ of assignment jobs)."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 from collections.abc import Iterable, Iterator
 from typing import Any, TextIO
@@ -31,6 +32,14 @@ def object_chunks(
     with blob.open("rb", chunk_size=READ_CHUNK_BYTES) as reader:
         while chunk := reader.read(READ_CHUNK_BYTES):
             yield chunk
+
+
+def stream_object(client: StorageClient, *, bucket: str, name: str) -> Iterator[bytes]:
+    """An object's bytes for an HTTP answer, 1 MiB at a time: the first chunk is read before
+    this returns, so a missing object fails here, not halfway through the answer."""
+    chunks = object_chunks(client, bucket=bucket, name=name, generation=None)
+    first = next(chunks, b"")
+    return itertools.chain([first], chunks)
 
 
 def write_lines_if_absent(
@@ -83,6 +92,24 @@ def open_text_writer(
         content_type="text/csv",
     )
     return writer
+
+
+def open_upload_session(
+    client: StorageClient,
+    *,
+    bucket: str,
+    name: str,
+    content_type: str,
+    origin: str | None,
+    metadata: dict[str, str],
+) -> str:
+    """A resumable upload session for `name` (Cloud Storage's browser-upload pattern): whoever
+    holds the returned URL may PUT the object's bytes to it, for a week, without credentials.
+    With `origin`, Cloud Storage answers the session's requests with CORS for that origin."""
+    blob = client.bucket(bucket).blob(name)
+    blob.metadata = metadata
+    url: str = blob.create_resumable_upload_session(content_type=content_type, origin=origin)
+    return url
 
 
 def move_object(client: StorageClient, *, bucket: str, source: str, destination: str) -> int:

@@ -10,6 +10,8 @@ import re
 import flask
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
+from shared.audit import store as audit_store
+from shared.audit.models import Actor, AuditContext, AuditEntryPublic, AuditList, AuditQuery
 from shared.campaigns import service as campaign_service
 from shared.campaigns import store as campaign_store
 from shared.campaigns.models import (
@@ -30,17 +32,27 @@ from shared.claims.models import (
     ShopifyRefund,
 )
 from shared.clock import utcnow
+from shared.control import claims_list
+from shared.control.claims_list import ClaimPage, ClaimsQuery
+from shared.control.exports import ExportCreate
 from shared.errors import (
+    CampaignChanged,
     CampaignExists,
+    CampaignNotEnded,
     CampaignNotFound,
     CodeAlreadyRedeemed,
     CodeExpired,
+    CodeMalformed,
     CodeNotClaimed,
     CodeNotFound,
     CodeVoided,
     Contended,
+    DeliveryNotFound,
+    JobNotFinished,
     JobNotFound,
+    RateLimited,
     RedemptionNotFound,
+    RequestValidationFailed,
     TooManyWebhooks,
     WebhookNotFound,
     WebhookUrlNotAllowed,
@@ -50,17 +62,29 @@ from shared.http import openapi, shopify
 from shared.http.routing import (
     Access,
     Call,
+    ErrorBody,
     Router,
     campaign_id_param,
+    client_address,
     json_response,
 )
 from shared.intake import jobs as job_store
 from shared.intake.csv_rows import MAX_CODE_LENGTH
-from shared.intake.models import GenerateCodes, JobAccepted, JobList, JobPublic
+from shared.intake.models import (
+    GenerateCodes,
+    JobAccepted,
+    JobKind,
+    JobList,
+    JobPublic,
+    JobState,
+    UploadCreate,
+    UploadSession,
+)
 from shared.maintenance.models import SweepRequest, SweepResult
 from shared.types import JobId
 from shared.usage import reconciliation
 from shared.usage.models import (
+    LiveCounters,
     ReconcileRequest,
     ReconciliationReport,
     ReportGranularity,
@@ -69,6 +93,7 @@ from shared.usage.models import (
 from shared.webhooks.models import (
     DeliveriesQuery,
     DeliveryList,
+    DeliveryQueued,
     WebhookCreate,
     WebhookCreated,
     WebhookList,
@@ -77,8 +102,11 @@ from shared.webhooks.models import (
 _JOB_ID: TypeAdapter[str] = TypeAdapter(JobId)
 _ORDER_ID: TypeAdapter[str] = TypeAdapter(OrderId)
 _WEBHOOK_ID = re.compile(r"^wh_[a-f0-9]{16}$")
+# An event id as events and test events spell them (never Firestore's reserved __x__).
+_EVENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,299}$")
 
-router = Router(title="codedrop admin_api")
+# CORS for the console (web/console/), whose origin is listed in CODEDROP_CORS_ORIGINS.
+router = Router(title="codedrop admin_api", cors=True)
 ADMIN = Access.ADMIN
 REDEEMER = Access.REDEEMER
 # Shopify sends other topics to a URL only if it was subscribed to them; they are acknowledged
@@ -91,6 +119,37 @@ REFUND_TOPICS = {"refunds/create"}
 class CampaignFilter(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     status: CampaignStatus | None = None
+    include_archived: bool = False
+
+
+class CampaignChangedAnswer(ErrorBody):
+    """A save refused because the campaign changed since the version it was made from."""
+
+    current: CampaignAdmin
+    changes: list[AuditEntryPublic]
+
+
+# `If-Match` on PATCH: the campaign's `version` the edit was made from ("3", or the quoted "\"3\"").
+IF_MATCH = "If-Match"
+_IF_MATCH = re.compile(r'^(?:W/)?"?([0-9]{1,12})"?$')
+
+
+def expected_version(call: Call) -> int | None:
+    raw = call.request.headers.get(IF_MATCH)
+    if raw is None:
+        return None
+    match = _IF_MATCH.match(raw.strip())
+    if match is None:
+        raise RequestValidationFailed(
+            'If-Match must be the campaign\'s version as GET returns it, e.g. "3".'
+        )
+    return int(match[1])
+
+
+def audit_context(call: Call) -> AuditContext:
+    """Who is acting, for the audit entry written with the change."""
+    user = call.user
+    return AuditContext(actor=Actor(uid=user.user_id, email=user.email), at=utcnow())
 
 
 class ReportQuery(BaseModel):
@@ -119,24 +178,31 @@ def openapi_document(call: Call) -> flask.Response:
 )
 def create_campaign(call: Call) -> flask.Response:
     data = call.body_as(CampaignCreate)
-    now = utcnow()
-    record = campaign_service.create_campaign(call.services.db, data=data, now=now)
-    return json_response(campaign_service.admin_view(record, now=now, stats=None), 201)
+    audit = audit_context(call)
+    record = campaign_service.create_campaign(
+        call.services.db, data=data, now=audit.at, audit=audit
+    )
+    return json_response(campaign_service.admin_view(record, now=audit.at, stats=None), 201)
 
 
 @router.route(
     "/v1/campaigns",
     methods=["GET"],
     access=ADMIN,
-    summary="List campaigns, newest first.",
+    summary="List campaigns, newest first, each with its stats (archived ones on request).",
     query=CampaignFilter,
     responses={200: CampaignList},
 )
 def list_campaigns(call: Call) -> flask.Response:
     query = call.query_as(CampaignFilter)
-    now = utcnow()
-    records = campaign_service.list_campaigns(call.services.db, status=query.status, now=now)
-    views = [campaign_service.admin_view(r, now=now, stats=None) for r in records]
+    services, now = call.services, utcnow()
+    records = campaign_service.list_campaigns(
+        services.db, status=query.status, now=now, include_archived=query.include_archived
+    )
+    views = [
+        campaign_service.admin_view(r, now=now, stats=services.usage.recent_stats(r, now=now))
+        for r in records
+    ]
     return json_response(CampaignList(campaigns=views))
 
 
@@ -159,19 +225,83 @@ def get_campaign(call: Call, campaign_id: str) -> flask.Response:
     "/v1/campaigns/<campaign_id>",
     methods=["PATCH"],
     access=ADMIN,
-    summary="Change a campaign's title, window, limits, pause or waiting room.",
+    summary=(
+        "Change a campaign's title, window, limits, pause or waiting room; with If-Match (the "
+        "version it was made from) an edit over someone else's is refused, with what changed."
+    ),
     body=CampaignUpdate,
     responses={200: CampaignAdmin},
-    raises=[CampaignNotFound],
+    raises=[CampaignNotFound, CampaignChanged],
+    error_bodies={CampaignChanged: CampaignChangedAnswer},
+    headers={IF_MATCH: {"type": "string", "pattern": _IF_MATCH.pattern}},
 )
 def update_campaign(call: Call, campaign_id: str) -> flask.Response:
     data = call.body_as(CampaignUpdate)
-    services, now = call.services, utcnow()
+    services, audit = call.services, audit_context(call)
     record = campaign_service.update_campaign(
-        services.db, campaign_id=campaign_id_param(campaign_id), data=data, now=now
+        services.db,
+        campaign_id=campaign_id_param(campaign_id),
+        data=data,
+        now=audit.at,
+        audit=audit,
+        expected_version=expected_version(call),
     )
-    stats = services.usage.stats(record, now=now)
-    return json_response(campaign_service.admin_view(record, now=now, stats=stats))
+    stats = services.usage.stats(record, now=audit.at)
+    return json_response(campaign_service.admin_view(record, now=audit.at, stats=stats))
+
+
+@router.route(
+    "/v1/campaigns/<campaign_id>:end",
+    methods=["POST"],
+    access=ADMIN,
+    summary="End the sale now (claims then answer CAMPAIGN_NOT_ACTIVE); a no-op once ended.",
+    responses={200: CampaignAdmin},
+    raises=[CampaignNotFound, CampaignChanged],
+)
+def end_campaign(call: Call, campaign_id: str) -> flask.Response:
+    services, audit = call.services, audit_context(call)
+    record = campaign_store.end_campaign(
+        services.db, campaign_id=campaign_id_param(campaign_id), now=audit.at, audit=audit
+    )
+    stats = services.usage.stats(record, now=audit.at)
+    return json_response(campaign_service.admin_view(record, now=audit.at, stats=stats))
+
+
+@router.route(
+    "/v1/campaigns/<campaign_id>:archive",
+    methods=["POST"],
+    access=ADMIN,
+    summary="Archive an ended campaign: left out of lists, its claims and reports kept.",
+    responses={200: CampaignAdmin},
+    raises=[CampaignNotFound, CampaignNotEnded, CampaignChanged],
+)
+def archive_campaign(call: Call, campaign_id: str) -> flask.Response:
+    services, audit = call.services, audit_context(call)
+    record = campaign_store.archive_campaign(
+        services.db, campaign_id=campaign_id_param(campaign_id), now=audit.at, audit=audit
+    )
+    return json_response(campaign_service.admin_view(record, now=audit.at, stats=None))
+
+
+@router.route(
+    "/v1/audit",
+    methods=["GET"],
+    access=ADMIN,
+    summary="The audit log, newest first: who changed what, when, before and after.",
+    query=AuditQuery,
+    responses={200: AuditList},
+)
+def audit_log(call: Call) -> flask.Response:
+    query = call.query_as(AuditQuery)
+    entries, token = audit_store.list_entries(
+        call.services.db,
+        campaign_id=query.campaign_id,
+        limit=query.limit,
+        page_token=query.page_token,
+    )
+    return json_response(
+        AuditList(entries=[audit_store.public(e) for e in entries], next_page_token=token)
+    )
 
 
 @router.route(
@@ -186,9 +316,35 @@ def update_campaign(call: Call, campaign_id: str) -> flask.Response:
 def generate_codes(call: Call, campaign_id: str) -> flask.Response:
     spec = call.body_as(GenerateCodes)
     job = call.services.intake.request_generation(
-        campaign_id=campaign_id_param(campaign_id), spec=spec
+        campaign_id=campaign_id_param(campaign_id), spec=spec, audit=audit_context(call)
     )
     return json_response(JobAccepted(job_id=job.job_id), 202)
+
+
+@router.route(
+    "/v1/campaigns/<campaign_id>/uploads",
+    methods=["POST"],
+    access=ADMIN,
+    summary=(
+        "Open a resumable upload session for a CSV of codes: PUT the file to upload_url, "
+        "straight into imports/{campaign_id}/{name}; its import job follows."
+    ),
+    body=UploadCreate,
+    responses={201: UploadSession},
+    raises=[CampaignNotFound],
+)
+def open_upload(call: Call, campaign_id: str) -> flask.Response:
+    body = call.body_as(UploadCreate)
+    origin = call.request.headers.get("Origin")
+    allowed = call.services.settings.cors_origins
+    session = call.services.intake.open_upload(
+        campaign_id=campaign_id_param(campaign_id),
+        name=body.name,
+        # Cloud Storage answers the session's requests with CORS for this origin only.
+        origin=origin if origin is not None and (origin in allowed or "*" in allowed) else None,
+        audit=audit_context(call),
+    )
+    return json_response(session, 201)
 
 
 @router.route(
@@ -200,12 +356,68 @@ def generate_codes(call: Call, campaign_id: str) -> flask.Response:
     raises=[JobNotFound],
 )
 def get_job(call: Call, job_id: str) -> flask.Response:
+    job = job_store.get_job(call.services.db, job_id=job_id_param(job_id))
+    return json_response(JobPublic.of(job))
+
+
+def job_id_param(value: str) -> str:
     try:
-        _JOB_ID.validate_python(job_id)
+        _JOB_ID.validate_python(value)
     except ValidationError:
         # Never a Firestore read: ids like __x__ are reserved there.
-        raise JobNotFound(f"Job {shown(job_id)} does not exist.") from None
-    return json_response(JobPublic.of(job_store.get_job(call.services.db, job_id=job_id)))
+        raise JobNotFound(f"Job {shown(value)} does not exist.") from None
+    return value
+
+
+@router.route(
+    "/v1/campaigns/<campaign_id>/exports",
+    methods=["POST"],
+    access=ADMIN,
+    summary=(
+        "Export the campaign's claims, redemptions or codes as a CSV (a job: follow it with "
+        "GET /v1/jobs/{job_id}, then download it)."
+    ),
+    body=ExportCreate,
+    responses={202: JobAccepted},
+    raises=[CampaignNotFound],
+)
+def create_export(call: Call, campaign_id: str) -> flask.Response:
+    body = call.body_as(ExportCreate)
+    job = call.services.exports.request(
+        campaign_id=campaign_id_param(campaign_id), kind=body.kind, audit=audit_context(call)
+    )
+    return json_response(JobAccepted(job_id=job.job_id), 202)
+
+
+@router.route(
+    "/v1/jobs/<job_id>/download",
+    methods=["GET"],
+    access=ADMIN,
+    summary=(
+        "A job's file, streamed as CSV: an export's rows, or an import's or assignment's "
+        "rejected rows (line, reason, value)."
+    ),
+    responses={200: None},
+    raises=[JobNotFound, JobNotFinished],
+    content_type="text/csv",
+)
+def download_job(call: Call, job_id: str) -> flask.Response:
+    job = job_store.get_job(call.services.db, job_id=job_id_param(job_id))
+    if job.kind is JobKind.EXPORT:
+        if job.state is not JobState.DONE:
+            raise JobNotFinished(
+                f"Export {job.job_id!r} is {job.state.value}; download it once done."
+            )
+        chunks = call.services.exports.download(job)
+        name = f"{job.campaign_id}-{job.export_kind}-{job.job_id}.csv"
+    else:
+        chunks = call.services.intake.rejected_rows(job)
+        name = f"{job.campaign_id}-{job.job_id}-rejected.csv"
+    return flask.Response(
+        chunks,
+        mimetype="text/csv",
+        headers={"Content-Disposition": f'attachment; filename="{name}"'},
+    )
 
 
 @router.route(
@@ -239,6 +451,42 @@ def report(call: Call, campaign_id: str) -> flask.Response:
     services = call.services
     record = campaign_store.get_campaign(services.db, campaign_id=campaign_id_param(campaign_id))
     return json_response(services.usage.report(record, granularity=query.granularity))
+
+
+@router.route(
+    "/v1/campaigns/<campaign_id>/claims",
+    methods=["GET"],
+    access=ADMIN,
+    summary="Who claimed what, a page at a time (next_page_token names the next page).",
+    query=ClaimsQuery,
+    responses={200: ClaimPage},
+    raises=[CampaignNotFound],
+)
+def campaign_claims(call: Call, campaign_id: str) -> flask.Response:
+    query = call.query_as(ClaimsQuery)
+    page = claims_list.list_claims(
+        call.services.db,
+        campaign_id=campaign_id_param(campaign_id),
+        limit=query.limit,
+        page_token=query.page_token,
+    )
+    return json_response(page)
+
+
+@router.route(
+    "/v1/campaigns/<campaign_id>/live",
+    methods=["GET"],
+    access=ADMIN,
+    summary=(
+        "The sale now, for a console refreshing every 2 s: remaining, claimed, held, redeemed, "
+        "released, queue, admissions and claims per minute, time to sell-out, a burn-down "
+        "(from the counters, shared by every console on an instance for 1 s)."
+    ),
+    responses={200: LiveCounters},
+    raises=[CampaignNotFound],
+)
+def live(call: Call, campaign_id: str) -> flask.Response:
+    return json_response(call.services.live.view(campaign_id_param(campaign_id)))
 
 
 @router.route(
@@ -282,7 +530,7 @@ def webhook_id_param(value: str) -> str:
 def create_webhook(call: Call, campaign_id: str) -> flask.Response:
     data = call.body_as(WebhookCreate)
     created = call.services.webhooks.subscribe(
-        campaign_id=campaign_id_param(campaign_id), data=data
+        campaign_id=campaign_id_param(campaign_id), data=data, audit=audit_context(call)
     )
     return json_response(created, 201)
 
@@ -310,7 +558,9 @@ def list_webhooks(call: Call, campaign_id: str) -> flask.Response:
 )
 def delete_webhook(call: Call, campaign_id: str, webhook_id: str) -> flask.Response:
     call.services.webhooks.unsubscribe(
-        campaign_id=campaign_id_param(campaign_id), webhook_id=webhook_id_param(webhook_id)
+        campaign_id=campaign_id_param(campaign_id),
+        webhook_id=webhook_id_param(webhook_id),
+        audit=audit_context(call),
     )
     return flask.Response(status=204)
 
@@ -334,6 +584,64 @@ def list_deliveries(call: Call, campaign_id: str, webhook_id: str) -> flask.Resp
     return json_response(deliveries)
 
 
+def event_id_param(value: str) -> str:
+    if not _EVENT_ID.match(value):
+        raise DeliveryNotFound(f"No delivery {shown(value)}.")
+    return value
+
+
+@router.route(
+    "/v1/campaigns/<campaign_id>/webhooks/<webhook_id>:test",
+    methods=["POST"],
+    access=ADMIN,
+    summary="Send the endpoint a signed webhook.test event now (retried like any other).",
+    responses={202: DeliveryQueued},
+    raises=[CampaignNotFound, WebhookNotFound],
+)
+def test_webhook(call: Call, campaign_id: str, webhook_id: str) -> flask.Response:
+    queued = call.services.webhooks.send_test(
+        campaign_id=campaign_id_param(campaign_id),
+        webhook_id=webhook_id_param(webhook_id),
+        audit=audit_context(call),
+    )
+    return json_response(queued, 202)
+
+
+@router.route(
+    "/v1/campaigns/<campaign_id>/webhooks/<webhook_id>/deliveries/<event_id>:redeliver",
+    methods=["POST"],
+    access=ADMIN,
+    summary="Send a delivery again, from a first attempt (a new 24 hours of retries).",
+    responses={202: DeliveryQueued},
+    raises=[CampaignNotFound, WebhookNotFound, DeliveryNotFound],
+)
+def redeliver(call: Call, campaign_id: str, webhook_id: str, event_id: str) -> flask.Response:
+    queued = call.services.webhooks.redeliver(
+        campaign_id=campaign_id_param(campaign_id),
+        webhook_id=webhook_id_param(webhook_id),
+        event_id=event_id_param(event_id),
+        audit=audit_context(call),
+    )
+    return json_response(queued, 202)
+
+
+@router.route(
+    "/v1/campaigns/<campaign_id>/webhooks/<webhook_id>:rotate_secret",
+    methods=["POST"],
+    access=ADMIN,
+    summary="Give the endpoint a new signing secret (shown once); the old one stops at once.",
+    responses={200: WebhookCreated},
+    raises=[CampaignNotFound, WebhookNotFound],
+)
+def rotate_webhook_secret(call: Call, campaign_id: str, webhook_id: str) -> flask.Response:
+    created = call.services.webhooks.rotate_secret(
+        campaign_id=campaign_id_param(campaign_id),
+        webhook_id=webhook_id_param(webhook_id),
+        audit=audit_context(call),
+    )
+    return json_response(created)
+
+
 @router.route(
     "/v1/maintenance/sweep",
     methods=["POST"],
@@ -348,18 +656,28 @@ def sweep(call: Call) -> flask.Response:
 
 
 # --- checkout: codes and redemptions -----------------------------------------------------------
+def limit_guessing(call: Call) -> None:
+    """Look-ups and redemptions are limited per caller and per address before anything is read
+    (shared/ratelimit), so codes cannot be probed faster than the limits."""
+    call.services.guess_limiter.check(
+        caller=call.user.user_id, address=client_address(call.request)
+    )
+
+
 @router.route(
     "/v1/campaigns/<campaign_id>/codes/<code>",
     methods=["GET"],
     access=REDEEMER,
-    summary="Where a code stands: available, held, claimed or redeemed.",
+    summary="Where a code stands: available, held, claimed or redeemed (typed in any case).",
     responses={200: CodeStatus},
-    raises=[CampaignNotFound, CodeNotFound],
+    raises=[CampaignNotFound, CodeNotFound, CodeMalformed, RateLimited],
 )
 def code_status(call: Call, campaign_id: str, code: str) -> flask.Response:
     campaign_id = campaign_id_param(campaign_id)
+    limit_guessing(call)
     if len(code) > MAX_CODE_LENGTH:
         raise CodeNotFound(f"Campaign {campaign_id!r} has no such code.")
+    code = call.services.typed_codes.matched(campaign_id=campaign_id, typed=code)
     return json_response(call.services.redemptions.status(campaign_id=campaign_id, code=code))
 
 
@@ -373,17 +691,22 @@ def code_status(call: Call, campaign_id: str, code: str) -> flask.Response:
     raises=[
         CampaignNotFound,
         CodeNotFound,
+        CodeMalformed,
         CodeNotClaimed,
         CodeAlreadyRedeemed,
         CodeExpired,
         CodeVoided,
         Contended,
+        RateLimited,
     ],
 )
 def redeem(call: Call, campaign_id: str) -> flask.Response:
     body = call.body_as(RedemptionCreate)
+    campaign_id = campaign_id_param(campaign_id)
+    limit_guessing(call)
+    code = call.services.typed_codes.matched(campaign_id=campaign_id, typed=body.code)
     outcome = call.services.redemptions.redeem(
-        campaign_id=campaign_id_param(campaign_id), code=body.code, order_id=body.order_id
+        campaign_id=campaign_id, code=code, order_id=body.order_id
     )
     return json_response(outcome.redemption, 201 if outcome.created else 200)
 
@@ -419,12 +742,13 @@ def reverse_order(call: Call, campaign_id: str, order_id: str) -> flask.Response
     access=ADMIN,
     summary="Void a code: it can no longer be claimed or redeemed (idempotent).",
     responses={200: CodeStatus},
-    raises=[CampaignNotFound, CodeNotFound, CodeAlreadyRedeemed, Contended],
+    raises=[CampaignNotFound, CodeNotFound, CodeMalformed, CodeAlreadyRedeemed, Contended],
 )
 def void_code(call: Call, campaign_id: str, code: str) -> flask.Response:
     campaign_id = campaign_id_param(campaign_id)
     if len(code) > MAX_CODE_LENGTH:
         raise CodeNotFound(f"Campaign {campaign_id!r} has no such code.")
+    code = call.services.typed_codes.matched(campaign_id=campaign_id, typed=code)
     voided = call.services.reversals.void(campaign_id=campaign_id, code=code)
     return json_response(voided)
 

@@ -98,6 +98,12 @@ def _parameters(
 def _responses(route: RouteInfo, refs: Mapping[Any, dict[str, Any]]) -> dict[str, Any]:
     responses: dict[str, Any] = {}
     for status, model in route.responses.items():
+        if route.content_type != "application/json":
+            responses[str(status)] = {
+                "description": "Success: a file.",
+                "content": {route.content_type: {"schema": {"type": "string"}}},
+            }
+            continue
         schema = refs[(model, "serialization")] if model is not None else {"type": "object"}
         responses[str(status)] = {
             "description": "Success.",

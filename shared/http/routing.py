@@ -46,6 +46,7 @@ _STATUS: dict[type[errors.CodedropError], int] = {
     errors.SoldOut: 410,
     errors.RequestTooLarge: 413,
     errors.WaitingRoom: 429,
+    errors.RateLimited: 429,
     errors.Contended: 503,
 }
 
@@ -125,6 +126,8 @@ class RouteInfo:
     # Errors whose body carries more than ErrorBody (e.g. the waiting room's ticket).
     error_bodies: Mapping[type[errors.CodedropError], type[BaseModel]] = field(default_factory=dict)
     headers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # What a success answers: JSON, or e.g. text/csv (a streamed file; errors stay JSON).
+    content_type: str = "application/json"
 
     def documented_errors(self) -> dict[int, list[type[errors.CodedropError]]]:
         """Every error this route can answer, by status."""
@@ -250,6 +253,15 @@ def campaign_id_param(value: str) -> str:
     return value
 
 
+def client_address(request: flask.Request) -> str:
+    """The caller's address. Behind Google's front end (every deployed function) it is the last
+    X-Forwarded-For entry, the one the front end appended: earlier entries are whatever the
+    caller sent. Without the header (locally), the socket's peer."""
+    forwarded = request.headers.get("X-Forwarded-For", "")
+    last = forwarded.rsplit(",", 1)[-1].strip()
+    return last[:64] or request.remote_addr or "unknown"
+
+
 @dataclass(frozen=True)
 class Cors:
     """CORS for browser callers (the landing pages' origins). A listed origin is echoed with
@@ -257,11 +269,13 @@ class Cors:
     `null` included, is ever echoed unless it was listed."""
 
     origins: tuple[str, ...]
-    # Every header web/codedrop.js sends (App Check's only when the page provides a token).
+    # Every header web/codedrop.js sends (App Check's only when the page provides a token), and
+    # the console's If-Match (a campaign edit's version).
     allow_headers: str = (
-        "Authorization, Content-Type, Idempotency-Key, X-Waiting-Room-Ticket, X-Firebase-AppCheck"
+        "Authorization, Content-Type, Idempotency-Key, X-Waiting-Room-Ticket, X-Firebase-AppCheck,"
+        " If-Match"
     )
-    expose_headers: str = "Retry-After"
+    expose_headers: str = "Retry-After, Content-Disposition"
 
     def headers_for(self, origin: str | None) -> dict[str, str]:
         if origin is None:
@@ -323,6 +337,7 @@ class Router:
         raises: Sequence[type[errors.CodedropError]] = (),
         error_bodies: Mapping[type[errors.CodedropError], type[BaseModel]] | None = None,
         headers: Mapping[str, Mapping[str, Any]] | None = None,
+        content_type: str = "application/json",
     ) -> Callable[[Handler], Handler]:
         """Register a handler `(call, **path_params)`; `access` is required, so no route can be
         added without saying who may call it. `body` and `query` are validated before the
@@ -343,6 +358,7 @@ class Router:
                 raises=tuple(raises),
                 error_bodies=dict(error_bodies or {}),
                 headers=dict(headers or {}),
+                content_type=content_type,
             )
             return handler
 

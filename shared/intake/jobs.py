@@ -9,6 +9,8 @@ from typing import Any
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
+from shared.audit import store as audit_store
+from shared.audit.models import AuditEntry
 from shared.errors import JobNotFound
 from shared.gcp.firestore import jobs_collection
 from shared.intake.models import JobRecord, JobState
@@ -34,8 +36,13 @@ def find_job(db: firestore.Client, *, job_id: str) -> JobRecord | None:
     return _record(snapshot) if snapshot.exists else None
 
 
-def create_job(db: firestore.Client, *, job: JobRecord) -> None:
-    job_ref(db, job.job_id).create(job.model_dump(mode="python", exclude={"job_id"}))
+def create_job(db: firestore.Client, *, job: JobRecord, audit: AuditEntry | None = None) -> None:
+    """The job, and the audit entry of the admin who asked for it, in one commit."""
+    batch = db.batch()
+    batch.create(job_ref(db, job.job_id), job.model_dump(mode="python", exclude={"job_id"}))
+    if audit is not None:
+        audit_store.add(batch, db, audit)
+    batch.commit()
 
 
 def start_or_resume(db: firestore.Client, *, job: JobRecord, now: datetime) -> JobRecord | None:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal, Self
 
-from pydantic import BaseModel, Field, StringConstraints
+from pydantic import BaseModel, Field, StringConstraints, model_validator
 
+from shared.codes import CODE_ALPHABET, PATTERN_SLOT, Alphabet, CodeFormat, Pattern
 from shared.events.models import CodesImported
 from shared.types import RequestBody, UtcTime
 
@@ -16,6 +17,7 @@ class JobKind(StrEnum):
     IMPORT = "import"
     GENERATE = "generate"
     ASSIGNMENT = "assignment"
+    EXPORT = "export"
 
 
 class JobState(StrEnum):
@@ -51,6 +53,9 @@ class JobRecord(BaseModel):
     source: str | None = None  # gs://bucket/object#generation
     parent_job_id: str | None = None
     requested: int | None = None  # generation: how many codes were asked for
+    # Generation: the codes' format (jobs requested before formats existed have a length and
+    # a prefix instead).
+    code_format: CodeFormat | None = None
     code_length: int | None = None
     code_prefix: str | None = None
     rounds: int = 0  # generation: CSV files written so far (collisions cause another round)
@@ -68,6 +73,13 @@ class JobRecord(BaseModel):
     unassigned: int = 0
     unassigned_lines: list[LineRange] = Field(default_factory=list)
     result: str | None = None
+    # Imports: codes taken with a warning (a formula), and the report of every row not taken
+    # as it was (gs:// URI; downloaded through GET /v1/jobs/{job_id}/download).
+    warnings: int = 0
+    report: str | None = None
+    # Export jobs: what is exported (claims, redemptions, codes) and how many rows were written.
+    export_kind: str | None = None
+    exported: int = 0
     failure_reason: str | None = None
     attempts: int = 1
     # When this import's write ramp began: a retried attempt continues it instead of restarting.
@@ -98,6 +110,10 @@ class JobPublic(BaseModel):
     unassigned: int
     unassigned_lines: list[LineRange]
     result: str | None
+    warnings: int
+    report: str | None
+    export_kind: str | None
+    exported: int
     failure_reason: str | None
     files: list[str]
     created_at: UtcTime
@@ -110,7 +126,14 @@ class JobPublic(BaseModel):
         duration = (job.finished_at - job.created_at).total_seconds() if job.finished_at else None
         return cls(
             **job.model_dump(
-                exclude={"attempts", "code_length", "code_prefix", "rounds", "ramp_started_at"}
+                exclude={
+                    "attempts",
+                    "code_format",
+                    "code_length",
+                    "code_prefix",
+                    "rounds",
+                    "ramp_started_at",
+                }
             ),
             duplicates=job.duplicates_in_file + job.duplicates_in_campaign,
             duration_seconds=duration,
@@ -125,14 +148,42 @@ class JobAccepted(BaseModel):
     job_id: str
 
 
-# Letters and digits a shopper cannot confuse when typing a code: no 0/O, 1/I/L.
-CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
-
-
 class GenerateCodes(RequestBody):
+    """Either `length` random characters after `prefix`, or a `pattern` (shared.codes); either
+    way over `alphabet`, the last character a check character if `check` says so."""
+
     count: int = Field(ge=1, le=1_000_000)
     length: int = Field(default=10, ge=6, le=32)
     prefix: Annotated[str, StringConstraints(pattern=r"^[A-Z0-9-]{0,16}$")] = ""
+    pattern: Pattern | None = None
+    alphabet: Alphabet = CODE_ALPHABET
+    check: Literal["luhn_mod_n"] | None = None
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> Self:
+        if self.pattern is not None and {"length", "prefix"} & self.model_fields_set:
+            raise ValueError("give either a pattern or a length and prefix, not both")
+        self.code_format()  # the combination must be a valid format (enough random characters)
+        return self
+
+    def code_format(self) -> CodeFormat:
+        pattern = self.pattern or self.prefix + PATTERN_SLOT * self.length
+        return CodeFormat(pattern=pattern, alphabet=self.alphabet, check=self.check)
+
+
+# A file name as a marketer's computer names it: no folder (no "/"), nothing hidden, a .csv.
+UPLOAD_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9 ._()+-]{0,99}\.[cC][sS][vV]$"
+
+
+class UploadCreate(RequestBody):
+    name: Annotated[str, StringConstraints(pattern=UPLOAD_NAME_PATTERN)]
+
+
+class UploadSession(BaseModel):
+    # PUT the file's bytes here (Content-Type: text/csv); no credentials needed, valid a week.
+    upload_url: str
+    bucket: str
+    object: str  # imports/{campaign_id}/{name}: its job appears in the campaign's jobs
 
 
 def codes_imported(job: JobRecord, *, now: datetime) -> CodesImported:

@@ -14,13 +14,15 @@ Object-finalized events for the imports bucket arrive here:
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import itertools
 import logging
 import re
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -28,13 +30,16 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 from google.cloud.storage import Client as StorageClient
 
+from shared.audit import store as audit_store
+from shared.audit.models import AuditAction, AuditContext
 from shared.campaigns import store as campaign_store
+from shared.codes import CodeFormat, legacy_format
 from shared.errors import CampaignNotFound, shown
 from shared.gcp import storage as storage_objects
 from shared.intake import jobs as job_store
-from shared.intake.csv_rows import InvalidRow, parse_rows
+from shared.intake.csv_rows import InvalidRow, parse_rows, report_value, spreadsheet_safe
 from shared.intake.generator import generate_codes
-from shared.intake.importer import CodeImporter
+from shared.intake.importer import CaseDuplicate, CodeImporter
 from shared.intake.models import (
     MAX_JOB_ERRORS,
     GenerateCodes,
@@ -42,7 +47,10 @@ from shared.intake.models import (
     JobKind,
     JobRecord,
     JobState,
+    UploadSession,
 )
+from shared.intake.report import COLUMNS as REPORT_COLUMNS
+from shared.intake.report import RowReport, formula_warning
 from shared.intake.write_rate import RampLimiter, Unlimited
 from shared.settings import Settings
 
@@ -56,6 +64,8 @@ GENERATE_PATH = re.compile(
     r"^generate/(?P<campaign>[a-z0-9][a-z0-9_-]{0,62})/(?P<job>[\w-]+)\.json$"
 )
 PARENT_METADATA = "codedrop-generate-job"
+UPLOADED_BY_METADATA = "codedrop-uploaded-by"
+REPORTS_FOLDER = "reports/"
 MAX_OBJECT_NAME = 1024  # Cloud Storage's limit, in bytes of UTF-8
 PROGRESS_EVERY_SECONDS = 2.0
 
@@ -117,6 +127,10 @@ class IntakeService:
         self._settings = settings
         self._clock = clock
         self._on_job_finished = on_job_finished
+
+    @property
+    def bucket(self) -> str:
+        return self._settings.imports_bucket
 
     # --- events ---------------------------------------------------------------------------
     def handle_object_finalized(self, obj: StoredObject) -> JobRecord | None:
@@ -189,17 +203,27 @@ class IntakeService:
                 "duplicates_in_campaign": 0,
                 "invalid": 0,
                 "errors": [],
+                "warnings": 0,
+                "report": None,
                 "ramp_started_at": job.ramp_started_at or now,
             }
+        )
+        report = RowReport(
+            self._storage,
+            bucket=self._settings.imports_bucket,
+            name=f"{REPORTS_FOLDER}{campaign_id}/{job.job_id}.csv",
+            job_id=job.job_id,
         )
         importer = CodeImporter(
             db=self._db,
             campaign_id=campaign_id,
             job_id=job.job_id,
+            generated=self._generated_here(job),
             batch_size=self._settings.import_batch_size,
             parallel_commits=self._settings.import_parallel_commits,
             limiter=self._limiter(job, now),
             clock=self._clock,
+            on_duplicate=report.add,
         )
         failure: str | None = None
         last_progress = time.monotonic()
@@ -211,12 +235,16 @@ class IntakeService:
                 job.rows_read += 1
                 if isinstance(row, InvalidRow):
                     job.invalid += 1
+                    report.add(row.line, row.reason, row.value)
                     if len(job.errors) < MAX_JOB_ERRORS:
                         job.errors.append(
                             JobError(line=row.line, reason=row.reason, value=row.value)
                         )
-                else:
-                    importer.add(row)
+                    continue
+                if (warning := formula_warning(row.code)) is not None:
+                    job.warnings += 1
+                    report.add(row.line, warning, row.code)
+                importer.add(row)
                 if time.monotonic() - last_progress > PROGRESS_EVERY_SECONDS:
                     last_progress = time.monotonic()
                     self._save_progress(job, importer)
@@ -224,8 +252,21 @@ class IntakeService:
             failure = f"{obj.uri} no longer exists"
         finally:
             counts = importer.finish()
-        job = job.model_copy(update=counts.__dict__)
+        job = job.model_copy(update={**counts.totals(), "report": report.close()})
+        _report_case_duplicates(job, counts.case_duplicates)
         return self._finish(job, failure=failure or _unaccounted(job))
+
+    def _generated_here(self, job: JobRecord) -> bool:
+        """Whether the file is a round of this campaign's own generation job (its codes fit the
+        job's format); anything else is an upload of codes of no known format."""
+        if job.parent_job_id is None:
+            return False
+        parent = job_store.find_job(self._db, job_id=job.parent_job_id)
+        return (
+            parent is not None
+            and parent.kind is JobKind.GENERATE
+            and parent.campaign_id == job.campaign_id
+        )
 
     def _limiter(self, job: JobRecord, now: datetime) -> RampLimiter | Unlimited:
         if not self._settings.import_ramp_enabled:
@@ -236,7 +277,7 @@ class IntakeService:
         return RampLimiter(elapsed=(now - started).total_seconds())
 
     def _save_progress(self, job: JobRecord, importer: CodeImporter) -> None:
-        snapshot = job.model_copy(update={**importer.counts.__dict__, "updated_at": self._clock()})
+        snapshot = job.model_copy(update={**importer.counts.totals(), "updated_at": self._clock()})
         job_store.save_progress(self._db, job=snapshot)
 
     def _finish(self, job: JobRecord, *, failure: str | None = None) -> JobRecord | None:
@@ -269,10 +310,62 @@ class IntakeService:
             self._write_generated_round(outcome.parent)
         return done
 
-    # --- generation -----------------------------------------------------------------------
-    def request_generation(self, *, campaign_id: str, spec: GenerateCodes) -> JobRecord:
-        """Record the job and drop a request object; the import function does the work."""
+    # --- uploads from the console ----------------------------------------------------------
+    def open_upload(
+        self, *, campaign_id: str, name: str, origin: str | None, audit: AuditContext
+    ) -> UploadSession:
+        """A resumable upload session for `imports/{campaign_id}/{name}`: the browser sends the
+        file straight to the bucket, never through a function, and its import starts when the
+        object is finalized. The audit entry is written before the session's URL is handed
+        out, so no upload happens without it."""
         campaign_store.get_campaign(self._db, campaign_id=campaign_id)
+        name_in_bucket = f"{IMPORTS_FOLDER}{campaign_id}/{name}"
+        url = storage_objects.open_upload_session(
+            self._storage,
+            bucket=self._settings.imports_bucket,
+            name=name_in_bucket,
+            content_type="text/csv",
+            origin=origin,
+            metadata={UPLOADED_BY_METADATA: audit.actor.uid},
+        )
+        entry = audit.entry(
+            AuditAction.UPLOAD,
+            campaign_id=campaign_id,
+            target=f"gs://{self._settings.imports_bucket}/{name_in_bucket}",
+            after={"name": name},
+        )
+        audit_store.record(self._db, entry)
+        log.info("upload session opened", extra={"object": name_in_bucket})
+        return UploadSession(
+            upload_url=url, bucket=self._settings.imports_bucket, object=name_in_bucket
+        )
+
+    # --- rejected rows ----------------------------------------------------------------------
+    def rejected_rows(self, job: JobRecord) -> Iterator[bytes]:
+        """A job's rejected rows as CSV (line, reason, value): an import's whole report (every
+        invalid or duplicate row, every warning), else the first MAX_JOB_ERRORS rows kept with
+        the job (an assignment's, or an import older than reports)."""
+        if job.report is not None:
+            bucket, _, name = job.report.removeprefix("gs://").partition("/")
+            return storage_objects.stream_object(self._storage, bucket=bucket, name=name)
+        buffer = io.StringIO()
+        out = csv.writer(buffer, lineterminator="\r\n")
+        out.writerow(REPORT_COLUMNS)
+        for error in job.errors:
+            out.writerow(
+                [error.line, spreadsheet_safe(error.reason), spreadsheet_safe(error.value)]
+            )
+        return iter([buffer.getvalue().encode()])
+
+    # --- generation -----------------------------------------------------------------------
+    def request_generation(
+        self, *, campaign_id: str, spec: GenerateCodes, audit: AuditContext | None = None
+    ) -> JobRecord:
+        """Record the job and drop a request object; the import function does the work."""
+        code_format = spec.code_format()
+        campaign_store.record_generated_format(
+            self._db, campaign_id=campaign_id, code_format=code_format
+        )
         now = self._clock()
         job_id = f"gen-{secrets.token_hex(8)}"
         name = f"generate/{campaign_id}/{job_id}.json"
@@ -282,12 +375,19 @@ class IntakeService:
             campaign_id=campaign_id,
             source=f"gs://{self._settings.imports_bucket}/{name}",
             requested=spec.count,
-            code_length=spec.length,
-            code_prefix=spec.prefix,
+            code_format=code_format,
             created_at=now,
             updated_at=now,
         )
-        job_store.create_job(self._db, job=job)
+        entry = None
+        if audit is not None:
+            entry = audit.entry(
+                AuditAction.GENERATE,
+                campaign_id=campaign_id,
+                target=job_id,
+                after=spec.model_dump(mode="json"),
+            )
+        job_store.create_job(self._db, job=job, audit=entry)
         storage_objects.write_json_if_absent(
             self._storage,
             bucket=self._settings.imports_bucket,
@@ -317,13 +417,13 @@ class IntakeService:
 
     def _write_generated_round(self, job: JobRecord) -> None:
         """Write round `job.rounds` of the job's CSV (idempotent: never overwrites it)."""
-        if job.requested is None or job.code_length is None:
+        if job.requested is None:
             raise ValueError(f"job {job.job_id} is not a generation job")
         wanted = job.requested - job.imported
         if wanted <= 0:
             return
         name = f"imports/{job.campaign_id}/generated-{job.job_id}-{job.rounds:02d}.csv"
-        codes = generate_codes(wanted, length=job.code_length, prefix=job.code_prefix or "")
+        codes = generate_codes(wanted, code_format=_generated_format(job))
         written = storage_objects.write_lines_if_absent(
             self._storage,
             bucket=self._settings.imports_bucket,
@@ -335,6 +435,28 @@ class IntakeService:
             "generated codes written",
             extra={"job_id": job.job_id, "object": name, "count": wanted, "new": written},
         )
+
+
+def _report_case_duplicates(job: JobRecord, duplicates: list[CaseDuplicate]) -> None:
+    """Rows skipped as the same code in another letter case join the job's reported rows,
+    everything in line order."""
+    for duplicate in duplicates[: max(0, MAX_JOB_ERRORS - len(job.errors))]:
+        job.errors.append(
+            JobError(
+                line=duplicate.row.line,
+                reason=duplicate.reason,
+                value=report_value(duplicate.row.code),
+            )
+        )
+    job.errors.sort(key=lambda error: error.line)
+
+
+def _generated_format(job: JobRecord) -> CodeFormat:
+    if job.code_format is not None:
+        return job.code_format
+    if job.code_length is None:
+        raise ValueError(f"job {job.job_id} is not a generation job")
+    return legacy_format(length=job.code_length, prefix=job.code_prefix or "")
 
 
 def _unaccounted(job: JobRecord) -> str | None:

@@ -60,3 +60,30 @@ class ReconciliationReport(BaseModel):
 
 class ReconcileRequest(RequestBody):
     repair: bool = True
+
+
+class BurnDownPoint(BaseModel):
+    minute: UtcTime  # the minute's start
+    claimed: int  # claims in that minute
+    remaining: int  # codes left at its end (later releases and imports not taken back)
+
+
+class LiveCounters(BaseModel):
+    """A sale as the console shows it, refreshed every couple of seconds."""
+
+    campaign_id: str
+    status: str
+    at: UtcTime
+    codes_total: int
+    remaining: int
+    claimed: int
+    held: int
+    redeemed: int
+    released: int
+    waiting_room_enabled: bool
+    queue_depth: int | None  # null without a waiting room
+    admitted_per_second: float | None
+    claims_per_minute: int  # over the last 60 s
+    seconds_to_sell_out: float | None  # at the last minute's pace; null when nothing sells
+    projected_sold_out_at: UtcTime | None
+    series: list[BurnDownPoint]  # the last hour, a point a minute, oldest first

@@ -28,7 +28,7 @@ from typing import Any
 
 from itsdangerous import BadSignature, SignatureExpired, TimestampSigner, URLSafeTimedSerializer
 
-from shared.errors import RequestValidationFailed
+from shared.errors import RequestValidationFailed, TicketNotYours
 
 # Tickets are counted in slots of this many seconds of first-attempt time. The threshold can
 # stop inside a slot (its tickets taken as spread evenly over it), so the slot only bounds how
@@ -148,7 +148,8 @@ class TicketSigner:
         if not isinstance(payload, dict) or payload.get("c") != campaign_id:
             raise InvalidTicket("The waiting-room ticket is for another campaign.")
         if payload.get("u") != user_id:
-            raise InvalidTicket("The waiting-room ticket belongs to another shopper.")
+            # Bound to the account it was issued to: a fair drop's place is not transferable.
+            raise TicketNotYours("The waiting-room ticket belongs to another shopper.")
         first_attempt = payload.get("t")
         if not isinstance(first_attempt, int | float) or isinstance(first_attempt, bool):
             raise InvalidTicket("The waiting-room ticket is malformed.")

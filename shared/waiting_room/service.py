@@ -59,9 +59,74 @@ def heartbeat_interval(done: int) -> float:
     return HEARTBEAT_SECONDS
 
 
+# The admission rate an operator sees is averaged over this many seconds of heartbeats.
+OBSERVED_SECONDS = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class RoomObservation:
+    """The room as its heartbeats tell it, for operators (an estimate: every instance publishes
+    its counts every couple of seconds)."""
+
+    queue_depth: int  # shoppers holding a ticket the threshold has not passed yet
+    admitted_per_second: float
+    instances: int  # instances whose heartbeat is recent
+
+
+def observe(shares: list[RoomShare], *, live: int, now: float, tick: float) -> RoomObservation:
+    """Queue depth and admission rate from the instances' published shares.
+
+    The room passed `base_passed` tickets before its base tick (the same at every settled
+    instance), and every admission since then (all instances) passed one more; what was issued
+    and not passed waits. A shopper let straight in while the room was open also counts as
+    admitted, so the depth errs low just after a queue forms, never high."""
+    if not shares:
+        return RoomObservation(queue_depth=0, admitted_per_second=0.0, instances=live)
+    issued = sum(share.before + sum(share.tickets) for share in shares)
+    base = max((s for s in shares if s.settled), key=lambda s: s.base_tick, default=None)
+
+    def admitted(first: int, last: int) -> int:
+        total = 0
+        for share in shares:
+            start = max(first, share.first_tick) - share.first_tick
+            end = min(last, share.first_tick + len(share.admitted)) - share.first_tick
+            total += sum(share.admitted[start:end]) if end > start else 0
+        return total
+
+    depth = 0.0
+    if base is not None:
+        passed = base.base_passed + admitted(base.base_tick, math.floor(now / tick) + 1)
+        depth = max(0.0, issued - passed)
+    window = max(1, round(OBSERVED_SECONDS / tick))
+    current = math.floor(now / tick)  # still filling: left out of the rate
+    rate = admitted(current - window, current) / (window * tick)
+    return RoomObservation(queue_depth=round(depth), admitted_per_second=rate, instances=live)
+
+
+# The drawn entries of a fair drop count in every instance's room as this peer's tickets.
+DRAWN_PEER = "drawn-entries"
+# While a fair drop's draw is being made (seconds), everybody asks again this soon.
+DRAWING_RETRY_SECONDS = 1
+
+
 @dataclass(frozen=True, slots=True)
 class RoomPass:
     ticket: str | None  # to hand back (cookie) so the next request keeps its place
+    # For a fair drop's records: the admitted ticket's first attempt, the threshold it passed.
+    first_attempt: float | None = None
+    threshold: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DrawnQueue:
+    """A fair drop's drawn entries (shared/fairness), queued ahead of everyone who comes after
+    the start: the room counts them as one more instance's tickets, at first attempts before
+    the start in place order, and an entrant's ticket carries their place's first attempt."""
+
+    # The entries' tickets given the room's threshold (None: the draw is not made yet, and
+    # nobody passes until it is).
+    share: Callable[[float], RoomShare] | None
+    first_attempt: float | None = None  # this shopper's place as a first attempt (an entrant)
 
 
 @dataclass
@@ -75,6 +140,7 @@ class _Room:
     instances: int = 1
     heartbeats: int = 0
     refreshing: threading.Lock = field(default_factory=threading.Lock)
+    drawn: Callable[[float], RoomShare] | None = None
 
 
 class WaitingRoomService:
@@ -164,6 +230,8 @@ class WaitingRoomService:
                 )
                 live.discard(snapshot.id)
         with room.lock:
+            if room.drawn is not None:
+                shares[DRAWN_PEER] = room.drawn(room.controller.threshold(now))
             room.controller.update_peers(shares, live=live, now=now)
             room.instances = len(live)
             room.heartbeats += 1
@@ -179,6 +247,7 @@ class WaitingRoomService:
         user_id: str,
         ticket_token: str | None,
         remaining: int,
+        drawn: DrawnQueue | None = None,
     ) -> RoomPass:
         """Let the shopper through, or raise WaitingRoom (429) with their ticket."""
         if not campaign.waiting_room_enabled:
@@ -190,6 +259,22 @@ class WaitingRoomService:
             else None
         )
         room = self._room(campaign.campaign_id, now)
+        if drawn is not None:
+            if drawn.share is None:
+                # Nobody passes, and nobody gets a place, before the drawn entries are in line.
+                raise WaitingRoom(
+                    "The drop's draw is being made; retry after the given time.",
+                    retry_after=DRAWING_RETRY_SECONDS,
+                    details={
+                        "ticket": None,
+                        "retry_after_ms": DRAWING_RETRY_SECONDS * 1000,
+                        "estimated_wait_seconds": None,
+                    },
+                )
+            room.drawn = drawn.share
+            if drawn.first_attempt is not None:
+                # An entrant's place is their first attempt, whatever ticket they bring.
+                ticket = Ticket(campaign.campaign_id, user_id, first_attempt=drawn.first_attempt)
         instances = self.live_instances(room, campaign.campaign_id, now)
         with room.lock:
             # Read again under the lock: the heartbeat above may have taken a while, and the
@@ -207,13 +292,14 @@ class WaitingRoomService:
             admitted = decision.admitted and len(room.admitted) < stock_cap
             if admitted:
                 room.admitted.append(now)
+                threshold = room.controller.threshold(now)
             else:
                 retry = room.controller.retry_after(ticket.first_attempt, now, random.random())
         # Signed afresh at every poll, with the original first attempt: the ticket's life slides
         # with the shopper's polls, their place stays where it was.
         token = self._signer.issue(ticket)
         if admitted:
-            return RoomPass(ticket=token)
+            return RoomPass(ticket=token, first_attempt=ticket.first_attempt, threshold=threshold)
         retry_ms = int(retry * 1000)
         wait = decision.estimated_wait_seconds
         raise WaitingRoom(
@@ -225,6 +311,22 @@ class WaitingRoomService:
                 "estimated_wait_seconds": round(wait, 1) if math.isfinite(wait) else None,
             },
         )
+
+    def observe(self, campaign_id: str) -> RoomObservation:
+        """The room of a campaign as operators see it: one query of its heartbeats (one read per
+        instance that served it)."""
+        now = self._clock()
+        shares: list[RoomShare] = []
+        live = 0
+        for snapshot in room_instances_collection(self._db, campaign_id).stream():
+            data = snapshot.to_dict() or {}
+            if now - float(data.get("seen_at", 0)) < LIVE_SECONDS:
+                live += 1
+            try:
+                shares.append(RoomShare.from_fields(data["share"]))
+            except (KeyError, UnreadableShare):
+                continue  # another version's heartbeat: its counts cannot be read
+        return observe(shares, live=live, now=now, tick=self._settings.waiting_room_tick_seconds)
 
     def status(self, campaign: CampaignRecord) -> WaitingRoomStatus:
         if not campaign.waiting_room_enabled:

@@ -117,6 +117,15 @@ class DeliveryList(BaseModel):
     deliveries: list[DeliveryView]
 
 
+class DeliveryQueued(BaseModel):
+    """A delivery queued for the endpoint now (a test event, or one sent again): follow it in
+    the webhook's deliveries."""
+
+    webhook_id: str
+    event_id: str
+    state: DeliveryState
+
+
 class DeliveriesQuery(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     limit: int = Field(default=50, ge=1, le=200)

@@ -5,6 +5,7 @@ drains that send them, started by that function and by the scheduled sweep (retr
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import secrets
@@ -16,16 +17,25 @@ from datetime import datetime, timedelta
 
 from google.cloud import firestore
 
+from shared.audit.models import AuditAction, AuditContext
 from shared.campaigns import store as campaign_store
-from shared.errors import TooManyWebhooks, WebhookNotFound, WebhookUrlNotAllowed
+from shared.errors import (
+    DeliveryNotFound,
+    TooManyWebhooks,
+    WebhookNotFound,
+    WebhookUrlNotAllowed,
+)
 from shared.events.models import Event
 from shared.gcp.batched_reads import ReadCoalescer
 from shared.settings import Settings
+from shared.types import rfc3339
 from shared.webhooks import guard, store
 from shared.webhooks.delivery import DrainRun, Endpoint, RetryPolicy, RunReport
 from shared.webhooks.models import (
     MAX_WEBHOOKS_PER_CAMPAIGN,
     DeliveryList,
+    DeliveryQueued,
+    DeliveryState,
     DeliveryView,
     WebhookCreate,
     WebhookCreated,
@@ -37,6 +47,8 @@ from shared.webhooks.signing import SecretBox, new_secret
 
 log = logging.getLogger(__name__)
 
+# The type of an admin's test event (no other event has it; receivers may ignore it).
+TEST_EVENT = "webhook.test"
 # Endpoints drained side by side by one caller (each drain mostly waits on its endpoint).
 PARALLEL_ENDPOINTS = 16
 
@@ -70,7 +82,9 @@ class WebhookService:
             return self._box
 
     # --- subscriptions (admin_api) --------------------------------------------------------------
-    def subscribe(self, *, campaign_id: str, data: WebhookCreate) -> WebhookCreated:
+    def subscribe(
+        self, *, campaign_id: str, data: WebhookCreate, audit: AuditContext | None = None
+    ) -> WebhookCreated:
         campaign_store.get_campaign(self._db, campaign_id=campaign_id)
         try:
             url = self._addresses.check_url(data.url, self._resolve)
@@ -88,7 +102,17 @@ class WebhookService:
             max_in_flight=data.max_in_flight,
             created_at=self._clock(),
         )
-        if not store.create_webhook(self._db, record=record, limit=MAX_WEBHOOKS_PER_CAMPAIGN):
+        entry = None
+        if audit is not None:
+            entry = audit.entry(
+                AuditAction.WEBHOOK_CREATE,
+                campaign_id=campaign_id,
+                target=webhook_id,
+                after={"url": url, "events": list(data.events)},
+            )
+        if not store.create_webhook(
+            self._db, record=record, limit=MAX_WEBHOOKS_PER_CAMPAIGN, audit=entry
+        ):
             raise TooManyWebhooks(
                 f"A campaign has at most {MAX_WEBHOOKS_PER_CAMPAIGN} webhooks; delete one first."
             )
@@ -107,10 +131,97 @@ class WebhookService:
             raise WebhookNotFound(f"Campaign {campaign_id!r} has no webhook {webhook_id!r}.")
         return record
 
-    def unsubscribe(self, *, campaign_id: str, webhook_id: str) -> None:
-        self._owned(campaign_id, webhook_id)
-        store.delete_webhook(self._db, webhook_id=webhook_id, campaign_id=campaign_id)
+    def unsubscribe(
+        self, *, campaign_id: str, webhook_id: str, audit: AuditContext | None = None
+    ) -> None:
+        record = self._owned(campaign_id, webhook_id)
+        entry = None
+        if audit is not None:
+            entry = audit.entry(
+                AuditAction.WEBHOOK_DELETE,
+                campaign_id=campaign_id,
+                target=webhook_id,
+                before={"url": record.url, "events": list(record.events)},
+            )
+        store.delete_webhook(self._db, webhook_id=webhook_id, campaign_id=campaign_id, audit=entry)
         log.info("webhook deleted", extra={"webhook_id": webhook_id, "campaign_id": campaign_id})
+
+    def send_test(
+        self, *, campaign_id: str, webhook_id: str, audit: AuditContext
+    ) -> DeliveryQueued:
+        """A `webhook.test` event for this endpoint alone, signed and retried like any other,
+        sent now (the drain runs in this call, as deliver_webhooks does for an event)."""
+        self._owned(campaign_id, webhook_id)
+        now = self._clock()
+        event_id = f"test.{webhook_id}.{secrets.token_hex(8)}"
+        body = json.dumps(
+            {
+                "event_id": event_id,
+                "type": TEST_EVENT,
+                "campaign_id": campaign_id,
+                "occurred_at": rfc3339(now),
+            },
+            separators=(",", ":"),
+        )
+        entry = audit.entry(
+            AuditAction.WEBHOOK_TEST,
+            campaign_id=campaign_id,
+            target=webhook_id,
+            after={"event_id": event_id},
+        )
+        store.record_deliveries(
+            self._db,
+            webhook_ids=[webhook_id],
+            event_id=event_id,
+            event_type=TEST_EVENT,
+            body=body,
+            now=now,
+            audit=entry,
+        )
+        return self._send_now(webhook_id, event_id)
+
+    def redeliver(
+        self, *, campaign_id: str, webhook_id: str, event_id: str, audit: AuditContext
+    ) -> DeliveryQueued:
+        """Send a delivery again (delivered, failed or still retrying), from a first attempt."""
+        self._owned(campaign_id, webhook_id)
+        delivery = store.get_delivery(self._db, webhook_id=webhook_id, event_id=event_id)
+        if delivery is None:
+            raise DeliveryNotFound(f"Webhook {webhook_id!r} has no delivery {event_id!r}.")
+        entry = audit.entry(
+            AuditAction.WEBHOOK_REDELIVER,
+            campaign_id=campaign_id,
+            target=webhook_id,
+            before={"event_id": event_id, "state": delivery.state.value},
+            after={"event_id": event_id, "state": DeliveryState.PENDING.value},
+        )
+        store.requeue_delivery(
+            self._db, webhook_id=webhook_id, delivery=delivery, now=self._clock(), audit=entry
+        )
+        return self._send_now(webhook_id, event_id)
+
+    def rotate_secret(
+        self, *, campaign_id: str, webhook_id: str, audit: AuditContext
+    ) -> WebhookCreated:
+        """A new signing secret, shown once: deliveries are signed with it from the next
+        attempt on (each drain opens the secret it finds), the old one is forgotten."""
+        record = self._owned(campaign_id, webhook_id)
+        secret = new_secret()
+        entry = audit.entry(AuditAction.WEBHOOK_ROTATE, campaign_id=campaign_id, target=webhook_id)
+        store.replace_secret(
+            self._db,
+            webhook_id=webhook_id,
+            secret_sealed=self._secrets().seal(secret, webhook_id=webhook_id),
+            audit=entry,
+        )
+        log.info("webhook secret rotated", extra={"webhook_id": webhook_id})
+        return WebhookCreated(**WebhookView.of(record).model_dump(), secret=secret)
+
+    def _send_now(self, webhook_id: str, event_id: str) -> DeliveryQueued:
+        self._drain_many([webhook_id], deadline=time.monotonic() + self._drain_seconds)
+        delivery = store.get_delivery(self._db, webhook_id=webhook_id, event_id=event_id)
+        state = delivery.state if delivery is not None else DeliveryState.PENDING
+        return DeliveryQueued(webhook_id=webhook_id, event_id=event_id, state=state)
 
     def deliveries(self, *, campaign_id: str, webhook_id: str, limit: int) -> DeliveryList:
         self._owned(campaign_id, webhook_id)

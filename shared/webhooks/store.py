@@ -32,7 +32,9 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
-from shared.errors import Contended
+from shared.audit import store as audit_store
+from shared.audit.models import AuditEntry
+from shared.errors import Contended, WebhookNotFound
 from shared.gcp.batched_reads import ReadCoalescer
 from shared.gcp.firestore import (
     Snapshot,
@@ -162,27 +164,35 @@ def _change(
     raise Contended("The campaign's webhooks are changing; retry shortly.", retry_after=1)
 
 
-def create_webhook(db: firestore.Client, *, record: WebhookRecord, limit: int) -> bool:
-    """Create the webhook and add it to its campaign's list, in one guarded batch; False, and
-    nothing written, when the campaign has `limit` webhooks already."""
+def create_webhook(
+    db: firestore.Client, *, record: WebhookRecord, limit: int, audit: AuditEntry | None = None
+) -> bool:
+    """Create the webhook and add it to its campaign's list (and the audit log), in one guarded
+    batch; False, and nothing written, when the campaign has `limit` webhooks already."""
 
     def create(listing: Listing, batch: firestore.WriteBatch) -> bool:
         if len(listing) >= limit:
             return False
         listing.update(_listing([record]))
         batch.create(webhook_ref(db, record.webhook_id), record.model_dump(exclude={"webhook_id"}))
+        if audit is not None:
+            audit_store.add(batch, db, audit)
         return True
 
     return _change(db, record.campaign_id, create)
 
 
-def delete_webhook(db: firestore.Client, *, webhook_id: str, campaign_id: str) -> None:
+def delete_webhook(
+    db: firestore.Client, *, webhook_id: str, campaign_id: str, audit: AuditEntry | None = None
+) -> None:
     """The subscription goes at once, from its campaign's list too; its deliveries stay
     readable until their TTL and are never attempted again (a drain needs the webhook)."""
 
     def delete(listing: Listing, batch: firestore.WriteBatch) -> bool:
         listing.pop(webhook_id, None)
         batch.delete(webhook_ref(db, webhook_id))
+        if audit is not None:
+            audit_store.add(batch, db, audit)
         return True
 
     _change(db, campaign_id, delete)
@@ -248,8 +258,10 @@ def record_deliveries(
     event_type: str,
     body: str,
     now: datetime,
+    audit: AuditEntry | None = None,
 ) -> int:
-    """One pending delivery of the event per webhook, due now; how many were new."""
+    """One pending delivery of the event per webhook, due now; how many were new. An audit
+    entry (an admin's test event, whose id is new) is written in the same commit."""
     fields = {
         "event_type": event_type,
         "body": body,
@@ -264,9 +276,13 @@ def record_deliveries(
     batch = db.batch()
     for ref in refs:
         batch.create(ref, fields)
+    if audit is not None:
+        audit_store.add(batch, db, audit)
     try:
         batch.commit()
     except gexc.AlreadyExists:
+        if audit is not None:
+            raise
         # A redelivered event (or one recorded before a webhook was added): each on its own.
         created = 0
         for ref in refs:
@@ -277,6 +293,49 @@ def record_deliveries(
             created += 1
         return created
     return len(refs)
+
+
+def get_delivery(db: firestore.Client, *, webhook_id: str, event_id: str) -> DeliveryRecord | None:
+    snapshot = deliveries_collection(db, webhook_id).document(event_id).get()
+    return _delivery(snapshot) if snapshot.exists else None
+
+
+def requeue_delivery(
+    db: firestore.Client,
+    *,
+    webhook_id: str,
+    delivery: DeliveryRecord,
+    now: datetime,
+    audit: AuditEntry,
+) -> None:
+    """Send a delivery again, from its first attempt: pending, due now, a new 24 hours of
+    retries from now (its `created_at`), with the audit entry in the same commit."""
+    batch = db.batch()
+    batch.update(
+        deliveries_collection(db, webhook_id).document(delivery.event_id),
+        {
+            "state": DeliveryState.PENDING.value,
+            "attempts": 0,
+            "created_at": now,
+            "due_at": now,
+            "expire_at": now + RETENTION,
+        },
+    )
+    audit_store.add(batch, db, audit)
+    batch.commit()
+
+
+def replace_secret(
+    db: firestore.Client, *, webhook_id: str, secret_sealed: str, audit: AuditEntry
+) -> None:
+    """The webhook's new sealed secret, with the audit entry (which never holds it)."""
+    batch = db.batch()
+    batch.update(webhook_ref(db, webhook_id), {"secret_sealed": secret_sealed})
+    audit_store.add(batch, db, audit)
+    try:
+        batch.commit()
+    except gexc.NotFound as exc:
+        raise WebhookNotFound(f"Webhook {webhook_id!r} does not exist.") from exc
 
 
 def due_deliveries(

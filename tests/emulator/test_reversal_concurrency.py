@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from google.cloud import firestore
 
-from scripts.support.audit import AuditReport, audit_campaign
+from devkit.audit import AuditReport, audit_campaign
 from shared.campaigns.store import get_campaign
 from shared.claims.holds import HoldReleaser
 from shared.claims.policy import Shopper

@@ -14,7 +14,7 @@ import pytest
 from flask.testing import FlaskClient
 from google.cloud import firestore
 
-from scripts.support.audit import AuditReport, audit_campaign
+from devkit.audit import AuditReport, audit_campaign
 from shared.claims.redemption import RedemptionService, order_key
 from shared.clock import utcnow
 from shared.container import instance_services

@@ -21,8 +21,8 @@ from flask.testing import FlaskClient
 from google.cloud import firestore
 from pydantic import SecretStr
 
-from scripts.support.firestore_rpcs import RpcCounter
-from scripts.support.receiver import Received, Receiver
+from devkit.firestore_rpcs import RpcCounter
+from devkit.receiver import Received, Receiver
 from shared.claims.policy import Shopper
 from shared.clock import utcnow
 from shared.container import Services, instance_services
@@ -397,7 +397,7 @@ def test_an_event_is_posted_signed_once_however_often_it_is_pushed(
     event = claimed(campaign_id, 1)
     payload = encode_event(event)
     envelope = published_event(payload)
-    client = function_client("deliver_webhooks", "cloudevent")
+    client = function_client("deliver_webhooks")
 
     statuses = [deliver(client, envelope) for _ in range(2)]
     statuses.append(deliver(client, published_event(payload)))  # published twice, too
@@ -701,7 +701,7 @@ def _push(messages: Sequence[tuple[bytes, str]]) -> list[int]:
 
     # Apps are built here, one thread at a time: CPython 3.11's compiler is not safe to run
     # from several threads at once, and building an app compiles its URL rules.
-    clients = [function_client("deliver_webhooks", "cloudevent") for _ in range(8)]
+    clients = [function_client("deliver_webhooks") for _ in range(8)]
 
     def push_some(i: int) -> list[int]:
         part = messages[i::8]

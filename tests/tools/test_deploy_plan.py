@@ -104,6 +104,8 @@ def _outcome(line: str, env: dict[str, str]) -> tuple[str, str]:
     return "other", f"exit {result.returncode}: {result.stderr.strip()}"
 
 
+# Runs the real gcloud once per line of the plan: minutes on a busy machine.
+@pytest.mark.timeout(900)
 def test_every_command_of_the_plan_fails_at_authentication_never_at_parsing(
     plan: list[str], gcloud_env: dict[str, str]
 ) -> None:

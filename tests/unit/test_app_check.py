@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from emulator.app_check import DevAppCheckKeys, DevAppCheckServer
+from devkit.standins.app_check import DevAppCheckKeys, DevAppCheckServer
 from shared.errors import AppCheckRequired
 from shared.gcp.app_check import AppCheckVerifier
 from shared.settings import Settings

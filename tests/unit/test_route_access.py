@@ -54,10 +54,18 @@ def test_every_admin_route_is_for_admins_but_checkout_the_webhook_and_the_descri
     assert len(by_access[Access.ADMIN]) >= 10
 
 
-def test_only_the_campaign_view_and_the_api_description_of_claim_api_are_public() -> None:
+def test_only_the_campaign_view_its_fairness_proofs_and_the_api_description_are_public() -> None:
     routes = claim_api.router.routes()
     public = sorted((r.methods, r.rule) for r in routes if r.access is Access.PUBLIC)
-    assert public == [(("GET",), "/openapi.json"), (("GET",), "/v1/campaigns/<campaign_id>")]
+    campaign = "/v1/campaigns/<campaign_id>"
+    assert public == [
+        (("GET",), "/openapi.json"),
+        (("GET",), campaign),
+        (("GET",), f"{campaign}/fairness"),
+        (("GET",), f"{campaign}/fairness/admissions"),
+        (("GET",), f"{campaign}/fairness/entries"),
+        (("GET",), f"{campaign}/transparency"),
+    ]
     assert {r.access for r in routes if r.access is not Access.PUBLIC} == {Access.SHOPPER}
 
 

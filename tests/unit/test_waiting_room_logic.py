@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 
 from scripts.bench.waiting_room import Config, FairPolicy, make_arrivals, measure, simulate
+from shared.errors import TicketNotYours
 from shared.waiting_room.admission import (
     HEARD_WITHIN_SECONDS,
     SLOT_SECONDS,
@@ -66,13 +67,18 @@ def test_a_ticket_round_trips_and_keeps_its_first_attempt() -> None:
 
 
 @pytest.mark.parametrize(
-    ("campaign", "user", "message"),
-    [("other-sale", "ann", "another campaign"), ("sale", "bob", "another shopper")],
+    ("campaign", "user", "error", "message"),
+    [
+        ("other-sale", "ann", InvalidTicket, "another campaign"),
+        ("sale", "bob", TicketNotYours, "another shopper"),
+    ],
 )
-def test_a_borrowed_ticket_is_refused(campaign: str, user: str, message: str) -> None:
+def test_a_borrowed_ticket_is_refused(
+    campaign: str, user: str, error: type[Exception], message: str
+) -> None:
     token = signer().issue(Ticket("sale", "ann", first_attempt=1.0))
 
-    with pytest.raises(InvalidTicket, match=message):
+    with pytest.raises(error, match=message):
         signer().verify(token, campaign_id=campaign, user_id=user)
 
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from scripts.support.receiver import Received, Receiver
+from devkit.receiver import Received, Receiver
 from shared.webhooks import guard
 from shared.webhooks.delivery import Endpoint, attempt
 from shared.webhooks.guard import AddressPolicy, AddressRefused, GuardedBackend
