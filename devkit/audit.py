@@ -240,18 +240,22 @@ def _check_expiry(
     """No redemption after the code's validity: the redeemed coupons, and the redemptions
     reversed since (their records keep the claim and redemption times)."""
     redeemed = [
-        (coupon_id, coupon["assigned_at"], coupon["redeemed_at"])
+        (coupon_id, coupon.get("assigned_at"), coupon.get("redeemed_at"))
         for coupon_id, coupon in coupons.items()
         if coupon_state(coupon) in (CouponState.REDEEMED, CouponState.REVERSED)
     ]
     redeemed += [
-        (f"{r['coupon_id']}-{r['redemption']}", r["claimed_at"], r["redeemed_at"])
+        (f"{r['coupon_id']}-{r['redemption']}", r.get("claimed_at"), r.get("redeemed_at"))
         for r in reversals
     ]
+    # (A redemption without its times is another check's finding: redeemed_without_holder.)
     report.redeemed_after_expiry = sorted(
         key
         for key, claimed_at, redeemed_at in redeemed
-        if (until := campaign.valid_until(claimed_at)) is not None and redeemed_at > until
+        if claimed_at is not None
+        and redeemed_at is not None
+        and (until := campaign.valid_until(claimed_at)) is not None
+        and redeemed_at > until
     )
 
 

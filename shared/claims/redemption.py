@@ -197,8 +197,9 @@ class RedemptionService:
     def redeem_order(self, order: ShopifyOrder) -> OrderRedemptions:
         """Redeem every discount code of a shop's order in every campaign that holds it.
 
-        A code nobody holds, or one another order redeemed, is reported and skipped: the order
-        exists either way, and the shop's own checkout decided whether the discount applied.
+        A code nobody holds, one another order redeemed, an expired or a voided one, is reported
+        and skipped: the order exists either way, and the shop's own checkout decided whether
+        the discount applied.
         """
         results = []
         for discount in order.discount_codes:
@@ -211,7 +212,13 @@ class RedemptionService:
             for campaign_id in campaigns:
                 try:
                     outcome = self.redeem(campaign_id=campaign_id, code=code, order_id=order.id)
-                except (CodeNotClaimed, CodeAlreadyRedeemed, CodeNotFound) as exc:
+                except (
+                    CodeNotClaimed,
+                    CodeAlreadyRedeemed,
+                    CodeNotFound,
+                    CodeExpired,
+                    CodeVoided,
+                ) as exc:
                     result = exc.error_code
                 else:
                     result = "redeemed" if outcome.created else "already_redeemed"

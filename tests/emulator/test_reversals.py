@@ -483,3 +483,30 @@ def test_reconciliation_agrees_with_the_counters_after_reversals_and_voids(
     }
     assert (body["claimed"]["counted"], body["redeemed"]["counted"]) == (4, 2)
     assert stats(admin_client, campaign_id)["remaining"] == 0
+
+
+def test_a_shopify_order_with_an_expired_or_voided_code_reports_it_and_redeems_the_rest(
+    claim_client: FlaskClient,
+    admin_client: FlaskClient,
+    make_campaign: MakeCampaign,
+    forget_order: Callable[[str], str],
+) -> None:
+    expired = make_campaign(codes=["SH-EXPIRED"], codes_valid_until=utcnow() - timedelta(minutes=1))
+    voided = make_campaign(codes=["SH-VOIDED"])
+    fine = make_campaign(codes=["SH-FINE"])
+    for campaign_id in (expired, voided, fine):
+        claim(claim_client, campaign_id, "olga")
+    void(admin_client, voided, "SH-VOIDED")
+    forget_order("5843917602999")
+    body, headers = shopify(
+        order_with(["SH-EXPIRED", "SH-VOIDED", "SH-FINE"], order_id=5843917602999), "orders/create"
+    )
+
+    response = admin_client.post(ORDERS, data=body, headers=headers)
+
+    assert response.status_code == 200
+    assert [r["outcome"] for r in response.get_json()["results"]] == [
+        "CODE_EXPIRED",
+        "CODE_VOIDED",
+        "redeemed",
+    ]
