@@ -32,6 +32,7 @@ from shared.gcp import firestore as gcp_firestore
 from shared.gcp import pubsub as gcp_pubsub
 from shared.gcp import storage as gcp_storage
 from shared.gcp.app_check import AppCheckVerifier
+from shared.gcp.firebase import Revocations
 from shared.intake.models import JobRecord, JobState, codes_imported
 from shared.intake.service import IntakeService
 from shared.maintenance.sweep import Sweeper
@@ -251,7 +252,18 @@ class Services:
     @property
     def webhooks(self) -> WebhookService:
         return self._once(
-            "webhooks", lambda: WebhookService(db=self.db, settings=self.settings, clock=utcnow)
+            "webhooks",
+            lambda: WebhookService(
+                db=self.db, settings=self.settings, clock=utcnow, verify=self.usage.verified
+            ),
+        )
+
+    @property
+    def revocations(self) -> Revocations:
+        settings = self.settings
+        return self._once(
+            "revocations",
+            lambda: Revocations(settings.project_id, max_age=settings.revocation_cache_seconds),
         )
 
     @property

@@ -69,6 +69,11 @@ class IdentityRequired(Forbidden):
     default_message = "This sale counts codes per verified identity your sign-in does not carry."
 
 
+class IdentityInvalid(Forbidden):
+    error_code = "IDENTITY_INVALID"
+    default_message = "The email or phone number of your sign-in is not one this sale can count."
+
+
 class SignInProviderNotAllowed(Forbidden):
     error_code = "SIGN_IN_PROVIDER_NOT_ALLOWED"
     default_message = "This sale does not accept your sign-in method."

@@ -34,8 +34,9 @@ from devkit.emulators.auth import AuthEmulatorClient
 from devkit.emulators.manager import AUTH_TIMEOUT
 from devkit.firestore_indexes import IndexConfig, QueryShape, Recorder, recording
 from devkit.standins.app_check import DevAppCheckServer, dev_app_check
+from devkit.standins.push_auth import LOCAL_ACCOUNT, LOCAL_AUDIENCE, PushRelay
 from tests.support.api import function_client
-from tests.support.cloudevents import deliver, published_event
+from tests.support.cloudevents import PUSH_KEYS, deliver, published_event
 from tests.support.stack import (
     BUCKET,
     CORS_ORIGIN,
@@ -185,9 +186,18 @@ def app_check_keys() -> Iterator[DevAppCheckServer]:
 
 
 @pytest.fixture(scope="session")
+def push_keys() -> Iterator[PushRelay]:
+    """The run's development push key set (the one tests.support.cloudevents signs with),
+    its JWKS served on 127.0.0.1."""
+    with PushRelay(PUSH_KEYS) as relay:
+        yield relay
+
+
+@pytest.fixture(scope="session")
 def emulators(
     emulator_prerequisites: None,
     app_check_keys: DevAppCheckServer,
+    push_keys: PushRelay,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[EmulatorStack]:
     stack = EmulatorStack(
@@ -201,7 +211,15 @@ def emulators(
         # Auth emulator's format without calling it (tests that sign users in for real start
         # the emulator with `auth_emulator`).
         mp.setenv("FIREBASE_AUTH_EMULATOR_HOST", "127.0.0.1:9099")
+        # The tokens of these tests name no account in an Auth emulator: the revocation check
+        # (an account read) runs in tests/emulator/test_revocation.py, against a real one.
+        mp.setenv("CODEDROP_CHECK_REVOKED", "false")
         mp.setenv("CODEDROP_APP_CHECK_JWKS_URL", app_check_keys.jwks_url)
+        # Pushes are signed as a real subscription signs them (tests.support.cloudevents
+        # .deliver), and the pushed functions check every one.
+        mp.setenv("CODEDROP_PUSH_JWKS_URL", push_keys.jwks_url)
+        mp.setenv("CODEDROP_PUSH_AUDIENCE", LOCAL_AUDIENCE)
+        mp.setenv("CODEDROP_PUSH_SERVICE_ACCOUNT", LOCAL_ACCOUNT)
         mp.setenv("CODEDROP_CORS_ORIGINS", CORS_ORIGIN)
         mp.setenv("CODEDROP_IMPORTS_BUCKET", BUCKET)
         # Tests pause and resume campaigns and expect the next claim to see it at once.

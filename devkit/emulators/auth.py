@@ -92,6 +92,20 @@ class AuthEmulatorClient:
         self.update(signed_in.uid, claims=claims, email_verified=True)
         return self.sign_in(email, password)
 
+    def disable(self, uid: str) -> None:
+        """Disable an account, as an owner does in the Firebase console."""
+        self._call(
+            f"projects/{self.project}/accounts:update",
+            {"localId": uid, "disableUser": True},
+            owner=True,
+        )
+
+    def revoke_tokens(self, uid: str, *, valid_since: int) -> None:
+        """Revoke the tokens issued before `valid_since` (unix seconds), as firebase-admin's
+        revoke_refresh_tokens does with the current second."""
+        body = {"localId": uid, "validSince": str(valid_since)}
+        self._call(f"projects/{self.project}/accounts:update", body, owner=True)
+
     def delete_user(self, uid: str) -> None:
         """Delete an account (its phone number or email is then free for a new one)."""
         self._call(f"projects/{self.project}/accounts:delete", {"localId": uid}, owner=True)

@@ -54,30 +54,24 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
-import json
 import logging
 import os
 import secrets
-import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from devkit.emulators import RunningEmulator, free_port, start_pubsub
-from devkit.firestore_rpcs import RpcCounter
-from devkit.measure import peak_rss_bytes
-from scripts.bench import harness
+from scripts.bench import harness, phases
 from scripts.bench.harness import positive
-from scripts.bench.imports import RssSampler
+from scripts.bench.phases import ChildResult, ChildSpec, Verdict, at_least, count, measured
 
 log = logging.getLogger("bench.assignments")
 
-REPO = Path(__file__).resolve().parents[2]
 CEILING_PAIRS = 250  # 500 writes: Firestore's limit for one atomic batch
 LOAD_BATCH = 500
 LOAD_COMMITTERS = 4
@@ -96,74 +90,7 @@ def code(number: int) -> str:
     return f"BENCH-{number:09d}"
 
 
-# --- what a child is told and what it answers ----------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ChildSpec:
-    kind: str  # ASSIGN or CEILING
-    label: str
-    campaign_id: str
-    rows: int
-    log_level: int
-    committers: int
-    object_name: str = ""  # ASSIGN: the uploaded list and its generation
-    generation: str = ""
-    profile: str = ""  # a directory: the child's measured block is profiled into it
-
-
-def _profile_path(spec: ChildSpec) -> Path | None:
-    return Path(spec.profile) / f"{spec.label}.pstats" if spec.profile else None
-
-
-@dataclass
-class ChildResult:
-    written: int = 0  # recipients given a code
-    elapsed_seconds: float = 0.0
-    cpu_seconds: float = 0.0
-    peak_rss_kib: int = 0
-    rss_before_kib: int = 0
-    rss_max_kib: int = 0
-    rpcs: dict[str, Any] = field(default_factory=dict)
-    detail: dict[str, Any] = field(default_factory=dict)
-
-
-@contextlib.contextmanager
-def measured(label: str, progress: Callable[[], str] | None = None) -> Iterator[ChildResult]:
-    """Time the block in the child: wall, CPU, RSS and its client's Firestore RPCs."""
-    from shared.container import instance_services
-
-    result = ChildResult()
-    services = instance_services()
-    with (
-        RpcCounter(services.db) as rpcs,
-        RpcCounter(services.streams_db) as streamed,  # the job's walk of the pool
-        RssSampler(label, progress) as sampler,
-    ):
-        with harness.timed() as clock:
-            yield result
-        result.rpcs = (rpcs.snapshot() + streamed.snapshot()).as_dict()
-    result.elapsed_seconds = clock.wall_seconds
-    result.cpu_seconds = clock.cpu_seconds
-    result.peak_rss_kib = peak_rss_bytes() // 1024
-    result.rss_before_kib = sampler.before_kib
-    result.rss_max_kib = sampler.max_kib
-
-
-def child_main(spec_path: Path, result_path: Path) -> int:
-    spec = ChildSpec(**json.loads(spec_path.read_text()))
-    harness.setup_logging(spec.log_level, role=f"child[{spec.label}]")
-    runners = {ASSIGN: _child_assign, CEILING: _child_ceiling}
-    began = time.perf_counter()
-    try:
-        result = runners[spec.kind](spec)
-    except Exception as exc:
-        log.exception("%s failed", spec.label)
-        failure = {"error": f"{type(exc).__name__}: {exc}", "after": time.perf_counter() - began}
-        result_path.write_text(json.dumps(failure))
-        return 1
-    result_path.write_text(json.dumps(asdict(result), default=str))
-    return 0
+# --- child process -------------------------------------------------------------------------------
 
 
 def _child_assign(spec: ChildSpec) -> ChildResult:
@@ -187,7 +114,7 @@ def _child_assign(spec: ChildSpec) -> ChildResult:
         settings.assignment_parallel_commits,
         settings.assignment_query_limit,
     )
-    with measured(spec.label) as result, harness.profiled(_profile_path(spec)):
+    with measured(spec) as result:
         job = services.assignments.handle_object_finalized(obj)
     if job is None:
         raise RuntimeError("handle_object_finalized returned no job")
@@ -230,17 +157,12 @@ def _child_ceiling(spec: ChildSpec) -> ChildResult:
         )
         pairs.append((candidate.coupon_id, update, claim_id, created))
     log.info("%d pairs built in %.1f s", len(pairs), time.perf_counter() - began)
-    chunks = [pairs[i : i + CEILING_PAIRS] for i in range(0, len(pairs), CEILING_PAIRS)]
-    written = 0
-    lock = threading.Lock()
-
     coupon_prefix = writes.document_prefix(coupons)
     claim_prefix = writes.document_prefix(claims)
 
-    def commit(chunk: list[tuple[str, dict[str, Any], str, dict[str, Any]]]) -> None:
+    def commit(chunk: Sequence[tuple[str, dict[str, Any], str, dict[str, Any]]]) -> None:
         # The job's own way of building and sending a batch (raw Write protobufs), so the
         # ceiling is never slowed by a costlier client than the job's.
-        nonlocal written
         batch = db.batch()
         pbs = []
         for coupon_id, update, claim_id, created in chunk:
@@ -248,18 +170,9 @@ def _child_ceiling(spec: ChildSpec) -> ChildResult:
             pbs.append(writes.create(claim_prefix + claim_id, created))
         writes.add_writes(batch, pbs)
         writes.commit(batch)
-        with lock:
-            written += len(chunk)
 
     db.collection("warm").document("up").get()  # connect outside the measurement
-    with (
-        measured(spec.label, progress=lambda: f"{written} written") as result,
-        harness.profiled(_profile_path(spec)),
-        ThreadPoolExecutor(spec.committers, thread_name_prefix="commit") as executor,
-    ):
-        for _ in executor.map(commit, chunks):
-            pass  # re-raises a failed commit
-    result.written = written
+    result = phases.committed(spec, pairs, CEILING_PAIRS, commit)
     result.detail = {"pairs_per_batch": CEILING_PAIRS}
     return result
 
@@ -398,48 +311,26 @@ def apply_events(campaign_id: str, audit: Audit) -> None:
 
 
 @dataclass
-class Phase:
-    name: str
-    kind: str
-    rows: int
-    written: int
-    elapsed_seconds: float
-    per_second: float
-    cpu_seconds: float
-    peak_rss_kib: int
-    rss_growth_kib: int
-    committers: int
-    rpcs: dict[str, Any]
-    emulator_cpu_seconds: float | None
-    load: tuple[float, float]
-    detail: dict[str, Any] = field(default_factory=dict)
-    audit: dict[str, Any] | None = None
-    error: str | None = None
+class Phase(phases.Phase):
+    rpcs: dict[str, Any] = field(default_factory=dict)  # the child's Firestore RPCs, as counted
+    audit: dict[str, Any] | None = None  # an assignment's read-back
 
 
-@dataclass
-class Bench:
-    args: argparse.Namespace
-    emulators: harness.Emulators
-    phases: list[Phase] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-    prepared: bool = False
+@dataclass(kw_only=True)
+class Bench(phases.ChildBench[Phase]):
+    module = "scripts.bench.assignments"
+    shortfall = "{name}: {written} of {rows} recipients given a code"
+
+    def new_row(self, rpcs: dict[str, Any], **fields: Any) -> Phase:
+        return Phase(**fields, rpcs=rpcs)
 
     @property
     def profile_dir(self) -> str:
         return str(self.args.profile.resolve()) if self.args.profile else ""
 
-    def prepare(self) -> None:
-        """A new, warmed-up and emptied Firestore emulator for the next phase."""
-        if self.prepared:
-            self.emulators.restart_firestore()
-        if self.args.warmup_docs:
-            began = time.perf_counter()
-            campaign_id = self.new_campaign("warmup", rows=0)
-            self.load_pool(campaign_id, self.args.warmup_docs, prefix="WARMUP")
-            log.info("emulator warmed up in %.1f s", time.perf_counter() - began)
-        self.emulators.reset()
-        self.prepared = True
+    def warm_up(self, docs: int) -> None:
+        campaign_id = self.new_campaign("warmup", rows=0)
+        self.load_pool(campaign_id, docs, prefix="WARMUP")
 
     def new_campaign(self, label: str, *, rows: int) -> str:
         from shared.container import instance_services
@@ -486,84 +377,17 @@ class Bench:
         )
         log.info("pool of %d codes loaded in %.1f s", count, time.perf_counter() - began)
 
-    def upload_list(self, campaign_id: str, rows: int) -> tuple[str, str]:
-        from shared.container import instance_services
-        from shared.settings import get_settings
-
-        path = self.emulators.log_dir / f"recipients-{rows}.csv"
-        with path.open("w", encoding="utf-8", newline="") as out:
-            out.write("recipient,first_name\n")
-            for n in range(1, rows + 1):
-                out.write(f"{recipient(n)},Name{n}\n")
-        name = f"assignments/{campaign_id}/bench.csv"
-        blob = instance_services().storage.bucket(get_settings().imports_bucket).blob(name)
-        blob.upload_from_filename(str(path), content_type="text/csv")
-        log.info("uploaded %s: %d rows, %.1f MiB", name, rows, path.stat().st_size / 2**20)
-        path.unlink()
-        return name, str(blob.generation)
-
-    def run(self, name: str, spec: ChildSpec) -> Phase:
-        """Run one child and record its row; a failed child becomes a row with its error."""
-        spec_path = self.emulators.log_dir / f"{spec.label}.spec.json"
-        result_path = self.emulators.log_dir / f"{spec.label}.result.json"
-        spec_path.write_text(json.dumps(asdict(spec)))
-        result_path.unlink(missing_ok=True)
-        command = [sys.executable, "-m", "scripts.bench.assignments", "--child", str(spec_path)]
-        command += ["--child-result", str(result_path)]
-        with harness.timed(self.emulators.firestore_pid) as clock:
-            process = subprocess.Popen(command, cwd=REPO, stdin=subprocess.DEVNULL)
-            try:
-                code_ = process.wait()
-            except BaseException:
-                process.terminate()
-                process.wait(timeout=30)
-                raise
-        answer: dict[str, Any] = json.loads(result_path.read_text()) if result_path.exists() else {}
-        error = answer.get("error") if answer else f"child exited with code {code_} and no result"
-        if code_ != 0 and error is None:
-            error = f"child exited with code {code_}"
-        elapsed = float(answer.get("elapsed_seconds", answer.get("after", 0.0)))
-        written = int(answer.get("written", 0))
-        phase = Phase(
-            name=name,
-            kind=spec.kind,
-            rows=spec.rows,
-            written=written,
-            elapsed_seconds=elapsed,
-            per_second=written / elapsed if elapsed > 0 else 0.0,
-            cpu_seconds=float(answer.get("cpu_seconds", 0.0)),
-            peak_rss_kib=int(answer.get("peak_rss_kib", 0)),
-            rss_growth_kib=int(answer.get("rss_max_kib", 0)) - int(answer.get("rss_before_kib", 0)),
-            committers=spec.committers,
-            rpcs=answer.get("rpcs", {}),
-            emulator_cpu_seconds=clock.emulator_cpu_seconds,
-            load=clock.load,
-            detail=answer.get("detail", {}),
-            error=error,
-        )
-        self.phases.append(phase)
-        if error is not None:
-            self.problems.append(f"{name}: FAILED after {elapsed:.1f} s: {error}")
-            return phase
-        log.info(
-            "%s: %d in %.1f s = %.0f/s, peak RSS %.1f MiB",
-            name,
-            written,
-            elapsed,
-            phase.per_second,
-            phase.peak_rss_kib / 1024,
-        )
-        if written != spec.rows:
-            self.problems.append(f"{name}: {written} of {spec.rows} recipients given a code")
-        return phase
-
     def assign_phase(self, label: str, rows: int) -> Phase:
         from shared.settings import get_settings
 
         self.prepare()
         campaign_id = self.new_campaign(label, rows=rows)
         self.load_pool(campaign_id, rows)
-        name, generation = self.upload_list(campaign_id, rows)
+        blob = self.upload_csv(
+            f"assignments/{campaign_id}/bench.csv",
+            "recipient,first_name",
+            (f"{recipient(n)},Name{n}" for n in range(1, rows + 1)),
+        )
         spec = ChildSpec(
             kind=ASSIGN,
             label=label,
@@ -571,11 +395,11 @@ class Bench:
             rows=rows,
             log_level=log.getEffectiveLevel(),
             committers=get_settings().assignment_parallel_commits,
-            object_name=name,
-            generation=generation,
+            object_name=blob.name,
+            generation=str(blob.generation),
             profile=self.profile_dir,
         )
-        phase = self.run(f"assign {_count(rows)}", spec)
+        phase = self.run(f"assign {count(rows)}", spec)
         if phase.error is None:
             phase.audit = asdict(self.audit(campaign_id, phase))
         return phase
@@ -618,74 +442,29 @@ class Bench:
         return self.run(f"ceiling batch x{committers}", spec)
 
 
-def _count(rows: int) -> str:
-    if rows % 1_000_000 == 0:
-        return f"{rows // 1_000_000}M"
-    if rows % 1_000 == 0:
-        return f"{rows // 1_000}k"
-    return str(rows)
+def render_table(rows: Sequence[Phase]) -> str:
+    def calls(p: Phase, method: str) -> str:
+        return f"{p.rpcs.get('calls', {}).get(method, 0):,}"
 
-
-def _per(value: float | int | None, rows: int, scale: float = 1.0) -> str:
-    return "-" if value is None or not rows else f"{value / rows * scale:.3f}"
-
-
-def render_table(phases: Sequence[Phase]) -> str:
-    header = (
-        "phase",
-        "rows",
-        "par",
-        "seconds",
-        "per s",
-        "writes/row",
-        "reads/row",
-        "queries",
-        "commits",
-        "refused",
-        "peak RSS MiB",
-        "RSS growth MiB",
-        "CPU µs/row",
-        "emulator µs/row",
-        "load",
-    )
-    lines = []
-    for p in phases:
-        calls = p.rpcs.get("calls", {})
+    def refused(p: Phase) -> str:
         errors = p.rpcs.get("errors", {})
-        lines.append(
-            (
-                p.name,
-                f"{p.written:,}",
-                str(p.committers),
-                f"{p.elapsed_seconds:.1f}",
-                "FAILED" if p.error else f"{p.per_second:,.0f}",
-                _per(p.rpcs.get("documents_written"), p.written),
-                _per(p.rpcs.get("documents_read"), p.written),
-                f"{calls.get('run_query', 0):,}",
-                f"{calls.get('commit', 0):,}",
-                f"{sum(n for k, n in errors.items() if k.startswith('commit')):,}",
-                f"{p.peak_rss_kib / 1024:.1f}",
-                f"{p.rss_growth_kib / 1024:.1f}",
-                _per(p.cpu_seconds, p.written, 1e6).split(".")[0],
-                _per(p.emulator_cpu_seconds, p.written, 1e6).split(".")[0],
-                f"{p.load[0]:.1f}>{p.load[1]:.1f}",
-            )
-        )
-    return harness.table(header, lines)
+        return f"{sum(n for k, n in errors.items() if k.startswith('commit')):,}"
 
-
-Verdict = tuple[str, float | None, str, bool | None]
+    columns: list[phases.Column[Phase]] = [
+        ("writes/row", lambda p: phases.per(p.rpcs.get("documents_written"), p.written)),
+        ("reads/row", lambda p: phases.per(p.rpcs.get("documents_read"), p.written)),
+        ("queries", lambda p: calls(p, "run_query")),
+        ("commits", lambda p: calls(p, "commit")),
+        ("refused", refused),
+    ]
+    return phases.render_table(rows, unit="row", columns=columns)
 
 
 def verdicts(bench: Bench) -> list[Verdict]:
-    done = [p for p in bench.phases if p.error is None]
-    out: list[Verdict] = [
-        (f"{p.name} failed", None, "completes", False) for p in bench.phases if p.error
-    ]
-    assigns = [p for p in done if p.kind == ASSIGN]
-    small = next((p for p in assigns if p.rows != bench.args.rows), None)
-    large = next((p for p in assigns if p.rows == bench.args.rows), None)
-    ceiling = next((p for p in done if p.kind == CEILING), None)
+    out = phases.failed(bench.phases)
+    assigns = [p for p in bench.phases if p.error is None and p.kind == ASSIGN]
+    small, large = phases.small_and_large(bench, ASSIGN)
+    ceiling = next((p for p in bench.phases if p.error is None and p.kind == CEILING), None)
     for p in assigns:
         if p.audit is None:  # interrupted before its read-back ended: nothing was verified
             out.append((f"{p.name}: read back", None, "completes", False))
@@ -693,75 +472,19 @@ def verdicts(bench: Bench) -> list[Verdict]:
         violations = sum(p.audit.get("violations", {}).values())
         out.append((f"{p.name}: invariant violations", float(violations), "0", violations == 0))
     if small is not None and large is not None:
-        ratio = large.peak_rss_kib / small.peak_rss_kib
-        out.append(
-            (
-                f"peak RSS {_count(large.rows)} / {_count(small.rows)}",
-                ratio,
-                f"<= {TARGET_RSS_RATIO:.2f}",
-                ratio <= TARGET_RSS_RATIO,
-            )
-        )
+        out.append(phases.peak_rss(small, large, TARGET_RSS_RATIO))
     if large is not None and ceiling is not None:
         ratio = large.per_second / ceiling.per_second
-        out.append(
-            (
-                "assignments/s / ceiling",
-                ratio,
-                f">= {TARGET_CEILING_RATIO:.2f}",
-                ratio >= TARGET_CEILING_RATIO,
-            )
-        )
+        out.append(at_least("assignments/s / ceiling", ratio, TARGET_CEILING_RATIO))
     return out
 
 
-def render_verdicts(rows: Sequence[Verdict]) -> str:
-    width = max((len(r[0]) for r in rows), default=0)
+def read_back_lines(rows: Sequence[Phase]) -> list[str]:
     lines = []
-    for what, value, target, met in rows:
-        shown = "-" if value is None else (f"{value:,.0f}" if value >= 100 else f"{value:.2f}")
-        verdict = "" if met is None else ("met" if met else "MISSED")
-        lines.append(f"{what.ljust(width)}  {shown:>8}  target {target:<10} {verdict}".rstrip())
-    return "\n".join(lines)
-
-
-def bench(run: Bench) -> int:
-    from shared.settings import get_settings
-
-    args = run.args
-    settings = get_settings()
-    load_before = harness.load_average()
-    interrupted = False
-    try:
-        # The ceiling first: the read-back after the largest phase is the run's longest part.
-        if not args.skip_ceiling:
-            run.ceiling_phase(args.rows, settings.assignment_parallel_commits)
-        if not args.skip_small:
-            run.assign_phase("small", args.small_rows)
-        run.assign_phase("large", args.rows)
-    except KeyboardInterrupt:
-        if not run.phases:
-            raise
-        log.warning("interrupted; reporting the phases that finished")
-        interrupted = True
-    load_after = harness.load_average()
-    targets = verdicts(run)
-    print(
-        f"codedrop assignment benchmark: {os.cpu_count()} CPUs, load average "
-        f"{harness.shown_load(load_before)} -> {harness.shown_load(load_after)}; batches of "
-        f"{settings.assignment_batch_size} recipients, {settings.assignment_parallel_commits} "
-        f"in parallel, queries of up to {settings.assignment_query_limit:,}; ceiling batches of "
-        f"{CEILING_PAIRS} pairs; a new emulator for each phase"
-        + (" (INTERRUPTED)" if interrupted else "")
-        + (" (PROFILED: times and CPU include the profiler's)" if args.profile else "")
-    )
-    print()
-    print(render_table(run.phases))
-    print()
-    for p in run.phases:
+    for p in rows:
         if p.audit is not None:
             a = p.audit
-            print(
+            lines.append(
                 f"{p.name} read back: {a['claims']:,} claims, {a['assigned_coupons']:,} assigned "
                 f"coupons, {a['result_rows']:,} result rows, counters {a['counted_claimed']:,} "
                 f"from {a['events']:,} codes.assigned events (redelivered: "
@@ -769,38 +492,56 @@ def bench(run: Bench) -> int:
                 f"{a['low_stock_announcements']} sold out {a['sold_out_announcements']}, "
                 f"violations {a['violations'] or 'none'} ({a['seconds']:.0f} s)"
             )
-    print()
-    print(render_verdicts(targets))
-    for problem in run.problems:
-        print(f"PROBLEM: {problem}")
-    sys.stdout.flush()
-    harness.write_json(
-        args.json,
-        {
-            "project": harness.PROJECT,
-            "cpus": os.cpu_count(),
-            "load_average_before": load_before,
-            "load_average_after": load_after,
+    return lines
+
+
+def run_phases(run: Bench, parallel: int) -> None:
+    args = run.args
+    # The ceiling first: the read-back after the largest phase is the run's longest part.
+    if not args.skip_ceiling:
+        run.ceiling_phase(args.rows, parallel)
+    if not args.skip_small:
+        run.assign_phase("small", args.small_rows)
+    run.assign_phase("large", args.rows)
+
+
+def bench(args: argparse.Namespace, emulators: harness.Emulators) -> int:
+    with pubsub(emulators.log_dir):
+        return measure(Bench(args=args, emulators=emulators))
+
+
+def measure(run: Bench) -> int:
+    from shared.settings import get_settings
+
+    args = run.args
+    settings = get_settings()
+    outcome = phases.run_phases(run, lambda: run_phases(run, settings.assignment_parallel_commits))
+    return phases.report(
+        run,
+        outcome,
+        title=(
+            f"codedrop assignment benchmark: {os.cpu_count()} CPUs, load average "
+            f"{harness.shown_load(outcome.load_before)} -> "
+            f"{harness.shown_load(outcome.load_after)}; batches of "
+            f"{settings.assignment_batch_size} recipients, "
+            f"{settings.assignment_parallel_commits} in parallel, queries of up to "
+            f"{settings.assignment_query_limit:,}; ceiling batches of {CEILING_PAIRS} pairs; a "
+            "new emulator for each phase"
+            + (" (PROFILED: times and CPU include the profiler's)" if args.profile else "")
+        ),
+        table=render_table(run.phases),
+        notes=read_back_lines(run.phases),
+        targets=verdicts(run),
+        figures={
             "assignment_batch_size": settings.assignment_batch_size,
             "assignment_parallel_commits": settings.assignment_parallel_commits,
             "assignment_query_limit": settings.assignment_query_limit,
             "ceiling_pairs_per_batch": CEILING_PAIRS,
-            "warmup_docs": args.warmup_docs,
-            "interrupted": interrupted,
-            "phases": [asdict(p) for p in run.phases],
-            "targets": [{"what": w, "value": v, "target": t, "met": m} for w, v, t, m in targets],
-            "problems": run.problems,
         },
     )
-    if interrupted:
-        return 130
-    return 1 if run.problems else 0
 
 
 OPTIONS: list[harness.Option] = [
-    ("--rows", positive, 1_000_000, "recipients (and codes) in the big run"),
-    ("--small-rows", positive, 100_000, "recipients in the memory comparison run"),
-    ("--skip-small", None, False, "no --small-rows run"),
     ("--skip-ceiling", None, False, "no ceiling run"),
     ("--parallel", positive, None, "batches in parallel, and the ceiling's committers"),
     ("--batch-size", positive, None, "recipients per batch (CODEDROP_ASSIGNMENT_BATCH_SIZE)"),
@@ -810,7 +551,6 @@ OPTIONS: list[harness.Option] = [
         None,
         "most candidates per query (CODEDROP_ASSIGNMENT_QUERY_LIMIT)",
     ),
-    ("--warmup-docs", int, 20_000, "documents written to warm each emulator up (0: none)"),
     ("--emulator-heap", str, None, "the emulators' JVM heap, e.g. 8g (default: the JVM's)"),
     (
         "--profile",
@@ -823,10 +563,9 @@ OPTIONS: list[harness.Option] = [
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = harness.parser(__doc__, prog="assignments", options=OPTIONS)
-    parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--child-result", type=Path, help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    return phases.parser(
+        __doc__, prog="assignments", what="recipients (and codes)", options=OPTIONS
+    ).parse_args(argv)
 
 
 @contextlib.contextmanager
@@ -854,37 +593,21 @@ def pubsub(log_dir: Path) -> Iterator[RunningEmulator]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.child is not None:
-        if args.child_result is None:
-            raise SystemExit("--child needs --child-result")
-        return child_main(args.child, args.child_result)
-    harness.setup_logging(harness.level(args.verbose), role="bench")
-    harness.stop_on_sigterm()
-    # Before anything of shared is used: the children inherit this environment.
-    for flag, variable in (
-        ("parallel", "CODEDROP_ASSIGNMENT_PARALLEL_COMMITS"),
-        ("batch_size", "CODEDROP_ASSIGNMENT_BATCH_SIZE"),
-        ("query_limit", "CODEDROP_ASSIGNMENT_QUERY_LIMIT"),
-    ):
-        if getattr(args, flag) is not None:
-            os.environ[variable] = str(getattr(args, flag))
-    if args.emulator_heap:
-        # A phase of a million writes a million claims and updates a million coupons: about
-        # 2 KiB of emulator heap per document write, more than the JVM's default of a quarter
-        # of this machine's memory.
-        os.environ["JAVA_TOOL_OPTIONS"] = f"-Xmx{args.emulator_heap}"
-    emulators = harness.Emulators(storage=True)
-    try:
-        with emulators, pubsub(emulators.log_dir):
-            code_ = bench(Bench(args=args, emulators=emulators))
-            emulators.keep_logs = code_ == 130
-            return code_
-    except KeyboardInterrupt:
-        log.warning("interrupted")
-        return 130
-    except Exception:
-        log.exception("benchmark failed")
-        return 2
+    return phases.main(
+        args,
+        spec_type=ChildSpec,
+        runners={ASSIGN: _child_assign, CEILING: _child_ceiling},
+        environment={
+            "CODEDROP_ASSIGNMENT_PARALLEL_COMMITS": args.parallel,
+            "CODEDROP_ASSIGNMENT_BATCH_SIZE": args.batch_size,
+            "CODEDROP_ASSIGNMENT_QUERY_LIMIT": args.query_limit,
+            # A phase of a million writes a million claims and updates a million coupons: about
+            # 2 KiB of emulator heap per document write, more than the JVM's default of a
+            # quarter of this machine's memory.
+            "JAVA_TOOL_OPTIONS": f"-Xmx{args.emulator_heap}" if args.emulator_heap else None,
+        },
+        bench=bench,
+    )
 
 
 if __name__ == "__main__":

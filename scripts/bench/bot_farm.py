@@ -69,17 +69,22 @@ class Account:
     shopper: Shopper
 
 
+def signed_in(user_id: str, i: int, *, phone: str, email: str) -> Shopper:
+    """Every other one signed in by phone, the others by email and password (email verified)."""
+    return Shopper(
+        user_id=user_id,
+        sign_in_provider="phone" if i % 2 == 0 else "password",
+        phone_number=phone,
+        email=email,
+        email_verified=True,
+    )
+
+
 def honest_shoppers(count: int) -> list[Account]:
     return [
         Account(
             HONEST,
-            Shopper(
-                user_id=f"shopper-{i}",
-                sign_in_provider="phone" if i % 2 == 0 else "password",
-                phone_number=f"+1650{i:07d}",
-                email=f"shopper{i}@mail.example",
-                email_verified=True,
-            ),
+            signed_in(f"shopper-{i}", i, phone=f"+1650{i:07d}", email=f"shopper{i}@mail.example"),
         )
         for i in range(count)
     ]
@@ -94,18 +99,10 @@ def farm_accounts(count: int, people: int) -> list[Account]:
     ]
     for i in range(count - anonymous):
         person = i % people
-        accounts.append(
-            Account(
-                FARM,
-                Shopper(
-                    user_id=f"bot-{i}",
-                    sign_in_provider="phone" if i % 2 == 0 else "password",
-                    phone_number=f"+1999000{person:04d}",
-                    email=f"farm{person}@bots.example",
-                    email_verified=True,
-                ),
-            )
+        shopper = signed_in(
+            f"bot-{i}", i, phone=f"+1999000{person:04d}", email=f"farm{person}@bots.example"
         )
+        accounts.append(Account(FARM, shopper))
     return accounts
 
 
@@ -300,10 +297,7 @@ OPTIONS: list[harness.Option] = [
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = harness.parser(__doc__, prog="bot_farm", options=OPTIONS)
     args = parser.parse_args(argv)
-    args.settings = [s.strip() for s in args.settings.split(",") if s.strip()]
-    unknown = [s for s in args.settings if s not in SETTINGS]
-    if unknown or not args.settings:
-        parser.error(f"--settings: unknown {unknown}; choose from {', '.join(SETTINGS)}")
+    args.settings = harness.chosen(parser, "--settings", args.settings, list(SETTINGS))
     if not 0 < args.farm_lead <= 1:
         parser.error("--farm-lead must be in (0, 1]")
     if args.farm_people > args.farm_accounts // 2:

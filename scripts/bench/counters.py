@@ -655,10 +655,7 @@ OPTIONS: list[harness.Option] = [
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = harness.parser(__doc__, prog="counters", options=OPTIONS)
     args = parser.parse_args(argv)
-    designs = [d.strip() for d in args.designs.split(",") if d.strip()]
-    unknown = sorted(set(designs) - set(DESIGNS))
-    if unknown or not designs:
-        parser.error(f"--designs: unknown {unknown}; choose from {','.join(DESIGNS)}")
+    designs = harness.chosen(parser, "--designs", args.designs, DESIGNS)
     args.designs = [d for d in DESIGNS if d in designs]
     if args.events < 1 or args.concurrency < 1 or args.baseline_cap_seconds <= 0:
         parser.error("--events, --concurrency and --baseline-cap-seconds must be positive")

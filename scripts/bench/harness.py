@@ -44,6 +44,8 @@ RESET_TIMEOUT = 600.0
 PROGRESS_EVERY = 5.0
 
 log = logging.getLogger("bench")
+# The code a run measures is the code it started with, whatever the checkout holds by its end.
+_COMMIT_AT_START = provenance.commit()
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -84,6 +86,18 @@ def positive(text: str) -> int:
     return value
 
 
+def chosen(
+    parser: argparse.ArgumentParser, flag: str, text: str, choices: Sequence[str]
+) -> list[str]:
+    """A comma-separated list of some of `choices`, given as `flag`, in the order given; the
+    parser's usage error when it names one not in `choices`, or none."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in choices]
+    if unknown or not names:
+        parser.error(f"{flag}: unknown {unknown}; choose from {', '.join(choices)}")
+    return names
+
+
 def setup_logging(level: int, *, role: str = "%(processName)s") -> None:
     """Progress on stderr (the table goes to stdout); the client libraries kept quiet."""
     logging.basicConfig(
@@ -113,16 +127,22 @@ def stop_on_sigterm() -> None:
 
 
 def run_with_emulators(
-    args: argparse.Namespace, bench: Callable[[argparse.Namespace, Emulators], int]
+    args: argparse.Namespace,
+    bench: Callable[[argparse.Namespace, Emulators], int],
+    *,
+    storage: bool = False,
 ) -> int:
     """A benchmark's main: logging, SIGTERM as an interrupt, its own emulators (started before
-    anything of shared is used, so worker processes inherit their environment), exit 130 when
-    interrupted."""
+    anything of shared is used, so worker processes inherit their environment; a running
+    Firestore emulator instead if the benchmark has `--firestore`), exit 130 when interrupted
+    (a benchmark that reports the phases that finished returns it: the logs are then kept)."""
     setup_logging(level(args.verbose))
     stop_on_sigterm()
     try:
-        with Emulators(firestore=args.firestore) as emulators:
-            return bench(args, emulators)
+        with Emulators(firestore=getattr(args, "firestore", None), storage=storage) as emulators:
+            code = bench(args, emulators)
+            emulators.keep_logs = code == 130
+            return code
     except KeyboardInterrupt:
         log.warning("interrupted")
         return 130
@@ -495,7 +515,7 @@ def write_json(path: Path | None, document: Mapping[str, Any]) -> None:
         **document,
         "command": _command_line(),
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "commit": provenance.commit(),
+        "commit": _COMMIT_AT_START,
         "machine": provenance.machine(),
     }
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -17,8 +17,8 @@ beforehand) and the documents its client wrote (counted at its RPCs,
 devkit/firestore_rpcs.py).
 
 Every phase starts from an empty database on a warmed-up emulator: by default a new emulator on
-the same port (see `Bench.prepare` for why), `--warmup-docs` documents written to warm its JIT,
-then the DELETE reset. `--reset delete` keeps one emulator and only resets it.
+the same port (see `phases.ChildBench.prepare` for why), `--warmup-docs` documents written to
+warm its JIT, then the DELETE reset. `--reset delete` keeps one emulator and only resets it.
 
 The ceiling, in the same run: the same number of ready-made coupon documents (`coupon_fields`,
 ids from `coupon_id_for`, all built before timing starts) written with plain atomic batches of
@@ -41,31 +41,23 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import os
 import secrets
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from devkit.firestore_rpcs import RpcCounter
-from devkit.measure import peak_rss_bytes, rss_bytes
-from scripts.bench import harness
+from scripts.bench import harness, phases
 from scripts.bench.harness import positive
+from scripts.bench.phases import ChildResult, Verdict, at_least, count, measured
 
 log = logging.getLogger("bench.imports")
 
-REPO = Path(__file__).resolve().parents[2]
 CEILING_BATCH = 500  # Firestore's limit for one atomic batch
-RSS_SAMPLE_SECONDS = 0.05
-PROGRESS_EVERY = 10.0
 CODE_FORMAT = "BENCH-{:09d}"
 TARGET_RSS_RATIO = 1.10
 TARGET_CEILING_RATIO = 0.8
@@ -79,50 +71,17 @@ IMPORT, CEILING, BULKWRITER = "import", "ceiling", "bulkwriter"
 
 
 @dataclass(frozen=True)
-class ChildSpec:
-    kind: str  # IMPORT, CEILING or BULKWRITER
-    label: str
-    campaign_id: str
-    rows: int
-    log_level: int
-    object_name: str = ""  # IMPORT: the uploaded CSV and its generation
-    generation: str = ""
-    committers: int = 1  # CEILING
+class ChildSpec(phases.ChildSpec):
+    """IMPORT: the uploaded CSV (object_name, generation); CEILING: `committers` writing plain
+    batches; BULKWRITER: BulkWriter's defaults, or the ramp lifted."""
+
     with_campaign_update: bool = False  # CEILING: also bump the campaign's counters per batch
     ramp: bool = True  # BULKWRITER: default options, or the ramp lifted
 
 
 @dataclass
-class ChildResult:
-    written: int = 0  # codes imported, or documents written
-    elapsed_seconds: float = 0.0
-    cpu_seconds: float = 0.0  # the child's user + system time during the timed part
-    peak_rss_kib: int = 0  # the child's own high-water RSS, whole life
-    rss_before_kib: int = 0  # RSS just before the timed part
-    rss_max_kib: int = 0  # highest RSS sampled during it
+class Phase(phases.Phase):
     documents_written: int = 0  # by the child's client during the timed part, at its RPCs
-    detail: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class Phase:
-    """One row of the results table."""
-
-    name: str
-    kind: str
-    rows: int
-    written: int
-    elapsed_seconds: float
-    per_second: float
-    cpu_seconds: float
-    peak_rss_kib: int
-    rss_growth_kib: int
-    committers: int
-    documents_written: int
-    emulator_cpu_seconds: float | None  # the Firestore emulator's, while the child ran
-    load: tuple[float, float]  # the machine's 1-minute load average before and after
-    detail: dict[str, Any] = field(default_factory=dict)
-    error: str | None = None
 
 
 def codes(count: int) -> Iterator[str]:
@@ -131,79 +90,6 @@ def codes(count: int) -> Iterator[str]:
 
 
 # --- child process -------------------------------------------------------------------------------
-
-
-class RssSampler:
-    """Samples this process's RSS every 50 ms in a thread; `max_kib` is the highest value seen."""
-
-    def __init__(self, label: str, progress: Callable[[], str] | None = None) -> None:
-        self._label = label
-        self._progress = progress
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
-        self.before_kib = 0
-        self.max_kib = 0
-
-    def __enter__(self) -> RssSampler:
-        self.before_kib = self.max_kib = rss_bytes() // 1024
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.max_kib = max(self.max_kib, rss_bytes() // 1024)
-
-    def _run(self) -> None:
-        next_log = time.monotonic() + PROGRESS_EVERY
-        while not self._stop.wait(RSS_SAMPLE_SECONDS):
-            rss = rss_bytes() // 1024
-            self.max_kib = max(self.max_kib, rss)
-            if time.monotonic() >= next_log:
-                next_log += PROGRESS_EVERY
-                extra = f", {self._progress()}" if self._progress is not None else ""
-                log.info(
-                    "%s: RSS %.1f MiB (+%.1f MiB)%s",
-                    self._label,
-                    rss / 1024,
-                    (rss - self.before_kib) / 1024,
-                    extra,
-                )
-
-
-@contextlib.contextmanager
-def measured(spec: ChildSpec, progress: Callable[[], str] | None = None) -> Iterator[ChildResult]:
-    """Time the block in the child: wall, CPU, RSS and the documents its client wrote. The block
-    sets `written` and `detail` of the result."""
-    from shared.container import instance_services
-
-    result = ChildResult()
-    with RpcCounter(instance_services().db) as rpcs, RssSampler(spec.label, progress) as sampler:
-        with harness.timed() as clock:
-            yield result
-        result.documents_written = rpcs.snapshot().writes
-    result.elapsed_seconds = clock.wall_seconds
-    result.cpu_seconds = clock.cpu_seconds
-    result.peak_rss_kib = peak_rss_bytes() // 1024
-    result.rss_before_kib = sampler.before_kib
-    result.rss_max_kib = sampler.max_kib
-
-
-def child_main(spec_path: Path, result_path: Path) -> int:
-    spec = ChildSpec(**json.loads(spec_path.read_text()))
-    harness.setup_logging(spec.log_level, role=f"child[{spec.label}]")
-    runners = {IMPORT: _child_import, CEILING: _child_ceiling, BULKWRITER: _child_bulkwriter}
-    began = time.perf_counter()
-    try:
-        result = runners[spec.kind](spec)
-    except Exception as exc:
-        log.exception("%s failed", spec.label)
-        # The parent reports the failure as a row of its own and goes on with the next phase.
-        failure = {"error": f"{type(exc).__name__}: {exc}", "after": time.perf_counter() - began}
-        result_path.write_text(json.dumps(failure))
-        return 1
-    result_path.write_text(json.dumps(asdict(result)))
-    return 0
 
 
 def _child_import(spec: ChildSpec) -> ChildResult:
@@ -277,14 +163,9 @@ def _child_ceiling(spec: ChildSpec) -> ChildResult:
 
     db = instance_services().db
     collection = coupons_collection(db, spec.campaign_id)
-    docs = _ready_made(spec)
     per_batch = CEILING_BATCH - 1 if spec.with_campaign_update else CEILING_BATCH
-    chunks = [docs[i : i + per_batch] for i in range(0, len(docs), per_batch)]
-    written = 0
-    lock = threading.Lock()
 
-    def commit(chunk: list[tuple[str, dict[str, object]]]) -> None:
-        nonlocal written
+    def commit(chunk: Sequence[tuple[str, dict[str, object]]]) -> None:
         batch = db.batch()
         for doc_id, fields in chunk:
             batch.create(collection.document(doc_id), fields)
@@ -293,23 +174,8 @@ def _child_ceiling(spec: ChildSpec) -> ChildResult:
                 batch, db, campaign_id=spec.campaign_id, added=len(chunk), now=utcnow()
             )
         batch.commit()
-        with lock:
-            written += len(chunk)
 
-    log.info(
-        "writing %d documents in %d batches of %d, %d committer(s)",
-        len(docs),
-        len(chunks),
-        per_batch,
-        spec.committers,
-    )
-    with (
-        measured(spec, progress=lambda: f"{written} written") as result,
-        ThreadPoolExecutor(spec.committers, thread_name_prefix="commit") as executor,
-    ):
-        for _ in executor.map(commit, chunks):
-            pass  # re-raises a failed commit
-    result.written = written
+    result = phases.committed(spec, _ready_made(spec), per_batch, commit)
     result.detail = {"batch_writes": per_batch, "campaign_update": spec.with_campaign_update}
     return result
 
@@ -370,30 +236,13 @@ def _child_bulkwriter(spec: ChildSpec) -> ChildResult:
 # --- parent --------------------------------------------------------------------------------------
 
 
-@dataclass
-class Bench:
-    args: argparse.Namespace
-    emulators: harness.Emulators
-    phases: list[Phase] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-    prepared: bool = False
+@dataclass(kw_only=True)
+class Bench(phases.ChildBench[Phase]):
+    module = "scripts.bench.imports"
+    shortfall = "{name}: wrote {written} of {rows}"
 
-    def prepare(self) -> None:
-        """An empty database on a warmed-up emulator for the next phase.
-
-        The emulator keeps about 2 KiB of heap per document ever written, even after the DELETE
-        reset (measured with `jcmd GC.heap_info` after a full GC: 15 MiB fresh, 333 MiB after
-        150k documents and a reset, 969 MiB after three such rounds). Its default heap is a
-        quarter of the machine's memory, and three phases of a million documents fill it: it
-        then spends its time in full GCs. So by default every phase gets a new emulator on the
-        same port (the clients reconnect); `--reset delete` keeps one emulator throughout.
-        """
-        if self.args.reset == "restart" and self.prepared:
-            self.emulators.restart_firestore()
-        if self.args.warmup_docs and (self.args.reset == "restart" or not self.prepared):
-            self.warm_up(self.args.warmup_docs)
-        self.emulators.reset()
-        self.prepared = True
+    def new_row(self, rpcs: dict[str, Any], **fields: Any) -> Phase:
+        return Phase(**fields, documents_written=int(rpcs.get("documents_written", 0)))
 
     def new_campaign(self, label: str, *, codes: Iterator[str] | None = None) -> str:
         from shared.container import instance_services
@@ -405,88 +254,10 @@ class Bench:
             codes=codes or (),
         )
 
-    def run(self, name: str, spec: ChildSpec) -> Phase:
-        """Run one child and record its row; a failed child becomes a row with its error."""
-        spec_path = self.emulators.log_dir / f"{spec.label}.spec.json"
-        result_path = self.emulators.log_dir / f"{spec.label}.result.json"
-        spec_path.write_text(json.dumps(asdict(spec)))
-        result_path.unlink(missing_ok=True)
-        command = [sys.executable, "-m", "scripts.bench.imports", "--child", str(spec_path)]
-        command += ["--child-result", str(result_path)]
-        with harness.timed(self.emulators.firestore_pid) as clock:
-            process = subprocess.Popen(command, cwd=REPO, stdin=subprocess.DEVNULL)
-            try:
-                code = process.wait()
-            except BaseException:
-                process.terminate()
-                try:
-                    process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
-                raise
-        answer: dict[str, Any] = json.loads(result_path.read_text()) if result_path.exists() else {}
-        if code != 0 or "error" in answer or not answer:
-            error = answer.get("error") or f"child exited with code {code} and no result"
-            answer = {"elapsed_seconds": float(answer.get("after", 0.0)), "detail": {}}
-        else:
-            error = None
-        elapsed = float(answer["elapsed_seconds"])
-        written = int(answer.get("written", 0))
-        phase = Phase(
-            name=name,
-            kind=spec.kind,
-            rows=spec.rows,
-            written=written,
-            elapsed_seconds=elapsed,
-            per_second=written / elapsed if elapsed > 0 else 0.0,
-            cpu_seconds=float(answer.get("cpu_seconds", 0.0)),
-            peak_rss_kib=int(answer.get("peak_rss_kib", 0)),
-            rss_growth_kib=int(answer.get("rss_max_kib", 0)) - int(answer.get("rss_before_kib", 0)),
-            committers=spec.committers,
-            documents_written=int(answer.get("documents_written", 0)),
-            emulator_cpu_seconds=clock.emulator_cpu_seconds,
-            load=clock.load,
-            detail={**answer["detail"], "rss_before_kib": answer.get("rss_before_kib")},
-            error=error,
-        )
-        self.phases.append(phase)
-        if error is not None:
-            self.problems.append(f"{name}: FAILED after {elapsed:.1f} s: {error}")
-            log.error("%s failed: %s", name, error)
-            return phase
-        log.info(
-            "%s: %d in %.1f s = %.0f/s, peak RSS %.1f MiB, RSS growth %.1f MiB",
-            name,
-            phase.written,
-            elapsed,
-            phase.per_second,
-            phase.peak_rss_kib / 1024,
-            phase.rss_growth_kib / 1024,
-        )
-        if phase.written != spec.rows:
-            self.problems.append(f"{name}: wrote {phase.written} of {spec.rows}")
-        return phase
-
     # --- phases --------------------------------------------------------------------------------
 
     def warm_up(self, docs: int) -> None:
-        """Write and drop some documents, so the emulator's JIT is warm for the first phase."""
-        began = time.perf_counter()
         self.new_campaign("warmup", codes=(f"WARMUP-{n:09d}" for n in range(docs)))
-        log.info(
-            "emulator warmed up with %d documents in %.1f s", docs, time.perf_counter() - began
-        )
-
-    def write_csv(self, rows: int) -> Path:
-        path = self.emulators.log_dir / f"bench-{rows}.csv"
-        with path.open("w", encoding="utf-8", newline="") as out:
-            out.write("code\n")
-            for code in codes(rows):
-                out.write(code)
-                out.write("\n")
-        log.info("%s: %d rows, %.1f MiB", path.name, rows, path.stat().st_size / 2**20)
-        return path
 
     def import_phase(self, label: str, rows: int) -> Phase:
         from shared.campaigns.store import get_campaign_snapshot
@@ -495,23 +266,18 @@ class Bench:
 
         self.prepare()
         campaign_id = self.new_campaign(label)
-        csv_path = self.write_csv(rows)
-        name = f"imports/{campaign_id}/bench.csv"
-        blob = instance_services().storage.bucket(get_settings().imports_bucket).blob(name)
-        blob.upload_from_filename(str(csv_path), content_type="text/csv")
-        csv_path.unlink()
-        log.info("uploaded gs://%s/%s#%s", blob.bucket.name, name, blob.generation)
+        blob = self.upload_csv(f"imports/{campaign_id}/bench.csv", "code", codes(rows))
         spec = ChildSpec(
             kind=IMPORT,
             label=label,
             campaign_id=campaign_id,
             rows=rows,
             log_level=log.getEffectiveLevel(),
-            object_name=name,
+            object_name=blob.name,
             generation=str(blob.generation),
             committers=get_settings().import_parallel_commits,
         )
-        phase = self.run(f"import {_count(rows)}", spec)
+        phase = self.run(f"import {count(rows)}", spec)
         if phase.error is None:
             # What the database says, not only what the job says.
             snapshot = get_campaign_snapshot(instance_services().db, campaign_id=campaign_id)
@@ -555,121 +321,33 @@ class Bench:
         return self.run("BulkWriter default" if ramp else "BulkWriter ramp lifted", spec)
 
 
-def _count(rows: int) -> str:
-    if rows % 1_000_000 == 0:
-        return f"{rows // 1_000_000}M"
-    if rows % 1_000 == 0:
-        return f"{rows // 1_000}k"
-    return str(rows)
-
-
-def _mib(kib: float) -> str:
-    return f"{kib / 1024:.1f}"
-
-
-def _per_doc(seconds: float | None, docs: int) -> str:
-    """CPU microseconds per document: unlike wall time, hardly changed by a busy machine."""
-    return "-" if seconds is None or docs == 0 else f"{seconds / docs * 1e6:.0f}"
-
-
-def render_table(phases: Sequence[Phase]) -> str:
-    header = (
-        "phase",
-        "rows",
-        "par",
-        "seconds",
-        "per s",
+def render_table(rows: Sequence[Phase]) -> str:
+    writes: phases.Column[Phase] = (
         "writes/doc",
-        "peak RSS MiB",
-        "RSS growth MiB",
-        "CPU µs/doc",
-        "emulator µs/doc",
-        "load",
+        lambda p: phases.per(p.documents_written, p.written),
     )
-    return harness.table(
-        header,
-        [
-            (
-                p.name,
-                f"{p.written:,}",
-                str(p.committers) if p.committers else "-",
-                f"{p.elapsed_seconds:.1f}",
-                "FAILED" if p.error else f"{p.per_second:,.0f}",
-                f"{p.documents_written / p.written:.3f}" if p.written else "-",
-                _mib(p.peak_rss_kib),
-                _mib(p.rss_growth_kib),
-                _per_doc(p.cpu_seconds, p.written),
-                _per_doc(p.emulator_cpu_seconds, p.written),
-                f"{p.load[0]:.1f}>{p.load[1]:.1f}",
-            )
-            for p in phases
-        ],
-    )
-
-
-Verdict = tuple[str, float | None, str, bool | None]  # what, value, target, met
-
-
-def _memory_verdicts(small: Phase, large: Phase) -> list[Verdict]:
-    ratio = large.peak_rss_kib / small.peak_rss_kib
-    growth = large.rss_growth_kib / small.rss_growth_kib if small.rss_growth_kib > 0 else None
-    return [
-        (
-            f"peak RSS {_count(large.rows)} / {_count(small.rows)}",
-            ratio,
-            f"<= {TARGET_RSS_RATIO:.2f}",
-            ratio <= TARGET_RSS_RATIO,
-        ),
-        (f"RSS growth {_count(large.rows)} / {_count(small.rows)}", growth, "info", None),
-    ]
+    return phases.render_table(rows, unit="doc", columns=[writes])
 
 
 def verdicts(bench: Bench, parallel: int) -> list[Verdict]:
-    # A failed phase has no figures: the targets it would measure are missed.
-    done = [p for p in bench.phases if p.error is None]
-    by_name = {p.name: p for p in done}
-    small = next((p for p in done if p.kind == IMPORT and p.rows != bench.args.rows), None)
-    large = next((p for p in done if p.kind == IMPORT and p.rows == bench.args.rows), None)
+    by_name = {p.name: p for p in bench.phases if p.error is None}
+    small, large = phases.small_and_large(bench, IMPORT)
     ceiling = by_name.get(f"ceiling batch x{parallel}")
     single = by_name.get("ceiling batch x1")
-    out: list[Verdict] = [
-        (f"{p.name} failed", None, "completes", False) for p in bench.phases if p.error
-    ]
+    out = phases.failed(bench.phases)
     if small is not None and large is not None:
-        out += _memory_verdicts(small, large)
+        growth = large.rss_growth_kib / small.rss_growth_kib if small.rss_growth_kib > 0 else None
+        out.append(phases.peak_rss(small, large, TARGET_RSS_RATIO))
+        out.append((f"RSS growth {count(large.rows)} / {count(small.rows)}", growth, "info", None))
     if large is None:
         return out
-    out.append(
-        (
-            "importer codes/s",
-            large.per_second,
-            f">= {TARGET_CODES_PER_SECOND:,.0f}",
-            large.per_second >= TARGET_CODES_PER_SECOND,
-        )
-    )
+    out.append(at_least("importer codes/s", large.per_second, TARGET_CODES_PER_SECOND, digits=0))
     if ceiling is not None:
         ratio = large.per_second / ceiling.per_second
-        out.append(
-            (
-                f"importer / ceiling x{parallel}",
-                ratio,
-                f">= {TARGET_CEILING_RATIO:.2f}",
-                ratio >= TARGET_CEILING_RATIO,
-            )
-        )
+        out.append(at_least(f"importer / ceiling x{parallel}", ratio, TARGET_CEILING_RATIO))
     if single is not None and single is not ceiling:
         out.append(("importer / ceiling x1", large.per_second / single.per_second, "info", None))
     return out
-
-
-def render_verdicts(rows: Sequence[Verdict]) -> str:
-    width = max((len(r[0]) for r in rows), default=0)
-    lines = []
-    for what, value, target, met in rows:
-        shown = "-" if value is None else (f"{value:,.0f}" if value >= 100 else f"{value:.2f}")
-        verdict = "" if met is None else ("met" if met else "MISSED")
-        lines.append(f"{what.ljust(width)}  {shown:>8}  target {target:<10} {verdict}".rstrip())
-    return "\n".join(lines)
 
 
 def run_phases(run: Bench, parallel: int) -> None:
@@ -688,116 +366,71 @@ def run_phases(run: Bench, parallel: int) -> None:
         run.bulkwriter_phase(args.bulk_docs, ramp=False)
 
 
-def bench(run: Bench) -> int:
+def bench(args: argparse.Namespace, emulators: harness.Emulators) -> int:
     """Run the phases and print what was measured, also when interrupted half-way."""
+    return measure(Bench(args=args, emulators=emulators, restart=args.reset == "restart"))
+
+
+def measure(run: Bench) -> int:
     from shared.settings import get_settings
 
     args = run.args
     settings = get_settings()
     parallel = settings.import_parallel_commits
-    load_before = harness.load_average()
-    interrupted = False
-    try:
-        run_phases(run, parallel)
-    except KeyboardInterrupt:
-        if not run.phases:
-            raise
-        log.warning("interrupted; reporting the phases that finished")
-        interrupted = True
-    load_after = harness.load_average()
-
-    targets = verdicts(run, parallel)
-    print(
-        f"codedrop import benchmark: {os.cpu_count()} CPUs, load average "
-        f"{load_before[0]:.1f} -> {load_after[0]:.1f}; importer batch "
-        f"{settings.import_batch_size}, {parallel} parallel commits, ramp "
-        f"{'on' if settings.import_ramp_enabled else 'off'}; ceiling batches of {CEILING_BATCH}; "
-        f"emulator {'restarted' if args.reset == 'restart' else 'emptied'} before each phase"
-        + (" (INTERRUPTED)" if interrupted else "")
-    )
-    print()
-    print(render_table(run.phases))
-    print()
-    print(render_verdicts(targets))
-    for problem in run.problems:
-        print(f"PROBLEM: {problem}")
-    sys.stdout.flush()
-    harness.write_json(
-        args.json,
-        {
-            "project": harness.PROJECT,
-            "cpus": os.cpu_count(),
-            "load_average_before": load_before,
-            "load_average_after": load_after,
+    outcome = phases.run_phases(run, lambda: run_phases(run, parallel))
+    return phases.report(
+        run,
+        outcome,
+        title=(
+            f"codedrop import benchmark: {os.cpu_count()} CPUs, load average "
+            f"{outcome.load_before[0]:.1f} -> {outcome.load_after[0]:.1f}; importer batch "
+            f"{settings.import_batch_size}, {parallel} parallel commits, ramp "
+            f"{'on' if settings.import_ramp_enabled else 'off'}; ceiling batches of "
+            f"{CEILING_BATCH}; emulator "
+            f"{'restarted' if args.reset == 'restart' else 'emptied'} before each phase"
+        ),
+        table=render_table(run.phases),
+        targets=verdicts(run, parallel),
+        figures={
             "import_batch_size": settings.import_batch_size,
             "import_parallel_commits": parallel,
             "import_ramp": settings.import_ramp_enabled,
             "ceiling_batch": CEILING_BATCH,
             "reset": args.reset,
-            "warmup_docs": args.warmup_docs,
-            "interrupted": interrupted,
-            "phases": [asdict(p) for p in run.phases],
-            "targets": [{"what": w, "value": v, "target": t, "met": m} for w, v, t, m in targets],
-            "problems": run.problems,
         },
     )
-    if interrupted:
-        return 130
-    return 1 if run.problems else 0
 
 
 OPTIONS: list[harness.Option] = [
-    ("--rows", positive, 1_000_000, "codes in the big run"),
-    ("--small-rows", positive, 100_000, "codes in the memory comparison run"),
-    ("--skip-small", None, False, "no --small-rows run"),
     ("--parallel", positive, None, "the importer's parallel commits, and the ceiling's committers"),
     ("--batch-size", positive, None, "the importer's batch size (CODEDROP_IMPORT_BATCH_SIZE)"),
     ("--skip-ceiling", None, False, "only the import (e.g. for profiling)"),
     ("--ceiling-hot-doc", None, False, "also a ceiling that bumps the campaign in every batch"),
     ("--with-bulkwriter", None, False, "also time BulkWriter (default ramp, and lifted)"),
     ("--bulk-docs", positive, 10_000, "BulkWriter documents"),
-    ("--warmup-docs", int, 20_000, "documents written to warm the emulator up first (0: none)"),
 ]
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = harness.parser(__doc__, prog="imports", options=OPTIONS)
+    parser = phases.parser(__doc__, prog="imports", what="codes", options=OPTIONS)
     # A new emulator, or only the DELETE reset (the emulator keeps ~2 KiB of heap per document).
     reset = "before each phase: a new emulator (restart) or an emptied one (delete)"
     parser.add_argument("--reset", choices=("restart", "delete"), default="restart", help=reset)
-    parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--child-result", type=Path, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.child is not None:
-        if args.child_result is None:
-            raise SystemExit("--child needs --child-result")
-        return child_main(args.child, args.child_result)
-    harness.setup_logging(harness.level(args.verbose), role="bench")
-    harness.stop_on_sigterm()
-    # Before anything of shared is used: the children inherit this environment.
-    if args.parallel is not None:
-        os.environ["CODEDROP_IMPORT_PARALLEL_COMMITS"] = str(args.parallel)
-    if args.batch_size is not None:
-        os.environ["CODEDROP_IMPORT_BATCH_SIZE"] = str(args.batch_size)
-    emulators = harness.Emulators(storage=True)
-    try:
-        with emulators:
-            code = bench(Bench(args=args, emulators=emulators))
-            emulators.keep_logs = code == 130
-            return code
-    except KeyboardInterrupt:
-        log.warning("interrupted")
-        return 130
-    except Exception:
-        log.exception("benchmark failed")
-        return 2
-    finally:
-        for leftover in emulators.log_dir.glob("*.csv"):  # when the logs are kept
-            leftover.unlink()
+    return phases.main(
+        args,
+        spec_type=ChildSpec,
+        runners={IMPORT: _child_import, CEILING: _child_ceiling, BULKWRITER: _child_bulkwriter},
+        environment={
+            "CODEDROP_IMPORT_PARALLEL_COMMITS": args.parallel,
+            "CODEDROP_IMPORT_BATCH_SIZE": args.batch_size,
+        },
+        bench=bench,
+    )
 
 
 if __name__ == "__main__":

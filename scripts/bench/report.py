@@ -78,7 +78,7 @@ def _block(figures: Mapping[str, Any], *, depth: int) -> list[str]:
         if key in scalars:
             continue
         title = "#" * min(3 + depth, 6) + f" {key}"
-        if isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
+        if _is_rows(value):
             lines += ["", title, "", *_rows(value)]
         elif isinstance(value, Mapping) and depth < MAX_DEPTH:
             lines += ["", title, "", *_block(value, depth=depth + 1)]
@@ -87,10 +87,29 @@ def _block(figures: Mapping[str, Any], *, depth: int) -> list[str]:
     return lines
 
 
-def _rows(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+def _rows(rows: Sequence[Mapping[str, Any]], depth: int = 0) -> list[str]:
+    """Rows as one table of what differs between them, a line of what they share, and each
+    row's own lists of rows (a run's results) as tables under a heading naming that row."""
     flat = [_flatten(row) for row in rows]
+    nested = [{k: v for k, v in row.items() if _is_rows(v)} for row in flat]
+    flat = [{k: v for k, v in row.items() if not _is_rows(v)} for row in flat]
     columns = list(dict.fromkeys(k for row in flat for k in row))
-    return _table(columns, [[_cell(row.get(c)) for c in columns] for row in flat])
+    same = [c for c in columns if len(rows) > 1 and len({_cell(r.get(c)) for r in flat}) == 1]
+    varying = [c for c in columns if c not in same]
+    lines: list[str] = []
+    if same:
+        lines += ["In every row: " + ", ".join(f"{c} {_cell(flat[0].get(c))}" for c in same), ""]
+    if varying:
+        lines += _table(varying, [[_cell(row.get(c)) for c in varying] for row in flat])
+    for row, lists in zip(flat, nested, strict=True):
+        name = ", ".join(f"{c} {_cell(row.get(c))}" for c in varying[:3]) or "all"
+        for key, value in lists.items():
+            lines += ["", "#" * min(4 + depth, 6) + f" {key}: {name}", "", *_rows(value, depth + 1)]
+    return lines
+
+
+def _is_rows(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, Mapping) for v in value)
 
 
 def _flatten(row: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 from shared.codes import CodeFormat
 from shared.types import (
     CampaignId,
+    EmailCanonicalization,
     IdentityKind,
     InputTime,
     OnCancel,
@@ -70,6 +71,9 @@ class CampaignCreate(RequestBody):
     # null: a claim is final; a number: a claim is a hold for checkout, released if not redeemed.
     hold_seconds: HoldSeconds | None = None
     identity: IdentityKind = IdentityKind.UID
+    # With identity "email": "mailbox" (one inbox, one identity) or "address" (shared/claims/
+    # identity.py has the rules per provider).
+    email_canonicalization: EmailCanonicalization = EmailCanonicalization.MAILBOX
     allowed_sign_in_providers: SignInProviders | None = None
     require_app_check: bool = False
     on_cancel: OnCancel = OnCancel.KEEP_USED
@@ -106,6 +110,7 @@ _NOT_NULLABLE = (
     "waiting_room_enabled",
     "admissions_per_second",
     "identity",
+    "email_canonicalization",
     "require_app_check",
     "on_cancel",
     "pre_queue_seconds",
@@ -136,6 +141,7 @@ class CampaignUpdate(RequestBody):
     hold_seconds: HoldSeconds | None = None  # null switches holds off for new claims
     # Only until the campaign starts: claims made so far are keyed on the identity (store).
     identity: IdentityKind | None = None
+    email_canonicalization: EmailCanonicalization | None = None  # as identity: before the start
     allowed_sign_in_providers: SignInProviders | None = None  # null: every provider again
     require_app_check: bool | None = None
     on_cancel: OnCancel | None = None
@@ -172,6 +178,7 @@ class CampaignRecord(BaseModel):
     # Validated by the API; the record takes any positive value so benchmarks can hold briefly.
     hold_seconds: int | None = Field(default=None, gt=0)
     identity: IdentityKind = IdentityKind.UID
+    email_canonicalization: EmailCanonicalization = EmailCanonicalization.MAILBOX
     allowed_sign_in_providers: list[str] | None = None
     require_app_check: bool = False
     on_cancel: OnCancel = OnCancel.KEEP_USED
@@ -279,6 +286,7 @@ class CampaignAdmin(BaseModel):
     admissions_per_second: float
     hold_seconds: int | None
     identity: IdentityKind
+    email_canonicalization: EmailCanonicalization
     allowed_sign_in_providers: list[str] | None
     require_app_check: bool
     on_cancel: OnCancel

@@ -141,8 +141,9 @@ def update_campaign(
                 "codes_valid_for_seconds and codes_valid_until exclude each other"
             )
         # Claims are keyed on the identity: a new one would let every shopper claim again.
-        if merged.identity != current.identity and now >= current.starts_at:
-            raise RequestValidationFailed("identity cannot change once the campaign has started")
+        for name in ("identity", "email_canonicalization"):
+            if getattr(merged, name) != getattr(current, name) and now >= current.starts_at:
+                raise RequestValidationFailed(f"{name} cannot change once the campaign has started")
         update: dict[str, Any] = {**changes, "updated_at": now, "version": version}
         _check_pre_queue(current, merged, changes, now)
         if merged.pre_queue_seconds and current.seed_commitment is None:

@@ -195,7 +195,7 @@ class RedemptionService:
         )
 
     def redeem_order(self, order: ShopifyOrder) -> OrderRedemptions:
-        """Redeem every discount code of a shop's order in every campaign that holds it.
+        """Redeem every discount code of a shop's order, each in one campaign (campaign_for).
 
         A code nobody holds, one another order redeemed, an expired or a voided one, is reported
         and skipped: the order exists either way, and the shop's own checkout decided whether
@@ -204,12 +204,12 @@ class RedemptionService:
         results = []
         for discount in order.discount_codes:
             code = discount.code
-            campaigns = campaigns_with_code(self._db, code=code)
-            if not campaigns:
+            campaign_id = campaign_for(campaigns_with_code(self._db, code=code), order.id)
+            if campaign_id is None:
                 results.append(
                     OrderCodeResult(code=code, campaign_id=None, outcome="CODE_NOT_FOUND")
                 )
-            for campaign_id in campaigns:
+            else:
                 try:
                     outcome = self.redeem(campaign_id=campaign_id, code=code, order_id=order.id)
                 except (
@@ -234,3 +234,23 @@ def order_key(order_id: str) -> str:
     """The document id of an order's redemptions: a hash, as order ids may hold any printable
     character (a `/` or `__x__` is no document id)."""
     return hashlib.sha256(order_id.encode()).hexdigest()[:40]
+
+
+def campaign_for(holders: dict[str, dict[str, Any]], order_id: str) -> str | None:
+    """The one campaign an order's code is redeemed in, when several campaigns hold the same
+    code text (an order must not burn codes other shoppers hold elsewhere): the campaign where
+    this order already redeemed it (a redelivery), else the one where it was claimed earliest
+    and is still unredeemed, else the first by id (whose answer then says why not). Ties go to
+    the smaller campaign id, so every redelivery picks the same one."""
+    if not holders:
+        return None
+    for campaign_id, data in holders.items():
+        if coupon_state(data) is CouponState.REDEEMED and data.get("order_id") == order_id:
+            return campaign_id
+    claimed = [
+        (data["assigned_at"], campaign_id)
+        for campaign_id, data in holders.items()
+        if coupon_state(data) in (CouponState.HELD, CouponState.CLAIMED)
+        and isinstance(data.get("assigned_at"), datetime)
+    ]
+    return min(claimed)[1] if claimed else next(iter(holders))

@@ -10,7 +10,7 @@ from datetime import datetime
 
 from google.cloud import firestore
 
-from shared.campaigns.models import CampaignRecord
+from shared.campaigns.models import CampaignRecord, CampaignStatus
 from shared.claims import policy
 from shared.claims import store as claim_store
 from shared.claims.engine import ClaimEngine, ClaimOutcome
@@ -114,10 +114,18 @@ class ClaimService:
             campaign, shopper, app_check=self._app_check, app_check_token=app_check_token
         )
         room_pass = RoomPass(ticket=None)
-        if campaign.waiting_room_enabled:
-            if campaign.pre_queue_seconds and self._clock() < campaign.starts_at:
-                # A fair drop's order is its draw: nobody holds a place in the room before it.
-                raise CampaignNotActive("The drop has not started: join its pre-queue.")
+        if campaign.pre_queue_seconds and self._clock() < campaign.starts_at:
+            # A fair drop's order is its draw: nobody holds a place in the room before it.
+            raise CampaignNotActive("The drop has not started: join its pre-queue.")
+        # Only a running sale has a room: before starts_at (or paused, or ended) the engine
+        # answers at once (CAMPAIGN_NOT_ACTIVE, or a code already held), with no ticket and no
+        # admission spent, so a try before the start earns no place ahead of the start's
+        # arrivals (shoppers who came 23 s early were admitted before those at +1 s).
+        running = campaign.status_at(self._clock()) in (
+            CampaignStatus.ACTIVE,
+            CampaignStatus.SOLD_OUT,
+        )
+        if campaign.waiting_room_enabled and running:
             remaining = self._usage.remaining(campaign)
             # Once no code is left, nobody waits for one: the engine answers at once (SOLD_OUT,
             # or the code a holder already has).

@@ -277,20 +277,24 @@ def release_fields() -> dict[str, Any]:
 
 
 # --- redemption -------------------------------------------------------------------------------
-def campaigns_with_code(db: firestore.Client, *, code: str, limit: int = 20) -> list[str]:
-    """The campaigns that hold `code`, by one equality query on its hash (see the module doc)."""
-    found = set()
+def campaigns_with_code(
+    db: firestore.Client, *, code: str, limit: int = 20
+) -> dict[str, dict[str, Any]]:
+    """The campaigns that hold `code`, with the fields that tell its state, by one equality
+    query on its hash per way it may be stored (see the module doc)."""
+    found = {}
     for key in _typed_ids(code):
         query = (
             db.collection_group(COUPONS)
             .where(filter=FieldFilter(CODE_KEY, "==", key))
-            .select(["code"])
+            .select(["code", "state", "assigned", "assigned_at", "order_id"])
             .limit(limit)
         )
         for snapshot in query.stream():
-            if same_code((snapshot.to_dict() or {}).get("code"), code):
-                found.add(snapshot.reference.parent.parent.id)
-    return sorted(found)
+            data = snapshot.to_dict() or {}
+            if same_code(data.get("code"), code):
+                found[snapshot.reference.parent.parent.id] = data
+    return dict(sorted(found.items()))
 
 
 def find_unassigned(

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from google.api_core.exceptions import GoogleAPIError
 from google.cloud import firestore
 
 from shared.campaigns.models import CampaignRecord, CampaignStatus
@@ -157,6 +158,14 @@ class FairnessService:
             return None  # another request of this instance is at it
         try:
             return self._advance(campaign)
+        except GoogleAPIError as exc:
+            # The request that helped is told to retry like the others; a range it had leased
+            # is taken over once the lease runs out.
+            log.warning(
+                "fair drop: the draw's work failed; it goes on at the next request",
+                extra={"campaign_id": campaign.campaign_id, "error": repr(exc)},
+            )
+            return None
         finally:
             working.release()
 

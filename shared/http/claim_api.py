@@ -17,6 +17,7 @@ from shared.errors import (
     ClaimNotFound,
     Contended,
     FairDropNotFound,
+    IdentityInvalid,
     IdentityRequired,
     RequestValidationFailed,
     SignInProviderNotAllowed,
@@ -125,6 +126,8 @@ def get_campaign(call: Call, campaign_id: str) -> flask.Response:
         SoldOut,
         WaitingRoom,
         Contended,
+        IdentityRequired,
+        IdentityInvalid,
     ],
     error_bodies={WaitingRoom: WaitingRoomAnswer},
     headers={
@@ -190,7 +193,7 @@ def _keep_ticket(response: flask.Response, cookie: str, ticket: object, max_age:
     access=Access.SHOPPER,
     summary="The codes the caller holds in a campaign.",
     responses={200: HeldClaims},
-    raises=[CampaignNotFound, ClaimNotFound],
+    raises=[CampaignNotFound, ClaimNotFound, IdentityRequired, IdentityInvalid],
 )
 def my_claims(call: Call, campaign_id: str) -> flask.Response:
     services = call.services

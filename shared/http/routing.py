@@ -378,8 +378,21 @@ class Router:
                 log.error("Shopify webhook refused: CODEDROP_SHOPIFY_WEBHOOK_SECRET is not set")
             # The body stays cached for the handler, which parses the very bytes checked here.
             shopify.verify(request.get_data(cache=True), request.headers.get(SIGNATURE), key)
+            settings = services.settings
+            shopify.verify_shop(
+                request.headers.get(shopify.SHOP_HEADER),
+                settings.shopify_shop_domain,
+                required=not settings.is_local,
+            )
             return None
-        principal = authenticate(request.headers.get("Authorization"), settings=services.settings)
+        # Shoppers' tokens are not checked for revocation: a claim is bounded by the campaign's
+        # own limits, and a read of the account per claim would cost the sale's hot path.
+        privileged = access in (Access.ADMIN, Access.REDEEMER) and services.settings.check_revoked
+        principal = authenticate(
+            request.headers.get("Authorization"),
+            settings=services.settings,
+            revocations=services.revocations if privileged else None,
+        )
         if access is Access.ADMIN and not principal.is_admin:
             raise errors.Forbidden("This operation needs an ID token with the admin claim.")
         if access is Access.REDEEMER and not principal.is_redeemer:

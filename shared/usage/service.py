@@ -19,6 +19,7 @@ from shared.events import models as events
 from shared.events.bus import EventBus
 from shared.gcp.batched_reads import ReadCoalescer
 from shared.gcp.firestore import (
+    announcement_ref,
     claims_collection,
     coupons_collection,
     jobs_collection,
@@ -115,8 +116,10 @@ class UsageService:
         coupon.voided the voided coupon; a
         codes.imported must name a finished job of the campaign that imported exactly `count`
         codes; a codes.assigned must name the first claim of its commit, made by that job at
-        the line its id names, which records the commit's `count`. One or two reads by
-        reference per event, shared with concurrent deliveries."""
+        the line its id names, which records the commit's `count`; an announcement (low stock,
+        sold out) must be the event its campaign's announcement marker holds. One or two reads
+        by reference per event, shared with concurrent deliveries. deliver_webhooks sends only
+        what passes here (the container hands it this method)."""
         checked: events.Event | None
         if isinstance(event, events.CouponClaimed):
             checked = self._verified_claim(event)
@@ -133,7 +136,7 @@ class UsageService:
         elif isinstance(event, events.CodesAssigned):
             checked = self._verified_assignment(event)
         else:
-            return event  # announcements move no counter
+            checked = self._verified_announcement(event)
         if checked is None:
             log.warning(
                 "event not backed by its record; acknowledged, not counted",
@@ -283,6 +286,17 @@ class UsageService:
             return None
         # The counters' hours follow the commit itself, not what the message says.
         return event.model_copy(update={"occurred_at": claimed_at})
+
+    def _verified_announcement(
+        self, event: events.CampaignLowStock | events.CampaignSoldOut
+    ) -> events.Event | None:
+        marker = self._record(announcement_ref(self._db, event.campaign_id, event.event_id))
+        if marker is None or marker.get("type") != event.type.value:
+            return None
+        announced = marker.get("event")
+        if announced is None:
+            return event  # a marker written before markers kept their event: id and type agree
+        return event if events.event_from_dict(announced) == event else None
 
     def _record(self, ref: firestore.DocumentReference) -> dict[str, Any] | None:
         snapshot = self._reader.get([ref])[ref.path]

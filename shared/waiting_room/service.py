@@ -37,6 +37,7 @@ from shared.waiting_room.admission import (
     Ticket,
     TicketSigner,
     UnreadableShare,
+    start_place,
 )
 
 log = logging.getLogger(__name__)
@@ -282,8 +283,14 @@ class WaitingRoomService:
             now = self._clock()
             room.controller.set_rate(campaign.admissions_per_second, instances=instances)
             if ticket is None:
-                ticket = Ticket(campaign.campaign_id, user_id, first_attempt=now)
-                decision = room.controller.arrive(now)
+                place = start_place(
+                    now,
+                    starts_at=campaign.starts_at.timestamp(),
+                    window=self._settings.waiting_room_start_window_seconds,
+                    draw=random.random(),
+                )
+                ticket = Ticket(campaign.campaign_id, user_id, first_attempt=place)
+                decision = room.controller.arrive(now, place)
             else:
                 decision = room.controller.decide(ticket.first_attempt, now)
             while room.admitted and now - room.admitted[0] > STOCK_WINDOW_SECONDS:
@@ -295,6 +302,8 @@ class WaitingRoomService:
                 threshold = room.controller.threshold(now)
             else:
                 retry = room.controller.retry_after(ticket.first_attempt, now, random.random())
+                # A place still to come (the start window): no use asking before it.
+                retry = max(retry, ticket.first_attempt - now)
         # Signed afresh at every poll, with the original first attempt: the ticket's life slides
         # with the shopper's polls, their place stays where it was.
         token = self._signer.issue(ticket)

@@ -27,7 +27,7 @@ from shared.http import entry_points
 from shared.http.entry_points import Kind
 from shared.http.routing import MAX_BODY_BYTES, MAX_PROBLEMS
 from tests.support.api import ADMIN, auth, function_client
-from tests.support.cloudevents import finalized_event, published_event
+from tests.support.cloudevents import PUSH_KEYS, finalized_event, published_event
 from tests.support.stack import BUCKET, MAIN, MakeCampaign
 
 pytestmark = pytest.mark.emulator
@@ -150,7 +150,10 @@ def test_a_huge_event_delivery_is_acknowledged_unread(
 
     with caplog.at_level(logging.ERROR):
         response = function_client(function).post(
-            "/", data=json.dumps(envelope), content_type="application/cloudevents+json"
+            "/",
+            data=json.dumps(envelope),
+            content_type="application/cloudevents+json",
+            headers=PUSH_KEYS.authorization(),
         )
 
     record = acknowledged(caplog, response, "event body over the size limit acknowledged unread")
@@ -170,8 +173,12 @@ def test_a_huge_event_delivery_is_acknowledged_unread(
 def test_a_delivery_that_is_not_an_event_is_acknowledged(
     function: str, body: str, content_type: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # Signed as the push subscription signs (the pushed functions check it; import_codes, which
+    # Eventarc calls, ignores it).
     with caplog.at_level(logging.ERROR):
-        response = function_client(function).post("/", data=body, content_type=content_type)
+        response = function_client(function).post(
+            "/", data=body, content_type=content_type, headers=PUSH_KEYS.authorization()
+        )
 
     record = acknowledged(caplog, response, "undeliverable event acknowledged")
     assert record.__dict__["reason"].startswith("not a")
@@ -261,7 +268,7 @@ def test_event_functions_answer_json_too(
 ) -> None:
     client = usage_client if function == "count_usage" else import_client
 
-    response = client.get("/")
+    response = client.get("/", headers=PUSH_KEYS.authorization())
 
     assert_error(response, 405, "METHOD_NOT_ALLOWED")
     assert "POST" in response.headers["Allow"]
@@ -301,6 +308,7 @@ def test_a_crash_in_an_event_function_is_json_500_so_pubsub_retries(
         "/",
         data=json.dumps(published_event(json.dumps(event).encode())),
         content_type="application/cloudevents+json",
+        headers=PUSH_KEYS.authorization(),
     )
 
     body = assert_error(response, 500, "INTERNAL")

@@ -24,17 +24,29 @@ from pydantic import SecretStr
 from devkit.firestore_rpcs import RpcCounter
 from devkit.receiver import Received, Receiver
 from shared.claims.policy import Shopper
+from shared.claims.redemption import order_key
 from shared.clock import utcnow
 from shared.container import Services, instance_services
+from shared.coupons.store import coupon_id_for
 from shared.errors import TooManyWebhooks, WebhookUrlNotAllowed
 from shared.events.models import (
     CouponClaimed,
     CouponReversed,
     CouponVoided,
     EventType,
+    claimed_event_id,
     encode_event,
+    reversed_event_id,
+    voided_event_id,
 )
-from shared.gcp.firestore import campaign_webhooks_ref, deliveries_collection, webhook_ref
+from shared.gcp.firestore import (
+    campaign_webhooks_ref,
+    claims_collection,
+    deliveries_collection,
+    redeemed_order_ref,
+    reversals_collection,
+    webhook_ref,
+)
 from shared.settings import get_settings
 from shared.types import OnCancel
 from shared.webhooks.guard import resolve_host
@@ -127,13 +139,25 @@ def stored_before_the_list(
 
 
 def claimed(campaign_id: str, n: int) -> CouponClaimed:
+    """A claim's event, its claim written as the engine commits it: deliver_webhooks sends only
+    events their records back (cleaned up with the campaign)."""
+    claim_id, now = f"c{n}", utcnow()
+    record = {
+        "campaign_id": campaign_id,
+        "user_id": f"shopper-{n}",
+        "coupon_id": f"coupon-{n}",
+        "code": f"CODE-{n}",
+        "slot": 0,
+        "claimed_at": now,
+    }
+    claims_collection(instance_services().db, campaign_id).document(claim_id).set(record)
     return CouponClaimed(
-        event_id=f"claimed.{campaign_id}.c{n}",
+        event_id=claimed_event_id(campaign_id, claim_id, now, hold=False),
         campaign_id=campaign_id,
-        occurred_at=utcnow(),
-        coupon_id=f"coupon-{n}",
-        user_id=f"shopper-{n}",
-        claim_id=f"c{n}",
+        occurred_at=now,
+        coupon_id=record["coupon_id"],
+        user_id=record["user_id"],
+        claim_id=claim_id,
     )
 
 
@@ -439,25 +463,43 @@ def test_only_the_listed_event_types_of_the_campaign_are_delivered(
 
 
 def test_reversals_and_voids_are_delivered_to_the_webhooks_listing_them(
+    db: firestore.Client,
+    cleanup: list[Callable[[], object]],
     make_campaign: MakeCampaign,
     receiver: Receiver,
     webhooks: WebhookService,
     subscribe: Subscribe,
 ) -> None:
-    campaign_id = make_campaign()
+    """A real reversal and a real void (webhooks send only events their records back)."""
+    campaign_id = make_campaign(codes=["WH-ONE", "WH-TWO"], on_cancel="return_to_pool")
     events = [EventType.COUPON_REVERSED, EventType.COUPON_VOIDED]
     subscribe(webhooks, campaign_id, receiver.url(), events=events)
-    common = {"campaign_id": campaign_id, "occurred_at": utcnow(), "coupon_id": "c0ffee"}
+    order_id = f"wh-order-{campaign_id}"
+    cleanup.append(redeemed_order_ref(db, order_key(order_id)).delete)
+    services = instance_services()
+    claimed = services.claims.claim(campaign_id=campaign_id, shopper=Shopper("wendy"))
+    code = claimed.outcome.claim.code
+    other = ({"WH-ONE", "WH-TWO"} - {code}).pop()
+    services.redemptions.redeem(campaign_id=campaign_id, code=code, order_id=order_id)
+    services.reversals.reverse_order(campaign_id=campaign_id, order_id=order_id)
+    services.reversals.void(campaign_id=campaign_id, code=other)
+    (record,) = [s.to_dict() or {} for s in reversals_collection(db, campaign_id).stream()]
     reversed_ = CouponReversed(
-        event_id=f"reversed.{campaign_id}.c0ffee.1",
-        user_id="u1",
-        claim_id="k-0",
-        order_id="o-1",
+        event_id=reversed_event_id(campaign_id, record["coupon_id"], 1),
+        campaign_id=campaign_id,
+        occurred_at=record["reversed_at"],
+        coupon_id=record["coupon_id"],
+        user_id="wendy",
+        claim_id=record["claim_id"],
+        order_id=order_id,
         on_cancel=OnCancel.RETURN_TO_POOL,
-        **common,
     )
     voided = CouponVoided(
-        event_id=f"voided.{campaign_id}.c0ffee", voided_from="available", **common
+        event_id=voided_event_id(campaign_id, coupon_id_for(other)),
+        campaign_id=campaign_id,
+        occurred_at=utcnow(),
+        coupon_id=coupon_id_for(other),
+        voided_from="available",
     )
 
     for event in (reversed_, voided):
@@ -634,6 +676,7 @@ def test_outside_demo_projects_private_addresses_are_refused_then_and_at_deliver
         db=db,
         settings=production,
         clock=utcnow,
+        verify=lambda event: event,  # no event is handled here
         resolve=lambda host, port: dns.get(host) or resolve_host(host, port),
     )
     assert not production.is_local

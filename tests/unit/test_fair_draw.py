@@ -6,11 +6,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import random
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
 
 import pytest
+from google.api_core.exceptions import ServiceUnavailable
 
 from scripts.tools import verify_drop
+from shared.campaigns.models import CampaignRecord
+from shared.fairness import store
 from shared.fairness.draw import (
     SHARDS,
     Draw,
@@ -21,6 +25,8 @@ from shared.fairness.draw import (
     shard_of,
     unpack,
 )
+from shared.fairness.service import FairnessService
+from shared.fairness.store import DropSecret
 from shared.waiting_room.admission import AdmissionController
 
 START = 1_800_000_000.0
@@ -176,3 +182,37 @@ def test_the_verify_drop_command_exits_0_1_or_2(
     monkeypatch.setattr(verify_drop, "http_fetch", lambda url: unreadable[url.rsplit("/", 1)[1]])
     assert verify_drop.main(["http://127.0.0.1:8001/v1/campaigns/drawing"]) == 2
     assert "not published yet" in capsys.readouterr().err
+
+
+def test_a_failed_step_of_the_draw_is_retried_at_the_next_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    starts_at = datetime(2030, 3, 1, 10, tzinfo=UTC)
+    campaign = CampaignRecord(
+        campaign_id="drop",
+        title="Drop",
+        starts_at=starts_at,
+        ends_at=starts_at + timedelta(hours=1),
+        pre_queue_seconds=600,
+        waiting_room_enabled=True,
+        created_at=starts_at - timedelta(days=1),
+        updated_at=starts_at - timedelta(days=1),
+    )
+    failures: list[str] = []
+
+    def unavailable(*args: object) -> None:
+        failures.append("read_draw")
+        raise ServiceUnavailable("the database is busy")  # type: ignore[no-untyped-call]
+
+    monkeypatch.setattr(store, "read_secret", lambda *args: DropSecret(seed=SEED, entry_key=b"k"))
+    monkeypatch.setattr(store, "read_draw", unavailable)
+    fairness = FairnessService(
+        db=cast(Any, None),
+        usage=cast(Any, None),
+        tick_seconds=1.0,
+        clock=lambda: starts_at + timedelta(minutes=1),
+    )
+
+    assert fairness.draw(campaign) is None  # the request is told to retry, not failed
+    assert fairness.draw(campaign) is None
+    assert failures == ["read_draw", "read_draw"]

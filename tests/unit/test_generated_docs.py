@@ -1,5 +1,6 @@
-"""Pages generated from the code are current: docs/api.md from the OpenAPI documents, and the
-data layout in docs/architecture.md names every collection shared/gcp/firestore.py defines."""
+"""Docs that follow the code: docs/api.md is generated from the OpenAPI documents, the data layout
+in docs/architecture.md names every collection shared/gcp/firestore.py defines, and the
+configuration table in docs/operations.md every setting shared/settings.py reads."""
 
 from __future__ import annotations
 
@@ -25,3 +26,14 @@ def test_the_data_layout_names_every_collection_the_code_uses() -> None:
     }
     missing = sorted(name for name in names if f"{name}/" not in block and f"/{name}" not in block)
     assert missing == []
+
+
+def test_the_configuration_table_names_every_setting() -> None:
+    from shared.settings import Settings
+
+    table = (DOCS / "operations.md").read_text(encoding="utf-8")
+    names = [
+        alias if isinstance(alias := field.validation_alias, str) else name.upper()
+        for name, field in Settings.model_fields.items()
+    ]
+    assert [name for name in names if f"`{name}`" not in table] == []

@@ -25,7 +25,11 @@ def _path(route: RouteInfo) -> str:
 def services(monkeypatch: pytest.MonkeyPatch) -> Services:
     # Unsigned emulator-format tokens are accepted only with this switch (demo- projects only).
     monkeypatch.setenv("FIREBASE_AUTH_EMULATOR_HOST", "127.0.0.1:9")
-    return Services(Settings(project_id="demo-codedrop-test", auth_emulator_host="127.0.0.1:9"))
+    # Its tokens name no account: the revocation check has its own tests (test_revocation.py).
+    settings = Settings(
+        project_id="demo-codedrop-test", auth_emulator_host="127.0.0.1:9", check_revoked=False
+    )
+    return Services(settings)
 
 
 CHECKOUT = {
@@ -148,6 +152,8 @@ def test_outside_demo_projects_the_webhook_needs_its_secret(
     for name in (
         "FIREBASE_AUTH_EMULATOR_HOST",
         "CODEDROP_APP_CHECK_JWKS_URL",
+        "CODEDROP_PUSH_JWKS_URL",
+        "CODEDROP_CHECK_REVOKED",
         "CODEDROP_TICKET_SECRET",
         "CODEDROP_SHOPIFY_WEBHOOK_SECRET",
     ):
