@@ -7,6 +7,11 @@ The checkout half adds: no code redeemed twice (each redemption increments the c
 `redemptions`), none held by two shoppers (two slots on one coupon), none redeemed after its
 release (a redeemed coupon must still be assigned to the very claim that redeemed it), a shopper's
 slot agreeing with its coupon on state and expiry, and every hold findable by the sweep.
+
+After the claim: each reversal recorded exactly once (the coupon's `reversals` equals its
+reversal records, and redemptions less reversals is 1 exactly while it is redeemed), a slot let
+go by a return to the pool backed by its record and no longer its coupon's, and no code redeemed
+after its validity (the campaign's valid_until from the claim time, as it reads now).
 """
 
 from __future__ import annotations
@@ -18,8 +23,11 @@ from typing import Any
 from google.cloud import firestore
 
 from shared.campaigns import store as campaign_store
+from shared.campaigns.models import CampaignRecord
+from shared.claims.models import ClaimState
 from shared.coupons.store import EXPIRES_BUCKET, CouponState, coupon_state
-from shared.gcp.firestore import claims_collection, coupons_collection
+from shared.gcp.firestore import claims_collection, coupons_collection, reversals_collection
+from shared.types import OnCancel
 
 COUPON_FIELDS = [
     "code",
@@ -32,6 +40,8 @@ COUPON_FIELDS = [
     EXPIRES_BUCKET,
     "order_id",
     "redemptions",
+    "reversals",
+    "redeemed_at",
 ]
 
 
@@ -46,6 +56,10 @@ class AuditReport:
     max_per_user: int
     held: int = 0
     redeemed: int = 0
+    reversed: int = 0  # reversal records
+    voided: int = 0
+    # Slots whose code went back to the pool: still counted by the per-user limit.
+    slots_let_go: int = 0
     # Each list names the offending ids; an empty list is a held invariant.
     codes_held_twice: list[str] = field(default_factory=list)
     shoppers_over_limit: list[str] = field(default_factory=list)
@@ -57,10 +71,12 @@ class AuditReport:
     redeemed_without_holder: list[str] = field(default_factory=list)
     slots_disagreeing: list[str] = field(default_factory=list)
     holds_unfindable: list[str] = field(default_factory=list)
+    reversals_miscounted: list[str] = field(default_factory=list)
+    redeemed_after_expiry: list[str] = field(default_factory=list)
 
     @property
     def over_issued(self) -> int:
-        return max(0, self.claims - self.codes_total)
+        return max(0, self.claims - self.slots_let_go - self.codes_total)
 
     @property
     def violations(self) -> dict[str, int]:
@@ -75,6 +91,8 @@ class AuditReport:
             "redeemed_without_holder": len(self.redeemed_without_holder),
             "slots_disagreeing": len(self.slots_disagreeing),
             "holds_unfindable": len(self.holds_unfindable),
+            "reversals_miscounted": len(self.reversals_miscounted),
+            "redeemed_after_expiry": len(self.redeemed_after_expiry),
         }
 
     @property
@@ -94,7 +112,14 @@ def audit_campaign(db: firestore.Client, *, campaign_id: str) -> AuditReport:
         for s in coupons_collection(db, campaign_id).select(COUPON_FIELDS).stream()
     }
     claims = {s.id: s.to_dict() or {} for s in claims_collection(db, campaign_id).stream()}
+    reversals = [s.to_dict() or {} for s in reversals_collection(db, campaign_id).stream()]
     states = Counter(coupon_state(c) for c in coupons.values())
+    let_go = {
+        claim_id
+        for claim_id, claim in claims.items()
+        if claim.get("state") == ClaimState.REVERSED.value
+        and claim.get("on_cancel") == OnCancel.RETURN_TO_POOL.value
+    }
 
     report = AuditReport(
         campaign_id=campaign_id,
@@ -106,9 +131,15 @@ def audit_campaign(db: firestore.Client, *, campaign_id: str) -> AuditReport:
         max_per_user=campaign.max_per_user,
         held=states[CouponState.HELD],
         redeemed=states[CouponState.REDEEMED],
+        reversed=len(reversals),
+        voided=states[CouponState.VOIDED],
+        slots_let_go=len(let_go),
     )
-    _check_claims(report, coupons, claims, max(campaign.max_per_user, 1))
+    live = {claim_id: claim for claim_id, claim in claims.items() if claim_id not in let_go}
+    _check_claims(report, coupons, claims, live, max(campaign.max_per_user, 1))
     _check_checkout(report, coupons, claims)
+    _check_reversals(report, coupons, claims, let_go, reversals)
+    _check_expiry(report, campaign, coupons, reversals)
     return report
 
 
@@ -116,10 +147,12 @@ def _check_claims(
     report: AuditReport,
     coupons: dict[str, dict[str, Any]],
     claims: dict[str, dict[str, Any]],
+    live: dict[str, dict[str, Any]],
     per_user: int,
 ) -> None:
+    """`live`: the claims still holding their coupon (all but the slots let go)."""
     by_coupon: defaultdict[str, list[str]] = defaultdict(list)
-    for claim_id, claim in claims.items():
+    for claim_id, claim in live.items():
         by_coupon[claim["coupon_id"]].append(claim_id)
         coupon = coupons.get(claim["coupon_id"])
         if (
@@ -137,7 +170,10 @@ def _check_claims(
     report.coupons_without_claim = sorted(
         coupon_id
         for coupon_id, coupon in coupons.items()
-        if coupon.get("assigned") and coupon.get("claim_id") not in claims
+        if coupon.get("assigned")
+        and coupon.get("claim_id") not in live
+        # A code voided while nobody held it is assigned to nobody.
+        and not (coupon_state(coupon) is CouponState.VOIDED and coupon.get("claim_id") is None)
     )
 
 
@@ -146,7 +182,9 @@ def _check_checkout(
 ) -> None:
     for coupon_id, coupon in coupons.items():
         state = coupon_state(coupon)
-        if int(coupon.get("redemptions", 0)) > 1:
+        # Redeemed now exactly when one redemption is not reversed; never two at once.
+        unreversed = int(coupon.get("redemptions", 0)) - int(coupon.get("reversals", 0))
+        if unreversed not in (0, 1) or (unreversed == 1) != (state is CouponState.REDEEMED):
             report.codes_redeemed_twice.append(coupon_id)
         slot = claims.get(coupon.get("claim_id") or "")
         if state is CouponState.REDEEMED and not _redeemed_by_holder(coupon, slot):
@@ -167,6 +205,58 @@ def _check_checkout(
         report.slots_disagreeing,
     ):
         bucket.sort()
+
+
+def _check_reversals(
+    report: AuditReport,
+    coupons: dict[str, dict[str, Any]],
+    claims: dict[str, dict[str, Any]],
+    let_go: set[str],
+    reversals: list[dict[str, Any]],
+) -> None:
+    """Each reversal happened once (the coupon counts as many as there are records), and a slot
+    let go is backed by a return to the pool and is no longer its coupon's."""
+    recorded = Counter(r["coupon_id"] for r in reversals)
+    report.reversals_miscounted = sorted(
+        coupon_id
+        for coupon_id in set(recorded) | set(coupons)
+        if recorded[coupon_id] != int(coupons.get(coupon_id, {}).get("reversals", 0))
+    )
+    returned = {
+        r["claim_id"] for r in reversals if r.get("on_cancel") == OnCancel.RETURN_TO_POOL.value
+    }
+    for claim_id in sorted(let_go):
+        coupon = coupons.get(claims[claim_id]["coupon_id"], {})
+        if claim_id not in returned or coupon.get("claim_id") == claim_id:
+            report.slots_disagreeing.append(claim_id)
+
+
+def _check_expiry(
+    report: AuditReport,
+    campaign: CampaignRecord,
+    coupons: dict[str, dict[str, Any]],
+    reversals: list[dict[str, Any]],
+) -> None:
+    """No redemption after the code's validity: the redeemed coupons, and the redemptions
+    reversed since (their records keep the claim and redemption times)."""
+    redeemed = [
+        (coupon_id, coupon.get("assigned_at"), coupon.get("redeemed_at"))
+        for coupon_id, coupon in coupons.items()
+        if coupon_state(coupon) in (CouponState.REDEEMED, CouponState.REVERSED)
+    ]
+    redeemed += [
+        (f"{r['coupon_id']}-{r['redemption']}", r.get("claimed_at"), r.get("redeemed_at"))
+        for r in reversals
+    ]
+    # (A redemption without its times is another check's finding: redeemed_without_holder.)
+    report.redeemed_after_expiry = sorted(
+        key
+        for key, claimed_at, redeemed_at in redeemed
+        if claimed_at is not None
+        and redeemed_at is not None
+        and (until := campaign.valid_until(claimed_at)) is not None
+        and redeemed_at > until
+    )
 
 
 def _redeemed_by_holder(coupon: dict[str, Any], slot: dict[str, Any] | None) -> bool:

@@ -19,6 +19,7 @@ from shared.assignments.service import AssignmentService
 from shared.claims.engine import ClaimEngine
 from shared.claims.holds import HoldReleaser
 from shared.claims.redemption import RedemptionService
+from shared.claims.reversal import ReversalService
 from shared.claims.service import ClaimService
 from shared.claims.typed_codes import TypedCodes
 from shared.clock import utcnow
@@ -226,6 +227,15 @@ class Services:
     def redemptions(self) -> RedemptionService:
         return self._once(
             "redemptions", lambda: RedemptionService(db=self.db, bus=self.bus, clock=utcnow)
+        )
+
+    @property
+    def reversals(self) -> ReversalService:
+        return self._once(
+            "reversals",
+            lambda: ReversalService(
+                db=self.db, bus=self.bus, clock=utcnow, redemptions=self.redemptions
+            ),
         )
 
     @property

@@ -114,6 +114,11 @@ class CodeNotFound(NotFound):
     default_message = "No such code in this campaign."
 
 
+class RedemptionNotFound(NotFound):
+    error_code = "REDEMPTION_NOT_FOUND"
+    default_message = "This order redeemed no code in this campaign."
+
+
 class InvalidSignature(Unauthenticated):
     error_code = "INVALID_SIGNATURE"
     default_message = "The webhook signature is missing or does not match the body."
@@ -176,6 +181,16 @@ class CodeNotClaimed(Conflict):
 class CodeAlreadyRedeemed(Conflict):
     error_code = "CODE_ALREADY_REDEEMED"
     default_message = "This code was redeemed by another order."
+
+
+class CodeExpired(Conflict):
+    error_code = "CODE_EXPIRED"
+    default_message = "This code is past its valid_until."
+
+
+class CodeVoided(Conflict):
+    error_code = "CODE_VOIDED"
+    default_message = "This code was voided: it can no longer be claimed or redeemed."
 
 
 class SoldOut(CodedropError):

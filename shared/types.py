@@ -49,6 +49,14 @@ EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 LATEST = datetime(2100, 1, 1, tzinfo=UTC)
 
 
+class OnCancel(StrEnum):
+    """What a reversed redemption does with its code (the campaign's `on_cancel`)."""
+
+    RETURN_TO_POOL = "return_to_pool"  # free for the next shopper
+    RETURN_TO_SHOPPER = "return_to_shopper"  # the shopper keeps it, redeemable again
+    KEEP_USED = "keep_used"  # used for good
+
+
 class IdentityKind(StrEnum):
     """What a campaign's per-user limit counts (shared/claims/identity.py keys it)."""
 

@@ -58,10 +58,12 @@ export interface Claim {
   claimed_at: string;
   campaign_id?: string;
   user_id?: string;
-  /** Campaigns with holds: `"held"`, `"claimed"` or `"redeemed"`. */
+  /** `"held"`, `"claimed"`, `"redeemed"`, `"reversed"` (its order was cancelled) or `"voided"`. */
   state?: string;
   /** RFC 3339 UTC when a hold is released, or null. */
   expires_at?: string | null;
+  /** RFC 3339 UTC until when the code may be redeemed, or null: it never expires. */
+  valid_until?: string | null;
 }
 
 export interface WaitingInfo {

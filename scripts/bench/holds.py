@@ -4,7 +4,7 @@ sweep releases abandoned holds.
     .venv/bin/python -m scripts.bench.holds [--codes 5000] [--shoppers 10000] [--hold-seconds 3]
         [--abandon 0.3] [--arrival-seconds 20] [--checkout-seconds 1.0] [--patience-seconds 3]
         [--sweep-every 0.5] [--concurrency 64] [--instances 2] [--burst 2000] [--seed 1]
-        [--no-counters] [--firestore HOST:PORT] [--json PATH] [-v]
+        [--cancel 0.1] [--no-counters] [--firestore HOST:PORT] [--json PATH] [-v]
 
 A flash sale, run twice on one Firestore emulator (reset in between): once on a campaign whose
 claims are final, once with holds of `--hold-seconds`. `--shoppers` shoppers arrive evenly over
@@ -17,11 +17,16 @@ buckets of 1 s. `--instances` claim engines (function instances, each with its c
 share the shoppers; checkouts run on threads of their own (admin_api scales apart from
 claim_api); everything runs in this process, calling the services directly.
 
+A share `--cancel` of the redeemed orders is cancelled right after its redemption; both
+campaigns give a cancelled order's code back to the pool (on_cancel "return_to_pool"), where
+shoppers still retrying claim it again.
+
 Then the release throughput on its own: `--burst` holds expire at once and one sweep pass
 releases them. Events go to an in-memory publisher and are applied to the sharded counters
 afterwards, so the stats (held, redeemed, released, remaining) are compared with the documents.
 
 Reported per run: shoppers served, claims, SOLD_OUT answers, codes redeemed, holds released,
+the cancellations' funnel (orders cancelled, codes returned, of those claimed again),
 holds redeemed after a release gave their code back, Firestore RPCs by method (counted where the
 client sends them), and the invariants read back from the database (devkit/audit.py,
 plus: no (coupon, shopper) hold both released and redeemed, no code redeemed by two orders).
@@ -73,6 +78,7 @@ class Config:
     instances: int
     burst: int
     seed: int
+    cancel: float
 
 
 # --- the pieces a sale needs ------------------------------------------------------------------
@@ -186,6 +192,8 @@ class SaleResult:
     release_passes: int = 0
     release_seconds: float = 0.0
     redeemed_after_release: int = 0  # redeemed codes whose earlier hold had been released
+    reversed: int = 0  # orders cancelled after their redemption
+    funnel: dict[str, int] = field(default_factory=dict)
     rpcs: dict[str, int] = field(default_factory=dict)
     lags: dict[str, dict[str, float]] = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
@@ -200,6 +208,7 @@ class Shopper:
     abandons: bool
     checkout: float
     deadline: float = 0.0
+    cancels: bool = False  # the order is cancelled after its redemption
     outcome: str = "waiting"
     code: str | None = None
     # How late this process got to the shopper's first claim and to their checkout: on a busy
@@ -244,6 +253,10 @@ class Sale:
             )
             for i in range(cfg.shoppers)
         ]
+        # Drawn apart, so the same shoppers abandon with or without cancellations.
+        cancels = random.Random(cfg.seed + 7)
+        for shopper in self.shoppers:
+            shopper.cancels = cancels.random() < cfg.cancel
         self._lock = threading.Lock()
         # Claims and checkouts reach different functions (claim_api, admin_api), each scaled on
         # its own: a checkout never queues behind the claims of the sale.
@@ -300,6 +313,12 @@ class Sale:
             return
         shopper.outcome = "redeemed"
         self.count(redeemed=1)
+        if shopper.cancels:
+            self.services.reversals.reverse_order(
+                campaign_id=self.campaign_id, order_id=f"order-{shopper.index}"
+            )
+            shopper.outcome = "cancelled"
+            self.count(reversed=1)
 
     def sweep_until(self, stop: threading.Event) -> None:
         while not stop.wait(self.cfg.sweep_every):
@@ -367,6 +386,7 @@ def make_campaign(services: Any, cfg: Config, *, hold_seconds: int | None) -> st
     from shared.campaigns.models import CampaignCreate
     from shared.clock import utcnow
     from shared.gcp.firestore import campaign_ref
+    from shared.types import OnCancel
 
     now = utcnow()
     campaign_id = f"holds-{'on' if hold_seconds else 'off'}-{cfg.seed}"
@@ -376,6 +396,7 @@ def make_campaign(services: Any, cfg: Config, *, hold_seconds: int | None) -> st
         starts_at=now - timedelta(minutes=1),
         ends_at=now + timedelta(hours=2),
         hold_seconds=60 if hold_seconds else None,
+        on_cancel=OnCancel.RETURN_TO_POOL,
     )
     campaign_service.create_campaign(services.db, data=data, now=now)
     if hold_seconds:
@@ -398,6 +419,26 @@ def check(
     redeemed = [(e["coupon_id"], e["user_id"]) for e in mine if e["type"] == "coupon.redeemed"]
     released_coupons = {coupon for coupon, _ in released}
     result.redeemed_after_release = sum(1 for c, _ in redeemed if c in released_coupons)
+    returned = [
+        (e["coupon_id"], e["occurred_at"])
+        for e in mine
+        if e["type"] == "coupon.reversed" and e["on_cancel"] == "return_to_pool"
+    ]
+    claimed_at: dict[str, list[str]] = {}
+    for e in mine:
+        if e["type"] == "coupon.claimed":
+            claimed_at.setdefault(e["coupon_id"], []).append(e["occurred_at"])
+    # RFC 3339 UTC strings of one format sort as the times they name.
+    claimed_again = sum(1 for c, at in returned if any(t > at for t in claimed_at.get(c, [])))
+    result.funnel = {
+        "claims": result.claims,
+        "redeemed": result.redeemed,
+        "cancelled": result.reversed,
+        "returned_to_pool": len(returned),
+        "claimed_again": claimed_again,
+    }
+    unreversed = Counter(c for c, _ in redeemed)
+    unreversed.subtract(c for c, _ in returned)
     result.audit = {
         "codes_total": report.codes_total,
         "assigned": report.assigned,
@@ -408,8 +449,10 @@ def check(
     result.violations = {
         **report.violations,
         "hold_both_released_and_redeemed": len(released & set(redeemed)),
-        "code_redeemed_by_two_orders": len(redeemed) - len({c for c, _ in redeemed}),
-        "redemptions_answered_vs_stored": abs(result.redeemed - report.redeemed),
+        # Two orders at once: a code is redeemed again only after a cancellation gave it back.
+        "code_redeemed_by_two_orders": sum(1 for n in unreversed.values() if n > 1),
+        "redemptions_answered_vs_stored": abs(result.redeemed - result.reversed - report.redeemed),
+        "returned_codes_not_claimed_again": len(returned) - claimed_again,
         "releases_counted_vs_events": abs(result.released - len(released)),
     }
 
@@ -430,13 +473,15 @@ def check_counters(
     campaign = campaign_store.get_campaign(services.db, campaign_id=campaign_id)
     stats = services.usage.stats(campaign, now=utcnow())
     result.stats = stats.model_dump(
-        include={"claimed", "held", "redeemed", "released", "remaining"}
+        include={"claimed", "held", "redeemed", "released", "reversed", "remaining"}
     )
     audit = result.audit
     result.violations["stats_remaining_vs_free_coupons"] = abs(
         stats.remaining - audit["unassigned"]
     )
-    result.violations["stats_redeemed_vs_stored"] = abs(stats.redeemed - audit["redeemed"])
+    result.violations["stats_redeemed_vs_stored"] = abs(
+        stats.redeemed - stats.reversed - audit["redeemed"]
+    )
     result.violations["stats_held_vs_stored"] = abs(stats.held - audit["held"])
 
 
@@ -471,8 +516,10 @@ def release_burst(services: Any, cfg: Config) -> BurstResult:
     burst = Config(**{**asdict(cfg), "codes": cfg.burst, "seed": cfg.seed + 1000})
     campaign_id = make_campaign(services, burst, hold_seconds=1)
 
+    from shared.claims.policy import Shopper as Caller
+
     def hold(i: int) -> None:
-        services.claims.claim(campaign_id=campaign_id, user_id=f"burst-{i}")
+        services.claims.claim(campaign_id=campaign_id, shopper=Caller(user_id=f"burst-{i}"))
 
     with ThreadPoolExecutor(cfg.concurrency) as pool:
         list(pool.map(hold, range(cfg.burst)))
@@ -520,6 +567,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--instances", type=int, default=2)
     parser.add_argument("--burst", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--cancel", type=float, default=0.1, help="share of orders cancelled")
     parser.add_argument(
         "--no-counters",
         dest="counters",
@@ -546,6 +594,7 @@ def config_of(args: argparse.Namespace) -> Config:
         instances=args.instances,
         burst=args.burst,
         seed=args.seed,
+        cancel=args.cancel,
     )
 
 
@@ -574,6 +623,12 @@ def print_figures(cfg: Config, sales: list[SaleResult], burst: BurstResult) -> N
         ("codes redeemed", lambda r: r.redeemed),
         ("redeemed share of the codes", lambda r: f"{r.redeemed / cfg.codes:.1%}"),
         ("holds released", lambda r: r.released),
+        (
+            "orders cancelled / codes back in the pool / claimed again",
+            lambda r: " / ".join(
+                str(r.funnel.get(k, 0)) for k in ("cancelled", "returned_to_pool", "claimed_again")
+            ),
+        ),
         ("redeemed after an earlier hold was released", lambda r: r.redeemed_after_release),
         ("shoppers left with SOLD_OUT", lambda r: r.outcomes.get("sold_out", 0)),
         (

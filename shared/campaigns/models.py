@@ -15,6 +15,7 @@ from shared.types import (
     EmailCanonicalization,
     IdentityKind,
     InputTime,
+    OnCancel,
     RequestBody,
     SafeText,
     UtcTime,
@@ -27,11 +28,15 @@ MAX_LOW_STOCK_THRESHOLD = 1_000_000_000
 # A hold lasts long enough to check out, and no longer than a day.
 MIN_HOLD_SECONDS = 60
 MAX_HOLD_SECONDS = 86_400
+# A code valid for a minute at least, and for ten years at most.
+MIN_VALID_SECONDS = 60
+MAX_VALID_SECONDS = 10 * 366 * 86_400
 # A fair drop's pre-queue opens at most a week before the start (docs/fair-drops.md).
 MAX_PRE_QUEUE_SECONDS = 7 * 86_400
 
 Title = Annotated[SafeText, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
 HoldSeconds = Annotated[int, Field(ge=MIN_HOLD_SECONDS, le=MAX_HOLD_SECONDS)]
+ValidSeconds = Annotated[int, Field(ge=MIN_VALID_SECONDS, le=MAX_VALID_SECONDS)]
 PreQueueSeconds = Annotated[int, Field(ge=0, le=MAX_PRE_QUEUE_SECONDS)]
 # A Firebase `firebase.sign_in_provider`: password, phone, anonymous, custom, google.com,
 # oidc.<id>, saml.<id>, ...
@@ -71,6 +76,11 @@ class CampaignCreate(RequestBody):
     email_canonicalization: EmailCanonicalization = EmailCanonicalization.MAILBOX
     allowed_sign_in_providers: SignInProviders | None = None
     require_app_check: bool = False
+    on_cancel: OnCancel = OnCancel.KEEP_USED
+    # How long a code may be redeemed: for so long after its claim, or until a fixed time
+    # (one or the other, or neither: codes never expire).
+    codes_valid_for_seconds: ValidSeconds | None = None
+    codes_valid_until: InputTime | None = None
     # 0: no pre-queue; otherwise shoppers join this long before the start and are drawn at it.
     pre_queue_seconds: PreQueueSeconds = 0
 
@@ -78,10 +88,16 @@ class CampaignCreate(RequestBody):
     def _window(self) -> Self:
         if self.ends_at <= self.starts_at:
             raise ValueError("ends_at must be after starts_at")
+        _one_validity(self.codes_valid_for_seconds, self.codes_valid_until)
         if self.pre_queue_seconds and not self.waiting_room_enabled:
             raise ValueError("a pre-queue admits its draw through the waiting room: enable it")
         self.allowed_sign_in_providers = _distinct(self.allowed_sign_in_providers)
         return self
+
+
+def _one_validity(seconds: int | None, until: datetime | None) -> None:
+    if seconds is not None and until is not None:
+        raise ValueError("codes_valid_for_seconds and codes_valid_until exclude each other")
 
 
 # Fields of an update that may be left out but never set to null.
@@ -96,6 +112,7 @@ _NOT_NULLABLE = (
     "identity",
     "email_canonicalization",
     "require_app_check",
+    "on_cancel",
     "pre_queue_seconds",
 )
 
@@ -127,6 +144,10 @@ class CampaignUpdate(RequestBody):
     email_canonicalization: EmailCanonicalization | None = None  # as identity: before the start
     allowed_sign_in_providers: SignInProviders | None = None  # null: every provider again
     require_app_check: bool | None = None
+    on_cancel: OnCancel | None = None
+    # Read at each redemption from the claim time: a change applies to codes claimed before it.
+    codes_valid_for_seconds: ValidSeconds | None = None  # null: no validity after the claim
+    codes_valid_until: InputTime | None = None  # null: no fixed end
     # Only until the pre-queue opens (store): its commitment is published from then on.
     pre_queue_seconds: PreQueueSeconds | None = None
 
@@ -134,6 +155,7 @@ class CampaignUpdate(RequestBody):
     def _something(self) -> Self:
         if not self.model_fields_set:
             raise ValueError("nothing to update")
+        _one_validity(self.codes_valid_for_seconds, self.codes_valid_until)
         self.allowed_sign_in_providers = _distinct(self.allowed_sign_in_providers)
         for name in _NOT_NULLABLE:
             if name in self.model_fields_set and getattr(self, name) is None:
@@ -159,6 +181,9 @@ class CampaignRecord(BaseModel):
     email_canonicalization: EmailCanonicalization = EmailCanonicalization.MAILBOX
     allowed_sign_in_providers: list[str] | None = None
     require_app_check: bool = False
+    on_cancel: OnCancel = OnCancel.KEEP_USED
+    codes_valid_for_seconds: int | None = Field(default=None, gt=0)
+    codes_valid_until: datetime | None = None
     pre_queue_seconds: int = 0
     # Hex SHA-256 of the drop's secret seed (fairness/secret), set with the pre-queue.
     seed_commitment: str | None = None
@@ -184,6 +209,14 @@ class CampaignRecord(BaseModel):
     archived: bool = False
     created_at: datetime
     updated_at: datetime
+
+    def valid_until(self, claimed_at: datetime) -> datetime | None:
+        """Until when a code claimed at `claimed_at` may be redeemed (None: no end)."""
+        if self.codes_valid_until is not None:
+            return self.codes_valid_until
+        if self.codes_valid_for_seconds is not None:
+            return claimed_at + timedelta(seconds=self.codes_valid_for_seconds)
+        return None
 
     @property
     def pre_queue_opens_at(self) -> datetime | None:
@@ -230,10 +263,12 @@ class CampaignPublic(BaseModel):
 class CampaignStats(BaseModel):
     codes_total: int
     claimed: int  # every claim ever made, holds included (a released hold stays counted)
-    remaining: int  # codes_total - claimed + released
+    remaining: int  # codes_total - claimed + released + returned - voided while available
     held: int = 0  # holds right now: neither redeemed nor released yet
     redeemed: int = 0
     released: int = 0
+    reversed: int = 0  # redemptions undone (cancelled or refunded orders), any on_cancel
+    voided: int = 0
     claims_last_minute: int = 0
     projected_sold_out_at: UtcTime | None = None
 
@@ -254,6 +289,9 @@ class CampaignAdmin(BaseModel):
     email_canonicalization: EmailCanonicalization
     allowed_sign_in_providers: list[str] | None
     require_app_check: bool
+    on_cancel: OnCancel
+    codes_valid_for_seconds: int | None
+    codes_valid_until: UtcTime | None
     # The format every code was generated in (a checkout may test typed codes against it with
     # web/codedrop.js isWellFormed), or null.
     code_format: CodeFormat | None = None

@@ -136,6 +136,10 @@ def update_campaign(
         merged = current.model_copy(update={**changes, "updated_at": now, "version": version})
         if merged.ends_at <= merged.starts_at:
             raise RequestValidationFailed("ends_at must be after starts_at")
+        if merged.codes_valid_for_seconds is not None and merged.codes_valid_until is not None:
+            raise RequestValidationFailed(
+                "codes_valid_for_seconds and codes_valid_until exclude each other"
+            )
         # Claims are keyed on the identity: a new one would let every shopper claim again.
         for name in ("identity", "email_canonicalization"):
             if getattr(merged, name) != getattr(current, name) and now >= current.starts_at:

@@ -9,22 +9,26 @@ from typing import Annotated, Self
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
-    field_validator,
     model_validator,
 )
 
 from shared.events.models import CouponClaimed, claimed_event_id
 from shared.intake.csv_rows import MAX_CODE_LENGTH
-from shared.types import RequestBody, UtcTime
+from shared.types import OnCancel, RequestBody, UtcTime
 
 
 class ClaimState(StrEnum):
     HELD = "held"  # a hold for checkout: released at expires_at unless redeemed
     CLAIMED = "claimed"  # final
     REDEEMED = "redeemed"
+    # The code's redemption was reversed and the code went back to the pool (or stays used):
+    # the slot stays taken, so the per-user limit still counts it.
+    REVERSED = "reversed"
+    VOIDED = "voided"  # an admin voided the code
 
 
 class ClaimRecord(BaseModel):
@@ -62,12 +66,15 @@ class ClaimPublic(_ExpiresWhileHeld):
     user_id: str
     code: str
     claimed_at: UtcTime
+    # Until when the code may be redeemed (the campaign's validity), or null: no end.
+    valid_until: UtcTime | None = None
 
 
 class HeldClaim(_ExpiresWhileHeld):
     claim_id: str
     code: str
     claimed_at: UtcTime
+    valid_until: UtcTime | None = None
 
 
 class HeldClaims(BaseModel):
@@ -96,7 +103,7 @@ OrderId = Annotated[str, StringConstraints(strip_whitespace=True, pattern=r"^[\x
 
 class CodeStatus(BaseModel):
     code: str
-    state: str  # available, held, claimed, redeemed
+    state: str  # available, held, claimed, redeemed, reversed, voided
     user_id: str | None
     claimed_at: UtcTime | None
     expires_at: UtcTime | None
@@ -116,7 +123,33 @@ class RedemptionPublic(BaseModel):
     redeemed_at: UtcTime
 
 
-# --- Shopify's orders/create webhook ----------------------------------------------------------
+class ReversalPublic(BaseModel):
+    """A reversed redemption, as its record keeps it."""
+
+    code: str
+    order_id: str
+    user_id: str
+    redeemed_at: UtcTime
+    reversed_at: UtcTime
+    on_cancel: OnCancel  # what became of the code
+
+
+class OrderReversal(BaseModel):
+    order_id: str
+    reversals: list[ReversalPublic]
+
+
+# --- Shopify's order webhooks: orders/create, orders/cancelled, refunds/create ----------------
+def _shopify_id(value: object) -> object:
+    # Shopify's order ids are JSON integers (64-bit); codedrop keeps order ids as strings.
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return str(value)
+    return value
+
+
+ShopifyOrderId = Annotated[OrderId, BeforeValidator(_shopify_id)]
+
+
 class ShopifyDiscountCode(BaseModel):
     # Shopify sends more per code (amount, type); only the code matters here.
     model_config = ConfigDict(extra="ignore")
@@ -127,22 +160,22 @@ class ShopifyOrder(BaseModel):
     """The part of an order payload that redemption needs; the rest is ignored."""
 
     model_config = ConfigDict(extra="ignore")
-    id: OrderId
+    id: ShopifyOrderId
     discount_codes: list[ShopifyDiscountCode] = Field(default_factory=list, max_length=100)
 
-    @field_validator("id", mode="before")
-    @classmethod
-    def _order_id(cls, value: object) -> object:
-        # Shopify's order ids are JSON integers (64-bit); codedrop keeps order ids as strings.
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return str(value)
-        return value
+
+class ShopifyRefund(BaseModel):
+    """The part of a refunds/create payload that a reversal needs: the refunded order."""
+
+    model_config = ConfigDict(extra="ignore")
+    order_id: ShopifyOrderId
 
 
 class OrderCodeResult(BaseModel):
     code: str
     campaign_id: str | None
-    outcome: str  # redeemed, already_redeemed, or the error_code that refused it
+    # redeemed, already_redeemed, reversed, already_reversed, or the error_code that refused it
+    outcome: str
 
 
 class OrderRedemptions(BaseModel):

@@ -7,10 +7,17 @@ the coupon is then read again and the answer follows from what it has become: re
 order (200, idempotent), by another (409 CODE_ALREADY_REDEEMED), or free again (409
 CODE_NOT_CLAIMED). A hold past its expiry that the sweep has not released yet is still the
 shopper's and may be redeemed: nobody else can have the code until it is released.
+
+A code past the campaign's validity (`valid_until`, from the claim time) is refused (409
+CODE_EXPIRED); a voided one too (409 CODE_VOIDED). The batch also records the redemption under
+its order (`redeemed_orders/{hash of the order id}`), so a cancellation that names only the order
+finds its codes by reference (shared/claims/reversal.py). A code given back by a reversal may be
+redeemed again: the coupon's `redemptions` count numbers each redemption, and its event.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +27,8 @@ from typing import Any
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
+from shared.campaigns.models import CampaignRecord
+from shared.campaigns.store import get_campaign
 from shared.claims.models import (
     ClaimState,
     CodeStatus,
@@ -37,14 +46,16 @@ from shared.coupons.store import (
 )
 from shared.errors import (
     CodeAlreadyRedeemed,
+    CodeExpired,
     CodeNotClaimed,
     CodeNotFound,
+    CodeVoided,
     Contended,
     shown,
 )
 from shared.events.bus import EventBus
 from shared.events.models import CouponRedeemed, redeemed_event_id
-from shared.gcp.firestore import Snapshot, claims_collection
+from shared.gcp.firestore import Snapshot, claims_collection, redeemed_order_ref
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +86,10 @@ class RedemptionService:
         found: Snapshot = snapshot
         return found
 
+    def _coupon_and_campaign(self, campaign_id: str, code: str) -> tuple[Snapshot, CampaignRecord]:
+        """The coupon and its campaign, whose validity the redemption checks."""
+        return self._coupon(campaign_id, code), get_campaign(self._db, campaign_id=campaign_id)
+
     def status(self, *, campaign_id: str, code: str) -> CodeStatus:
         data = self._coupon(campaign_id, code).to_dict() or {}
         state = coupon_state(data)
@@ -91,10 +106,14 @@ class RedemptionService:
 
     def redeem(self, *, campaign_id: str, code: str, order_id: str) -> RedemptionOutcome:
         for _ in range(MAX_ROUNDS):
-            snapshot = self._coupon(campaign_id, code)
+            snapshot, campaign = self._coupon_and_campaign(campaign_id, code)
             data = snapshot.to_dict() or {}
             code = data["code"]  # as stored, whatever case it was typed in
             state = coupon_state(data)
+            if state is CouponState.VOIDED:
+                raise CodeVoided(f"Code {code!r} was voided.")
+            if state is CouponState.REVERSED:
+                raise CodeAlreadyRedeemed(f"Code {code!r} was used by an order since cancelled.")
             if state is CouponState.REDEEMED:
                 if data.get("order_id") != order_id:
                     raise CodeAlreadyRedeemed(f"Code {code!r} was redeemed by another order.")
@@ -111,6 +130,9 @@ class RedemptionService:
                 raise CodeNotClaimed(
                     f"Nobody holds code {code!r}: it is available, or its hold was released."
                 )
+            valid_until = campaign.valid_until(data["assigned_at"])
+            if valid_until is not None and self._clock() > valid_until:
+                raise CodeExpired(f"Code {code!r} was valid until {valid_until.isoformat()}.")
             try:
                 return self._commit(campaign_id, code, order_id, snapshot, data)
             except gexc.FailedPrecondition:
@@ -125,8 +147,9 @@ class RedemptionService:
     ) -> RedemptionOutcome:
         now = self._clock()
         was_held = coupon_state(data) is CouponState.HELD
+        number = int(data.get("redemptions", 0)) + 1  # the guard makes it this coupon's n-th
         event = CouponRedeemed(
-            event_id=redeemed_event_id(campaign_id, snapshot.id),
+            event_id=redeemed_event_id(campaign_id, snapshot.id, number),
             campaign_id=campaign_id,
             occurred_at=now,
             coupon_id=snapshot.id,
@@ -145,7 +168,7 @@ class RedemptionService:
                 **redeemed,
                 "state": CouponState.REDEEMED.value,
                 EXPIRES_BUCKET: firestore.DELETE_FIELD,
-                # Never above 1 while the guard holds; the audit reads it back to prove that.
+                # Never above 1 + its reversals while the guard holds; the audit proves that.
                 "redemptions": firestore.Increment(1),
             },
             option=self._db.write_option(last_update_time=snapshot.update_time),
@@ -153,6 +176,13 @@ class RedemptionService:
         batch.update(
             claims_collection(self._db, campaign_id).document(data["claim_id"]),
             {**redeemed, "state": ClaimState.REDEEMED.value},
+        )
+        # Unguarded: entries are only ever added, each by the commit of its own redemption.
+        entry = {"campaign_id": campaign_id, "coupon_id": snapshot.id, "redemption": number}
+        batch.set(
+            redeemed_order_ref(self._db, order_key(order_id)),
+            {"order_id": order_id, "redemptions": firestore.ArrayUnion([entry])},
+            merge=True,
         )
         self._bus.stage(batch, event, now=now)
         batch.commit()
@@ -167,8 +197,9 @@ class RedemptionService:
     def redeem_order(self, order: ShopifyOrder) -> OrderRedemptions:
         """Redeem every discount code of a shop's order, each in one campaign (campaign_for).
 
-        A code nobody holds, or one another order redeemed, is reported and skipped: the order
-        exists either way, and the shop's own checkout decided whether the discount applied.
+        A code nobody holds, one another order redeemed, an expired or a voided one, is reported
+        and skipped: the order exists either way, and the shop's own checkout decided whether
+        the discount applied.
         """
         results = []
         for discount in order.discount_codes:
@@ -181,7 +212,13 @@ class RedemptionService:
             else:
                 try:
                     outcome = self.redeem(campaign_id=campaign_id, code=code, order_id=order.id)
-                except (CodeNotClaimed, CodeAlreadyRedeemed, CodeNotFound) as exc:
+                except (
+                    CodeNotClaimed,
+                    CodeAlreadyRedeemed,
+                    CodeNotFound,
+                    CodeExpired,
+                    CodeVoided,
+                ) as exc:
                     result = exc.error_code
                 else:
                     result = "redeemed" if outcome.created else "already_redeemed"
@@ -191,6 +228,12 @@ class RedemptionService:
             extra={"order_id": order.id, "outcomes": [r.outcome for r in results]},
         )
         return OrderRedemptions(order_id=order.id, results=results)
+
+
+def order_key(order_id: str) -> str:
+    """The document id of an order's redemptions: a hash, as order ids may hold any printable
+    character (a `/` or `__x__` is no document id)."""
+    return hashlib.sha256(order_id.encode()).hexdigest()[:40]
 
 
 def campaign_for(holders: dict[str, dict[str, Any]], order_id: str) -> str | None:

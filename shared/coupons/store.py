@@ -2,8 +2,11 @@
 collection-group queries of the checkout half: expired holds, and the campaigns holding a code.
 
 A coupon's life: available -> held (a claim with an expiry) or claimed (a final claim) ->
-redeemed; a hold not redeemed in time goes back to available. `assigned` stays the field the
-claim query filters on; `state` says which of the four a coupon is in.
+redeemed; a hold not redeemed in time goes back to available. A redemption whose order is
+cancelled is reversed: back to available, back to claimed, or reversed for good (the campaign's
+on_cancel, shared/claims/reversal.py); an admin may void any code not redeemed
+(docs/lifecycle.md). `assigned` stays the field the claim query filters on (a voided code stays
+assigned); `state` says where a coupon is.
 
 Neither collection-group query indexes a value that grows in write order (see DESIGN
 "Production truth"), and both need a collection-group single-field index, declared as field
@@ -49,6 +52,8 @@ class CouponState(StrEnum):
     HELD = "held"
     CLAIMED = "claimed"
     REDEEMED = "redeemed"
+    REVERSED = "reversed"  # its order was cancelled under on_cancel "keep_used": used for good
+    VOIDED = "voided"  # withdrawn by an admin: never claimed nor redeemed again
 
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from pydantic import (
     ValidationError,
 )
 
-from shared.types import CampaignId, InputTime, rfc3339
+from shared.types import CampaignId, InputTime, OnCancel, rfc3339
 
 EventId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")]
 # Ids that name Firestore documents (claims, coupons, jobs): no "/", never "__…__".
@@ -39,6 +39,8 @@ class EventType(StrEnum):
     COUPON_CLAIMED = "coupon.claimed"
     COUPON_REDEEMED = "coupon.redeemed"
     COUPON_RELEASED = "coupon.released"
+    COUPON_REVERSED = "coupon.reversed"
+    COUPON_VOIDED = "coupon.voided"
     CODES_IMPORTED = "codes.imported"
     CODES_ASSIGNED = "codes.assigned"
     LOW_STOCK = "campaign.low_stock"
@@ -82,6 +84,25 @@ class CouponReleased(_Event):
     expired_at: EventTime
 
 
+class CouponReversed(_Event):
+    """A redemption undone (its order was cancelled or refunded): exactly one per redemption."""
+
+    type: Literal[EventType.COUPON_REVERSED] = EventType.COUPON_REVERSED
+    coupon_id: DocumentId
+    user_id: UserId
+    claim_id: DocumentId
+    order_id: Annotated[str, StringConstraints(pattern=r"^[\x21-\x7e]{1,128}$")]
+    on_cancel: OnCancel
+
+
+class CouponVoided(_Event):
+    """An admin withdrew a code: it can no longer be claimed or redeemed."""
+
+    type: Literal[EventType.COUPON_VOIDED] = EventType.COUPON_VOIDED
+    coupon_id: DocumentId
+    voided_from: Annotated[str, StringConstraints(pattern=r"^(available|held|claimed)$")]
+
+
 class CodesImported(_Event):
     type: Literal[EventType.CODES_IMPORTED] = EventType.CODES_IMPORTED
     count: int = Field(ge=0, le=MAX_EVENT_COUNT)
@@ -117,6 +138,8 @@ Event = Annotated[
     CouponClaimed
     | CouponRedeemed
     | CouponReleased
+    | CouponReversed
+    | CouponVoided
     | CodesImported
     | CodesAssigned
     | CampaignLowStock
@@ -175,8 +198,33 @@ def released_event_id(campaign_id: str, coupon_id: str, claimed_at: datetime) ->
     return f"released.{campaign_id}.{coupon_id}.{micros(claimed_at)}"
 
 
-def redeemed_event_id(campaign_id: str, coupon_id: str) -> str:
-    return f"redeemed.{campaign_id}.{coupon_id}"  # a code is redeemed once, ever
+def redeemed_event_id(campaign_id: str, coupon_id: str, redemption: int = 1) -> str:
+    """A code is redeemed once unless a reversal gives it back: the n-th redemption of a coupon
+    (its `redemptions` count after it) is known by n, the first keeping the id it always had."""
+    base = f"redeemed.{campaign_id}.{coupon_id}"
+    return base if redemption == 1 else f"{base}.{redemption}"
+
+
+def redemption_number(event_id: str, campaign_id: str, coupon_id: str) -> int | None:
+    """The n of a coupon.redeemed id (redeemed_event_id), or None if it is not one."""
+    base = f"redeemed.{campaign_id}.{coupon_id}"
+    if event_id == base:
+        return 1
+    rest = event_id[len(base) + 1 :] if event_id.startswith(f"{base}.") else ""
+    return int(rest) if rest.isdigit() and rest[0] != "0" and int(rest) > 1 else None
+
+
+def reversed_event_id(campaign_id: str, coupon_id: str, redemption: int) -> str:
+    return f"reversed.{campaign_id}.{coupon_id}.{redemption}"  # one per redemption
+
+
+def reversal_record_id(coupon_id: str, redemption: int) -> str:
+    """The id of a reversed redemption's record (campaigns/{id}/reversals/…)."""
+    return f"{coupon_id}-{redemption}"
+
+
+def voided_event_id(campaign_id: str, coupon_id: str) -> str:
+    return f"voided.{campaign_id}.{coupon_id}"  # a voided code stays voided
 
 
 def assigned_event_id(job_id: str, first_line: int) -> str:

@@ -4,6 +4,7 @@ campaigns/{campaign_id}                                  settings, sold_out, poo
 campaigns/{campaign_id}/coupons/{coupon_id}              coupon_id derived from the code
 campaigns/{campaign_id}/claims/{claim_id}                user key + slot, one per code held
 campaigns/{campaign_id}/released_holds/{claim_id}-{µs}   what a released hold was (its claim)
+campaigns/{campaign_id}/reversals/{coupon_id}-{n}        what the coupon's n-th redemption was
 campaigns/{campaign_id}/counter_shards/{n}               usage counters
 campaigns/{campaign_id}/counters/config                  how many shards
 campaigns/{campaign_id}/processed_events/{event_id}      count_usage's idempotency markers
@@ -21,6 +22,7 @@ outbox/{event_id}                                        events waiting to be pu
 webhooks/{webhook_id}                                    a campaign's webhook and its drain lease
 webhooks/{webhook_id}/deliveries/{event_id}              one event's delivery to that webhook
 campaign_webhooks/{campaign_id}                          the campaign's webhooks and their events
+redeemed_orders/{order_key}                              the coupons an order redeemed
 audit/{entry_id}                                         an admin's change: who, what, before, after
 """
 
@@ -43,6 +45,8 @@ CAMPAIGNS = "campaigns"
 COUPONS = "coupons"
 CLAIMS = "claims"
 RELEASED_HOLDS = "released_holds"
+REVERSALS = "reversals"
+REDEEMED_ORDERS = "redeemed_orders"
 COUNTER_SHARDS = "counter_shards"
 COUNTERS = "counters"
 PROCESSED_EVENTS = "processed_events"
@@ -130,6 +134,16 @@ def released_holds_collection(
     db: firestore.Client, campaign_id: str
 ) -> firestore.CollectionReference:
     return _sub(db, campaign_id, RELEASED_HOLDS)
+
+
+def reversals_collection(db: firestore.Client, campaign_id: str) -> firestore.CollectionReference:
+    return _sub(db, campaign_id, REVERSALS)
+
+
+def redeemed_order_ref(db: firestore.Client, order_key: str) -> firestore.DocumentReference:
+    """An order's redemptions across campaigns (`order_key`: a hash of the shop's order id)."""
+    ref: firestore.DocumentReference = db.collection(REDEEMED_ORDERS).document(order_key)
+    return ref
 
 
 def counter_shards_collection(

@@ -1,6 +1,7 @@
 """admin_api: campaigns, codes, jobs, stats, webhooks and maintenance for marketers and operators
 (an ID token with the `admin` claim); code look-ups and redemptions for a shop's checkout
-(`redeemer` or `admin`); and Shopify's orders/create webhook (signed by Shopify, no ID token)."""
+(`redeemer` or `admin`), their reversals and voids; and Shopify's orders/create, orders/cancelled
+and refunds/create webhooks (signed by Shopify, no ID token)."""
 
 from __future__ import annotations
 
@@ -22,10 +23,13 @@ from shared.campaigns.models import (
 )
 from shared.claims.models import (
     CodeStatus,
+    OrderId,
     OrderRedemptions,
+    OrderReversal,
     RedemptionCreate,
     RedemptionPublic,
     ShopifyOrder,
+    ShopifyRefund,
 )
 from shared.clock import utcnow
 from shared.control import claims_list
@@ -37,14 +41,17 @@ from shared.errors import (
     CampaignNotEnded,
     CampaignNotFound,
     CodeAlreadyRedeemed,
+    CodeExpired,
     CodeMalformed,
     CodeNotClaimed,
     CodeNotFound,
+    CodeVoided,
     Contended,
     DeliveryNotFound,
     JobNotFinished,
     JobNotFound,
     RateLimited,
+    RedemptionNotFound,
     RequestValidationFailed,
     TooManyWebhooks,
     WebhookNotFound,
@@ -93,6 +100,7 @@ from shared.webhooks.models import (
 )
 
 _JOB_ID: TypeAdapter[str] = TypeAdapter(JobId)
+_ORDER_ID: TypeAdapter[str] = TypeAdapter(OrderId)
 _WEBHOOK_ID = re.compile(r"^wh_[a-f0-9]{16}$")
 # An event id as events and test events spell them (never Firestore's reserved __x__).
 _EVENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,299}$")
@@ -102,8 +110,10 @@ router = Router(title="codedrop admin_api", cors=True)
 ADMIN = Access.ADMIN
 REDEEMER = Access.REDEEMER
 # Shopify sends other topics to a URL only if it was subscribed to them; they are acknowledged
-# and ignored, so a misconfigured subscription never redeems anything.
+# and ignored, so a misconfigured subscription never redeems (or reverses) anything.
 REDEEMING_TOPICS = {"orders/create"}
+REVERSING_TOPICS = {"orders/cancelled"}
+REFUND_TOPICS = {"refunds/create"}
 
 
 class CampaignFilter(BaseModel):
@@ -684,6 +694,8 @@ def code_status(call: Call, campaign_id: str, code: str) -> flask.Response:
         CodeMalformed,
         CodeNotClaimed,
         CodeAlreadyRedeemed,
+        CodeExpired,
+        CodeVoided,
         Contended,
         RateLimited,
     ],
@@ -699,18 +711,84 @@ def redeem(call: Call, campaign_id: str) -> flask.Response:
     return json_response(outcome.redemption, 201 if outcome.created else 200)
 
 
+def order_id_param(value: str) -> str:
+    try:
+        return _ORDER_ID.validate_python(value)
+    except ValidationError:
+        raise RedemptionNotFound(f"No order {shown(value)} redeemed a code here.") from None
+
+
+@router.route(
+    "/v1/campaigns/<campaign_id>/redemptions/<order_id>:reverse",
+    methods=["POST"],
+    access=REDEEMER,
+    summary=(
+        "Reverse what a cancelled or refunded order redeemed in the campaign; the campaign's "
+        "on_cancel says what becomes of each code (idempotent: a repeat answers the same)."
+    ),
+    responses={200: OrderReversal},
+    raises=[CampaignNotFound, RedemptionNotFound, Contended],
+)
+def reverse_order(call: Call, campaign_id: str, order_id: str) -> flask.Response:
+    reversal = call.services.reversals.reverse_order(
+        campaign_id=campaign_id_param(campaign_id), order_id=order_id_param(order_id)
+    )
+    return json_response(reversal)
+
+
+@router.route(
+    "/v1/campaigns/<campaign_id>/codes/<code>:void",
+    methods=["POST"],
+    access=ADMIN,
+    summary="Void a code: it can no longer be claimed or redeemed (idempotent).",
+    responses={200: CodeStatus},
+    raises=[CampaignNotFound, CodeNotFound, CodeMalformed, CodeAlreadyRedeemed, Contended],
+)
+def void_code(call: Call, campaign_id: str, code: str) -> flask.Response:
+    campaign_id = campaign_id_param(campaign_id)
+    if len(code) > MAX_CODE_LENGTH:
+        raise CodeNotFound(f"Campaign {campaign_id!r} has no such code.")
+    code = call.services.typed_codes.matched(campaign_id=campaign_id, typed=code)
+    voided = call.services.reversals.void(campaign_id=campaign_id, code=code)
+    return json_response(voided)
+
+
 @router.route(
     "/v1/webhooks/shopify/orders",
     methods=["POST"],
     access=Access.SHOPIFY_WEBHOOK,
-    summary="Shopify's orders/create webhook: redeem the order's discount codes.",
+    summary=(
+        "Shopify's orders/create webhook redeems the order's discount codes; its "
+        "orders/cancelled webhook reverses what the order redeemed."
+    ),
     body=ShopifyOrder,
     responses={200: OrderRedemptions},
-    raises=[Contended],
+    raises=[CampaignNotFound, Contended],
 )
 def shopify_orders(call: Call) -> flask.Response:
     order = call.body_as(ShopifyOrder)
     topic = call.request.headers.get(shopify.TOPIC_HEADER)
+    if topic in REVERSING_TOPICS:
+        return json_response(call.services.reversals.reverse_shop_order(order.id))
     if topic is not None and topic not in REDEEMING_TOPICS:
         return json_response(OrderRedemptions(order_id=order.id, results=[], ignored_topic=topic))
     return json_response(call.services.redemptions.redeem_order(order))
+
+
+@router.route(
+    "/v1/webhooks/shopify/refunds",
+    methods=["POST"],
+    access=Access.SHOPIFY_WEBHOOK,
+    summary="Shopify's refunds/create webhook: reverse what the refunded order redeemed.",
+    body=ShopifyRefund,
+    responses={200: OrderRedemptions},
+    raises=[CampaignNotFound, Contended],
+)
+def shopify_refunds(call: Call) -> flask.Response:
+    refund = call.body_as(ShopifyRefund)
+    topic = call.request.headers.get(shopify.TOPIC_HEADER)
+    if topic is not None and topic not in REFUND_TOPICS:
+        return json_response(
+            OrderRedemptions(order_id=refund.order_id, results=[], ignored_topic=topic)
+        )
+    return json_response(call.services.reversals.reverse_shop_order(refund.order_id))

@@ -161,7 +161,12 @@ def create_claim(call: Call, campaign_id: str) -> flask.Response:
         # A bad ticket in the cookie would be sent forever: drop it, so the next try starts over.
         response.delete_cookie(cookie, secure=True, httponly=True, samesite="None")
         return response
-    body = ClaimPublic.model_validate(result.outcome.claim, from_attributes=True)
+    claim = result.outcome.claim
+    # The engine's copy of the campaign (recent): its validity, as redemption will judge it.
+    valid_until = call.services.engine.campaign(campaign_id).valid_until(claim.claimed_at)
+    body = ClaimPublic.model_validate(claim, from_attributes=True).model_copy(
+        update={"valid_until": valid_until}
+    )
     response = json_response(body, 201 if result.outcome.created else 200)
     _keep_ticket(response, cookie, result.ticket, max_age)
     return response
@@ -196,7 +201,12 @@ def my_claims(call: Call, campaign_id: str) -> flask.Response:
     held = services.claims.held(campaign, call.user.shopper())
     if not held:
         raise ClaimNotFound(f"You hold no code in campaign {campaign.campaign_id!r}.")
-    claims = [HeldClaim.model_validate(c, from_attributes=True) for c in held]
+    claims = [
+        HeldClaim.model_validate(c, from_attributes=True).model_copy(
+            update={"valid_until": campaign.valid_until(c.claimed_at)}
+        )
+        for c in held
+    ]
     return json_response(HeldClaims(claims=claims))
 
 

@@ -13,6 +13,7 @@ from pydantic import BaseModel, TypeAdapter
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from shared import errors
+from shared.claims.models import OrderId
 from shared.http.routing import MAX_BODY_BYTES, Access, ErrorBody, RouteInfo, Router
 from shared.http.shopify import SIGNATURE_HEADER
 from shared.intake.csv_rows import MAX_CODE_LENGTH
@@ -28,6 +29,7 @@ _PATH_PARAMETERS: dict[str, dict[str, Any]] = {
     "campaign_id": TypeAdapter(CampaignId).json_schema(),
     "job_id": TypeAdapter(JobId).json_schema(),
     "code": {"type": "string", "minLength": 1, "maxLength": MAX_CODE_LENGTH},
+    "order_id": TypeAdapter(OrderId).json_schema(),
 }
 _RULE_PARAMETER = re.compile(r"<(?:[a-z_]+:)?([a-z_]+)>")
 

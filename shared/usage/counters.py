@@ -7,14 +7,19 @@ with a contention error, or takes longer than the contention threshold, doubles 
 (up to `counter_max_shards`) and the failed increment is retried on a shard of the new set.
 Readers sum all shards.
 
-campaigns/{id}/counter_shards/{n}   claimed, imported, redeemed, released, held,
+campaigns/{id}/counter_shards/{n}   claimed, imported, redeemed, released, held, reversed,
+                                    returned, voided, voided_available,
                                     claimed_by_hour{YYYYMMDDHH}, claimed_by_minute{YYYYMMDDHHMM},
-                                    imported_by_hour{…}, redeemed_by_hour{…}, released_by_hour{…}
+                                    imported_by_hour{…}, redeemed_by_hour{…}, released_by_hour{…},
+                                    reversed_by_hour{…}
 campaigns/{id}/counters/config      shards
 
 `claimed` counts every claim ever made, holds included, and a released hold stays counted in it;
-`released` counts releases, so codes_total - claimed + released is what is free. `held` is the
-holds outstanding: +1 per hold claimed, -1 per hold released or redeemed. Each is a sum of
+`released` counts releases and `returned` the reversals that gave a code back to the pool,
+`voided_available` the voids of codes nobody held, so codes_total - claimed + released +
+returned - voided_available is what is free. `reversed` counts every reversal (whatever became
+of its code), `voided` every void. `held` is the holds outstanding: +1 per hold claimed, -1 per
+hold released, redeemed or voided. Each is a sum of
 per-event increments, so it is exact whatever order the events arrive in once all have.
 """
 
@@ -36,6 +41,7 @@ from google.cloud import firestore
 from shared.events import models as events
 from shared.gcp.firestore import counter_config_ref, counter_shards_collection, processed_event_ref
 from shared.settings import Settings
+from shared.types import OnCancel
 
 log = logging.getLogger(__name__)
 
@@ -67,21 +73,42 @@ class CounterTotals:
     redeemed: int = 0
     released: int = 0
     held: int = 0
+    reversed: int = 0
+    returned: int = 0
+    voided: int = 0
+    voided_available: int = 0
     shards: int = 0
     claimed_by_hour: Counter[str] = field(default_factory=Counter)
     claimed_by_minute: Counter[str] = field(default_factory=Counter)
     imported_by_hour: Counter[str] = field(default_factory=Counter)
     redeemed_by_hour: Counter[str] = field(default_factory=Counter)
     released_by_hour: Counter[str] = field(default_factory=Counter)
+    reversed_by_hour: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def taken(self) -> int:
+        """Codes not free: claimed, less those given back, plus those voided while free."""
+        return self.claimed - self.released - self.returned + self.voided_available
 
 
-_TOTALS = ("claimed", "imported", "redeemed", "released", "held")
+_TOTALS = (
+    "claimed",
+    "imported",
+    "redeemed",
+    "released",
+    "held",
+    "reversed",
+    "returned",
+    "voided",
+    "voided_available",
+)
 _SERIES = (
     "claimed_by_hour",
     "claimed_by_minute",
     "imported_by_hour",
     "redeemed_by_hour",
     "released_by_hour",
+    "reversed_by_hour",
 )
 
 
@@ -117,12 +144,31 @@ def _increments(event: events.Event) -> dict[str, Any] | None:
             "released_by_hour": {hour_key(at): firestore.Increment(1)},
             "held": firestore.Increment(-1),
         }
+    if isinstance(event, events.CouponReversed | events.CouponVoided):
+        return _reversed_or_voided(event)
     if isinstance(event, events.CodesImported):
         return {
             "imported": firestore.Increment(event.count),
             "imported_by_hour": {hour_key(event.occurred_at): firestore.Increment(event.count)},
         }
     return None  # announcements change no counter
+
+
+def _reversed_or_voided(event: events.CouponReversed | events.CouponVoided) -> dict[str, Any]:
+    if isinstance(event, events.CouponReversed):
+        reversal = {
+            "reversed": firestore.Increment(1),
+            "reversed_by_hour": {hour_key(event.occurred_at): firestore.Increment(1)},
+        }
+        if event.on_cancel is OnCancel.RETURN_TO_POOL:
+            reversal["returned"] = firestore.Increment(1)
+        return reversal
+    voided = {"voided": firestore.Increment(1)}
+    if event.voided_from == "available":
+        voided["voided_available"] = firestore.Increment(1)
+    elif event.voided_from == "held":
+        voided["held"] = firestore.Increment(-1)
+    return voided
 
 
 class ShardedCounters:

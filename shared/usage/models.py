@@ -21,6 +21,7 @@ class ReportPoint(BaseModel):
     imported: int
     redeemed: int
     released: int
+    reversed: int
 
 
 class UsageReport(BaseModel):
@@ -30,6 +31,7 @@ class UsageReport(BaseModel):
     imported: int
     redeemed: int
     released: int
+    reversed: int
     series: list[ReportPoint]
 
 
@@ -47,7 +49,8 @@ class ReconciliationReport(BaseModel):
     campaign_id: str
     checked_at: UtcTime
     repaired: bool
-    # Codes held by shoppers now (coupons assigned) against the counters' claimed - released.
+    # Codes not free now (coupons assigned) against the counters' claimed - released - returned
+    # + voided_available; redeemed: coupons redeemed now against redemptions - reversals.
     claimed: CounterCheck
     imported: CounterCheck
     redeemed: CounterCheck

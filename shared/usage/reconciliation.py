@@ -5,8 +5,9 @@ per-hour series of claims is rebuilt from the claim documents. Differences are w
 counters as corrections, and reported. Run it when the campaign is quiet: events still in flight
 during a sale show up as differences and would be corrected twice once they land.
 
-Assigned coupons are what the counters call claimed - released, and a correction goes into
-`claimed`, so `remaining` (codes_total - claimed + released) comes out right. The hourly series
+Assigned coupons are what the counters call taken (claimed - released - returned +
+voided_available), and a correction goes into `claimed`, so `remaining` (codes_total - taken)
+comes out right. Coupons in state redeemed are the redemptions not reversed. The hourly series
 of claims counts every claim ever made: the claim documents, and the records of released holds
 (whose claim documents are gone).
 """
@@ -52,9 +53,11 @@ def reconcile(
     }
     totals = counters.totals(campaign_id)
     checks = {
-        "claimed": CounterCheck(counted=assigned, counters=totals.claimed - totals.released),
+        "claimed": CounterCheck(counted=assigned, counters=totals.taken),
         "imported": CounterCheck(counted=imported, counters=totals.imported),
-        "redeemed": CounterCheck(counted=by_state[CouponState.REDEEMED], counters=totals.redeemed),
+        "redeemed": CounterCheck(
+            counted=by_state[CouponState.REDEEMED], counters=totals.redeemed - totals.reversed
+        ),
         "held": CounterCheck(counted=by_state[CouponState.HELD], counters=totals.held),
     }
     corrections: dict[str, Any] = {

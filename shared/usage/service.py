@@ -24,6 +24,7 @@ from shared.gcp.firestore import (
     coupons_collection,
     jobs_collection,
     released_holds_collection,
+    reversals_collection,
 )
 from shared.usage.counters import CounterTotals, ShardedCounters, minute_key
 from shared.usage.models import BurnDownPoint, ReportGranularity, ReportPoint, UsageReport
@@ -70,7 +71,7 @@ class UsageService:
         self._bus = bus
         self._clock = clock
         self._last_check: dict[str, tuple[float, int]] = {}
-        # claimed - released, by campaign
+        # codes not free (CounterTotals.taken), by campaign
         self._taken: RecentReads[str, int] = RecentReads(max_age=stock_cache_seconds)
         self._console_totals: RecentReads[str, CounterTotals] = RecentReads(
             max_age=CONSOLE_CACHE_SECONDS
@@ -109,8 +110,10 @@ class UsageService:
 
         A coupon.claimed must name an existing claim document with the same campaign, user and
         coupon (or, for a hold since released, its released record), and carry the id derived
-        from it (a second id for one claim would count it twice); coupon.redeemed and
-        coupon.released must match the redeemed coupon and the released record; a
+        from it (a second id for one claim would count it twice); coupon.redeemed must match
+        the redeemed coupon (or, for a redemption since reversed, its reversal record),
+        coupon.released the released record, coupon.reversed the reversal record and
+        coupon.voided the voided coupon; a
         codes.imported must name a finished job of the campaign that imported exactly `count`
         codes; a codes.assigned must name the first claim of its commit, made by that job at
         the line its id names, which records the commit's `count`; an announcement (low stock,
@@ -124,6 +127,10 @@ class UsageService:
             checked = self._verified_redemption(event)
         elif isinstance(event, events.CouponReleased):
             checked = self._verified_release(event)
+        elif isinstance(event, events.CouponReversed):
+            checked = self._verified_reversal(event)
+        elif isinstance(event, events.CouponVoided):
+            checked = self._verified_void(event)
         elif isinstance(event, events.CodesImported):
             checked = self._verified_import(event)
         elif isinstance(event, events.CodesAssigned):
@@ -190,20 +197,67 @@ class UsageService:
 
     def _verified_redemption(self, event: events.CouponRedeemed) -> events.CouponRedeemed | None:
         c = event.campaign_id
+        number = events.redemption_number(event.event_id, c, event.coupon_id)
+        if number is None:
+            return None
         coupon = self._record(coupons_collection(self._db, c).document(event.coupon_id))
         if (
-            event.event_id != events.redeemed_event_id(c, event.coupon_id)
-            or coupon is None
-            or coupon.get("state") != "redeemed"
-            or coupon.get("order_id") != event.order_id
-            or coupon.get("claim_id") != event.claim_id
-            or coupon.get("assigned_to") != event.user_id
-            or not isinstance(redeemed_at := coupon.get("redeemed_at"), datetime)
+            coupon is not None
+            and coupon.get("state") == "redeemed"
+            and int(coupon.get("redemptions", 1)) == number
+            and _same_redemption(coupon, event)
+            and isinstance(redeemed_at := coupon.get("redeemed_at"), datetime)
+        ):
+            was_held = coupon.get("expires_at") is not None
+            return event.model_copy(update={"occurred_at": redeemed_at, "was_held": was_held})
+        # Reversed since: its record keeps what the coupon no longer says.
+        record = self._record(
+            reversals_collection(self._db, c).document(
+                events.reversal_record_id(event.coupon_id, number)
+            )
+        )
+        if (
+            record is not None
+            and _same_redemption(record, event)
+            and isinstance(redeemed_at := record.get("redeemed_at"), datetime)
+        ):
+            return event.model_copy(
+                update={"occurred_at": redeemed_at, "was_held": bool(record.get("was_held"))}
+            )
+        return None
+
+    def _verified_reversal(self, event: events.CouponReversed) -> events.CouponReversed | None:
+        c = event.campaign_id
+        number = _suffix(event.event_id, f"reversed.{c}.{event.coupon_id}.")
+        if number is None:
+            return None
+        record = self._record(
+            reversals_collection(self._db, c).document(
+                events.reversal_record_id(event.coupon_id, int(number))
+            )
+        )
+        if (
+            record is None
+            or not _same_redemption(record, event)
+            or record.get("on_cancel") != event.on_cancel.value
+            or event.event_id != events.reversed_event_id(c, event.coupon_id, int(number))
+            or not isinstance(reversed_at := record.get("reversed_at"), datetime)
         ):
             return None
-        return event.model_copy(
-            update={"occurred_at": redeemed_at, "was_held": coupon.get("expires_at") is not None}
-        )
+        return event.model_copy(update={"occurred_at": reversed_at})
+
+    def _verified_void(self, event: events.CouponVoided) -> events.CouponVoided | None:
+        c = event.campaign_id
+        coupon = self._record(coupons_collection(self._db, c).document(event.coupon_id))
+        if (
+            event.event_id != events.voided_event_id(c, event.coupon_id)
+            or coupon is None
+            or coupon.get("state") != "voided"
+            or coupon.get("voided_from") != event.voided_from
+            or not isinstance(voided_at := coupon.get("voided_at"), datetime)
+        ):
+            return None
+        return event.model_copy(update={"occurred_at": voided_at})
 
     def _verified_import(self, event: events.CodesImported) -> events.CodesImported | None:
         record = self._record(jobs_collection(self._db).document(event.job_id))
@@ -307,8 +361,7 @@ class UsageService:
             return 0
 
         def taken() -> int:
-            totals = self._counters.totals(campaign.campaign_id)
-            return totals.claimed - totals.released
+            return self._counters.totals(campaign.campaign_id).taken
 
         return max(campaign.codes_total - self._taken.get(campaign.campaign_id, taken), 0)
 
@@ -319,6 +372,7 @@ class UsageService:
             "imported": totals.imported_by_hour,
             "redeemed": totals.redeemed_by_hour,
             "released": totals.released_by_hour,
+            "reversed": totals.reversed_by_hour,
         }
         periods: dict[datetime, dict[str, int]] = {}
         for column, by_hour in columns.items():
@@ -333,6 +387,7 @@ class UsageService:
             imported=totals.imported,
             redeemed=totals.redeemed,
             released=totals.released,
+            reversed=totals.reversed,
             series=[ReportPoint(period_start=at, **periods[at]) for at in sorted(periods)],
         )
 
@@ -350,6 +405,8 @@ def stats_of(campaign: CampaignRecord, totals: CounterTotals, *, now: datetime) 
         held=max(totals.held, 0),
         redeemed=totals.redeemed,
         released=totals.released,
+        reversed=totals.reversed,
+        voided=totals.voided,
         claims_last_minute=last_minute,
         projected_sold_out_at=projected,
     )
@@ -388,6 +445,17 @@ def _matches(
     )
 
 
+def _same_redemption(
+    record: dict[str, Any], event: events.CouponRedeemed | events.CouponReversed
+) -> bool:
+    """A coupon (or a reversal's record) names the event's order, claim and shopper."""
+    return (
+        record.get("order_id") == event.order_id
+        and record.get("claim_id") == event.claim_id
+        and record.get("assigned_to", record.get("user_id")) == event.user_id
+    )
+
+
 def _suffix(event_id: str, prefix: str) -> str | None:
     """The microseconds an id ends with after `prefix`, or None."""
     rest = event_id[len(prefix) :] if event_id.startswith(prefix) else ""
@@ -410,8 +478,9 @@ def implied_claim(release: events.CouponReleased) -> events.CouponClaimed:
 
 
 def _free(campaign: CampaignRecord, totals: CounterTotals) -> int:
-    """Codes nobody holds: every code, less every claim, plus every hold given back."""
-    return campaign.codes_total - totals.claimed + totals.released
+    """Codes nobody holds: every code, less every claim, plus every hold and redemption given
+    back, less every code voided while nobody held it."""
+    return campaign.codes_total - totals.taken
 
 
 def period_start(hour: str, granularity: ReportGranularity) -> datetime:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from flask.testing import FlaskClient
 from google.cloud import firestore
 
 from devkit.audit import AuditReport, audit_campaign
-from shared.gcp.firestore import claims_collection, coupons_collection
+from shared.gcp.firestore import campaign_ref, claims_collection, coupons_collection
 from tests.support.api import auth
 from tests.support.stack import MakeCampaign
 
@@ -133,6 +134,22 @@ def hold_unfindable(sale: Sale) -> str:
     return sale.coupon_id("ann")
 
 
+def reversal_miscounted(sale: Sale) -> str:
+    # A reversal counted on the coupon that no record backs (or one reversal counted twice).
+    sale.coupon_ref("ann").update({"state": "redeemed", "redemptions": 2, "reversals": 1})
+    return sale.coupon_id("ann")
+
+
+def redeemed_after_expiry(sale: Sale) -> str:
+    # Codes valid for a minute after their claim; bob's redeemed two minutes after his.
+    campaign_ref(sale.db, sale.campaign_id).update({"codes_valid_for_seconds": 60})
+    claimed_at = sale.claims["bob"]["claimed_at"]
+    redeemed = {"state": "redeemed", "order_id": "order-1", "redemptions": 1}
+    sale.coupon_ref("bob").update({**redeemed, "redeemed_at": claimed_at + timedelta(minutes=2)})
+    sale.claim_ref("bob").update({**redeemed, "redeemed_at": claimed_at + timedelta(minutes=2)})
+    return sale.coupon_id("bob")
+
+
 def reported(report: AuditReport, check: str) -> Any:
     return report.over_issued if check == "over_issued" else getattr(report, check)
 
@@ -150,6 +167,8 @@ def reported(report: AuditReport, check: str) -> Any:
         ("redeemed_without_holder", redeemed_without_holder, lambda found: [found]),
         ("slots_disagreeing", slot_disagreeing, lambda found: [found]),
         ("holds_unfindable", hold_unfindable, lambda found: [found]),
+        ("reversals_miscounted", reversal_miscounted, lambda found: [found]),
+        ("redeemed_after_expiry", redeemed_after_expiry, lambda found: [found]),
     ],
 )
 def test_each_check_finds_its_seeded_violation(

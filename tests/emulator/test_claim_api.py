@@ -71,8 +71,10 @@ def test_claim_gives_a_code_and_a_repeat_gets_the_same_one(
         "claimed_at",
         "state",
         "expires_at",
+        "valid_until",
     }
     assert (body["state"], body["expires_at"]) == ("claimed", None)  # final: no hold_seconds
+    assert body["valid_until"] is None  # the campaign's codes never expire
     assert body["user_id"] == "alice"
     assert body["campaign_id"] == campaign_id
     assert body["claimed_at"].endswith("Z")
@@ -110,6 +112,7 @@ def test_my_claims_lists_what_i_hold(
         "claimed_at",
         "state",
         "expires_at",
+        "valid_until",
     }
     assert nothing.status_code == 404
     assert nothing.get_json()["error_code"] == "CLAIM_NOT_FOUND"

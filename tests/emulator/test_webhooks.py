@@ -24,17 +24,31 @@ from pydantic import SecretStr
 from devkit.firestore_rpcs import RpcCounter
 from devkit.receiver import Received, Receiver
 from shared.claims.policy import Shopper
+from shared.claims.redemption import order_key
 from shared.clock import utcnow
 from shared.container import Services, instance_services
+from shared.coupons.store import coupon_id_for
 from shared.errors import TooManyWebhooks, WebhookUrlNotAllowed
-from shared.events.models import CouponClaimed, EventType, claimed_event_id, encode_event
+from shared.events.models import (
+    CouponClaimed,
+    CouponReversed,
+    CouponVoided,
+    EventType,
+    claimed_event_id,
+    encode_event,
+    reversed_event_id,
+    voided_event_id,
+)
 from shared.gcp.firestore import (
     campaign_webhooks_ref,
     claims_collection,
     deliveries_collection,
+    redeemed_order_ref,
+    reversals_collection,
     webhook_ref,
 )
 from shared.settings import get_settings
+from shared.types import OnCancel
 from shared.webhooks.guard import resolve_host
 from shared.webhooks.models import (
     MAX_WEBHOOKS_PER_CAMPAIGN,
@@ -446,6 +460,55 @@ def test_only_the_listed_event_types_of_the_campaign_are_delivered(
         webhooks.handle(event, encode_event(event))
 
     assert receiver.received == []
+
+
+def test_reversals_and_voids_are_delivered_to_the_webhooks_listing_them(
+    db: firestore.Client,
+    cleanup: list[Callable[[], object]],
+    make_campaign: MakeCampaign,
+    receiver: Receiver,
+    webhooks: WebhookService,
+    subscribe: Subscribe,
+) -> None:
+    """A real reversal and a real void (webhooks send only events their records back)."""
+    campaign_id = make_campaign(codes=["WH-ONE", "WH-TWO"], on_cancel="return_to_pool")
+    events = [EventType.COUPON_REVERSED, EventType.COUPON_VOIDED]
+    subscribe(webhooks, campaign_id, receiver.url(), events=events)
+    order_id = f"wh-order-{campaign_id}"
+    cleanup.append(redeemed_order_ref(db, order_key(order_id)).delete)
+    services = instance_services()
+    claimed = services.claims.claim(campaign_id=campaign_id, shopper=Shopper("wendy"))
+    code = claimed.outcome.claim.code
+    other = ({"WH-ONE", "WH-TWO"} - {code}).pop()
+    services.redemptions.redeem(campaign_id=campaign_id, code=code, order_id=order_id)
+    services.reversals.reverse_order(campaign_id=campaign_id, order_id=order_id)
+    services.reversals.void(campaign_id=campaign_id, code=other)
+    (record,) = [s.to_dict() or {} for s in reversals_collection(db, campaign_id).stream()]
+    reversed_ = CouponReversed(
+        event_id=reversed_event_id(campaign_id, record["coupon_id"], 1),
+        campaign_id=campaign_id,
+        occurred_at=record["reversed_at"],
+        coupon_id=record["coupon_id"],
+        user_id="wendy",
+        claim_id=record["claim_id"],
+        order_id=order_id,
+        on_cancel=OnCancel.RETURN_TO_POOL,
+    )
+    voided = CouponVoided(
+        event_id=voided_event_id(campaign_id, coupon_id_for(other)),
+        campaign_id=campaign_id,
+        occurred_at=utcnow(),
+        coupon_id=coupon_id_for(other),
+        voided_from="available",
+    )
+
+    for event in (reversed_, voided):
+        webhooks.handle(event, encode_event(event))
+
+    assert [json.loads(r.body)["type"] for r in receiver.received] == [
+        "coupon.reversed",
+        "coupon.voided",
+    ]
 
 
 def test_a_500_is_retried_until_the_endpoint_accepts(

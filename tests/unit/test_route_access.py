@@ -35,8 +35,10 @@ def services(monkeypatch: pytest.MonkeyPatch) -> Services:
 CHECKOUT = {
     (("GET",), "/v1/campaigns/<campaign_id>/codes/<code>"),
     (("POST",), "/v1/campaigns/<campaign_id>/redemptions"),
+    (("POST",), "/v1/campaigns/<campaign_id>/redemptions/<order_id>:reverse"),
 }
 WEBHOOK = (("POST",), "/v1/webhooks/shopify/orders")
+WEBHOOKS = {WEBHOOK, (("POST",), "/v1/webhooks/shopify/refunds")}
 
 
 def test_every_admin_route_is_for_admins_but_checkout_the_webhook_and_the_description() -> None:
@@ -52,7 +54,7 @@ def test_every_admin_route_is_for_admins_but_checkout_the_webhook_and_the_descri
     }
     assert by_access[Access.PUBLIC] == {(("GET",), "/openapi.json")}
     assert by_access[Access.REDEEMER] == CHECKOUT
-    assert by_access[Access.SHOPIFY_WEBHOOK] == {WEBHOOK}
+    assert by_access[Access.SHOPIFY_WEBHOOK] == WEBHOOKS
     assert len(by_access[Access.ADMIN]) >= 10
 
 

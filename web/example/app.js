@@ -93,6 +93,23 @@ let lastStatus = null;
 let lastState = null;
 let client = null; // codedrop.js's client, once the page is configured
 let entryAskedAt = 0;
+let expiryTimer = null;
+
+/** "Valid until …" under the code, or "Expired on …" once the page's clock passes it; re-rendered
+ * when it expires. A code without a validity shows nothing. */
+function renderValidity(claim) {
+  const line = $('[data-testid="valid-until"]');
+  clearTimeout(expiryTimer);
+  line.hidden = !claim?.valid_until;
+  if (line.hidden) return;
+  const until = new Date(claim.valid_until);
+  const left = until.getTime() - Date.now();
+  const when = until.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" });
+  line.dataset.expired = String(left <= 0);
+  setText(line, left > 0 ? `Valid until ${when}` : `Expired on ${when}`);
+  // setTimeout takes at most 2^31-1 ms (about 24.8 days): a later expiry waits for a reload.
+  if (left > 0 && left < 2 ** 31) expiryTimer = setTimeout(() => renderValidity(claim), left + 1);
+}
 let phone = null; // phone sign-in, once the page is configured
 let keeper = null; // keeping the code on another device, once the page is configured
 
@@ -128,6 +145,7 @@ function render(state) {
   if (status === "waiting") setText($("#estimate"), describeWait(state.waiting?.estimatedWaitSeconds));
   if (status === "claimed") {
     setText($("#code"), state.code);
+    renderValidity(state.claim);
     if (lastStatus !== "claimed" && lastStatus !== null) copyButton.focus();
   }
 
