@@ -501,6 +501,7 @@ def reconcile(call: Call, campaign_id: str) -> flask.Response:
         campaign_id=record.campaign_id,
         now=utcnow(),
         repair=body.repair,
+        audit=audit_context(call),
     )
     return json_response(result)
 
