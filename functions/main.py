@@ -3,6 +3,8 @@ instance's service container."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import flask
 import functions_framework
 from cloudevents.http import CloudEvent
@@ -11,8 +13,8 @@ from shared.assignments import trigger as storage_trigger
 from shared.container import instance_services
 from shared.http import admin_api as admin_routes
 from shared.http import claim_api as claim_routes
+from shared.http import entry_points, wsgi
 from shared.http import maintenance_api as maintenance_routes
-from shared.http import wsgi
 from shared.logs import configure_logging
 from shared.usage import trigger as usage_trigger
 from shared.webhooks import trigger as webhook_trigger
@@ -20,11 +22,12 @@ from shared.webhooks import trigger as webhook_trigger
 configure_logging()
 instance_services()  # a wrong configuration fails the instance at start-up, not a request
 
-EVENT_FUNCTIONS = ("import_codes", "count_usage")
 if flask.has_app_context():
     # functions-framework runs this module inside the Flask app it builds for one target: bound
-    # its bodies and make its own errors JSON before it serves anything.
-    wsgi.harden(flask.current_app, event_function=flask.current_app.name in EVENT_FUNCTIONS)
+    # its bodies and make its own errors JSON before it serves anything. The target's kind is
+    # its decorator below.
+    kind = entry_points.entry_points(Path(__file__)).get(flask.current_app.name)
+    wsgi.harden(flask.current_app, event_function=kind is entry_points.Kind.CLOUD_EVENT)
 
 
 @functions_framework.http

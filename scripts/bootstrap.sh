@@ -146,7 +146,7 @@ codedrop_bootstrap() {
     # complete check (`java -version`, the Cloud SDK emulators) before they use them.
     if [ "${CODEDROP_SKIP_JAVA_CHECK:-0}" != 1 ] && ! command -v java >/dev/null 2>&1; then
         echo "bootstrap: Java is missing; the Firestore and Pub/Sub emulators need it." >&2
-        (cd "$root" && "$venv/bin/python" -m emulator check) >&2
+        (cd "$root" && "$venv/bin/python" -m devkit.emulators check) >&2
         return 1
     fi
 }

@@ -20,19 +20,23 @@ from shared.claims.engine import ClaimEngine
 from shared.claims.holds import HoldReleaser
 from shared.claims.redemption import RedemptionService
 from shared.claims.service import ClaimService
+from shared.claims.typed_codes import TypedCodes
 from shared.clock import utcnow
 from shared.control.admins import AdminService
 from shared.control.exports import ExportService
 from shared.control.live import LiveService
 from shared.events.bus import EventBus
 from shared.events.models import sold_out
+from shared.fairness.service import FairnessService
 from shared.gcp import firestore as gcp_firestore
 from shared.gcp import pubsub as gcp_pubsub
 from shared.gcp import storage as gcp_storage
 from shared.gcp.app_check import AppCheckVerifier
+from shared.gcp.firebase import Revocations
 from shared.intake.models import JobRecord, JobState, codes_imported
 from shared.intake.service import IntakeService
 from shared.maintenance.sweep import Sweeper
+from shared.ratelimit.service import GuessLimiter
 from shared.settings import Settings, get_settings
 from shared.usage.counters import ShardedCounters
 from shared.usage.service import UsageService
@@ -131,9 +135,21 @@ class Services:
                 bus=self.bus,
                 room=self.room,
                 usage=self.usage,
+                fairness=self.fairness,
                 app_check=self.app_check,
                 clock=utcnow,
                 deadline_seconds=self.settings.claim_deadline_seconds,
+            ),
+        )
+
+    @property
+    def fairness(self) -> FairnessService:
+        return self._once(
+            "fairness",
+            lambda: FairnessService(
+                db=self.db,
+                usage=self.usage,
+                tick_seconds=self.settings.waiting_room_tick_seconds,
             ),
         )
 
@@ -220,9 +236,31 @@ class Services:
         )
 
     @property
+    def typed_codes(self) -> TypedCodes:
+        return self._once(
+            "typed_codes",
+            lambda: TypedCodes(db=self.db, max_age=self.settings.campaign_cache_seconds),
+        )
+
+    @property
+    def guess_limiter(self) -> GuessLimiter:
+        return self._once("guess_limiter", lambda: GuessLimiter(db=self.db, settings=self.settings))
+
+    @property
     def webhooks(self) -> WebhookService:
         return self._once(
-            "webhooks", lambda: WebhookService(db=self.db, settings=self.settings, clock=utcnow)
+            "webhooks",
+            lambda: WebhookService(
+                db=self.db, settings=self.settings, clock=utcnow, verify=self.usage.verified
+            ),
+        )
+
+    @property
+    def revocations(self) -> Revocations:
+        settings = self.settings
+        return self._once(
+            "revocations",
+            lambda: Revocations(settings.project_id, max_age=settings.revocation_cache_seconds),
         )
 
     @property

@@ -39,6 +39,11 @@ class RequestValidationFailed(CodedropError):
     default_message = "The request is not valid."
 
 
+class CodeMalformed(RequestValidationFailed):
+    error_code = "CODE_MALFORMED"
+    default_message = "This is not a code of this campaign's format; check what was typed."
+
+
 class RequestTooLarge(CodedropError):
     error_code = "REQUEST_TOO_LARGE"
     default_message = "The request body is too large."
@@ -69,9 +74,19 @@ class IdentityRequired(Forbidden):
     default_message = "This sale counts codes per verified identity your sign-in does not carry."
 
 
+class IdentityInvalid(Forbidden):
+    error_code = "IDENTITY_INVALID"
+    default_message = "The email or phone number of your sign-in is not one this sale can count."
+
+
 class SignInProviderNotAllowed(Forbidden):
     error_code = "SIGN_IN_PROVIDER_NOT_ALLOWED"
     default_message = "This sale does not accept your sign-in method."
+
+
+class TicketNotYours(Forbidden):
+    error_code = "TICKET_NOT_YOURS"
+    default_message = "This waiting-room ticket was issued to another account."
 
 
 class NotFound(CodedropError):
@@ -87,6 +102,11 @@ class CampaignNotFound(NotFound):
 class ClaimNotFound(NotFound):
     error_code = "CLAIM_NOT_FOUND"
     default_message = "You hold no code in this campaign."
+
+
+class FairDropNotFound(NotFound):
+    error_code = "FAIR_DROP_NOT_FOUND"
+    default_message = "This campaign has no pre-queue, so no draw to show."
 
 
 class JobNotFound(NotFound):
@@ -181,6 +201,11 @@ class SoldOut(CodedropError):
 class WaitingRoom(CodedropError):
     error_code = "WAITING_ROOM"
     default_message = "Too many shoppers right now; wait your turn."
+
+
+class RateLimited(CodedropError):
+    error_code = "RATE_LIMITED"
+    default_message = "Too many code look-ups; retry after the given time."
 
 
 class Contended(CodedropError):

@@ -14,8 +14,14 @@ _ORIGIN = re.compile(r"^https?://[a-z0-9.-]+(:[0-9]{1,5})?$")
 
 
 class Settings(BaseSettings):
+    # hide_input_in_errors: a refused start-up must not print the environment it was given (a
+    # model check's error would quote every input, secrets included).
     model_config = SettingsConfigDict(
-        env_prefix="", extra="ignore", frozen=True, populate_by_name=True
+        env_prefix="",
+        extra="ignore",
+        frozen=True,
+        populate_by_name=True,
+        hide_input_in_errors=True,
     )
 
     # Required: a function deployed without it must not start against some default project.
@@ -40,6 +46,30 @@ class Settings(BaseSettings):
     # sale from bots".
     app_check_consume_tokens: bool = Field(
         default=False, validation_alias="CODEDROP_APP_CHECK_CONSUME_TOKENS"
+    )
+
+    # Pub/Sub pushes (count_usage, deliver_webhooks) carry an OIDC token: checked against this
+    # audience and service account (shared/gcp/push_auth.py); both are required outside demo-
+    # projects for the pushed functions to start. The JWKS URL is a development key set the local
+    # stack signs its pushes with (demo- projects only, like the App Check one).
+    push_audience: str | None = Field(
+        default=None, validation_alias="CODEDROP_PUSH_AUDIENCE", min_length=1, max_length=500
+    )
+    push_service_account: str | None = Field(
+        default=None,
+        validation_alias="CODEDROP_PUSH_SERVICE_ACCOUNT",
+        pattern=r"^[a-z0-9-]+@[a-z0-9.-]+$",
+    )
+    push_jwks_url: str | None = Field(
+        default=None, validation_alias="CODEDROP_PUSH_JWKS_URL", pattern=r"^https?://"
+    )
+
+    # Admin and redeemer routes refuse tokens of disabled, deleted or signed-out accounts
+    # (shared/gcp/firebase.Revocations): a revoked token acts for at most twice this long. Off
+    # only in demo- projects (tests whose tokens name no account).
+    check_revoked: bool = Field(default=True, validation_alias="CODEDROP_CHECK_REVOKED")
+    revocation_cache_seconds: float = Field(
+        default=15.0, ge=0, le=300, validation_alias="CODEDROP_REVOCATION_CACHE_SECONDS"
     )
 
     cors_origins: Annotated[tuple[str, ...], NoDecode] = Field(
@@ -132,6 +162,11 @@ class Settings(BaseSettings):
     waiting_room_tick_seconds: float = Field(
         default=1.0, gt=0, le=30, validation_alias="CODEDROP_WAITING_ROOM_TICK_SECONDS"
     )
+    # Arrivals in a sale's first seconds are ordered at random, not by who polled first
+    # (shared/waiting_room/admission.start_place); 0 switches it off.
+    waiting_room_start_window_seconds: float = Field(
+        default=2.0, ge=0, le=25, validation_alias="CODEDROP_WAITING_ROOM_START_WINDOW_SECONDS"
+    )
     waiting_room_kp: float = Field(
         default=0.5, ge=0, le=5, validation_alias="CODEDROP_WAITING_ROOM_KP"
     )
@@ -143,10 +178,31 @@ class Settings(BaseSettings):
         default=60, ge=1, le=3600, validation_alias="CODEDROP_HOLD_BUCKET_SECONDS"
     )
 
+    # Guessing (shared/ratelimit): code look-ups and redemptions a caller (token uid) and a
+    # client address may make a minute, over all instances together.
+    code_lookups_per_minute: int = Field(
+        default=60, ge=1, le=1_000_000, validation_alias="CODEDROP_CODE_LOOKUPS_PER_MINUTE"
+    )
+    code_lookups_per_minute_per_address: int = Field(
+        default=600,
+        ge=1,
+        le=1_000_000,
+        validation_alias="CODEDROP_CODE_LOOKUPS_PER_MINUTE_PER_ADDRESS",
+    )
+
     # Shopify's orders/create webhook is signed with the app's secret (base64 HMAC-SHA256 of the
     # raw body). Outside demo- projects the route refuses every delivery until it is set.
     shopify_webhook_secret: SecretStr | None = Field(
         default=None, validation_alias="CODEDROP_SHOPIFY_WEBHOOK_SECRET"
+    )
+
+    # The shop whose orders may redeem codes: one app's secret signs the webhooks of every shop
+    # that installed it, so the route also checks X-Shopify-Shop-Domain. Outside demo- projects
+    # the route refuses every delivery until it is set.
+    shopify_shop_domain: str | None = Field(
+        default=None,
+        validation_alias="CODEDROP_SHOPIFY_SHOP_DOMAIN",
+        pattern=r"^[a-z0-9][a-z0-9-]{0,99}\.myshopify\.com$",
     )
 
     @property
@@ -230,6 +286,19 @@ class Settings(BaseSettings):
                 "CODEDROP_APP_CHECK_JWKS_URL is set but GOOGLE_CLOUD_PROJECT "
                 f"{self.project_id!r} does not start with 'demo-': refusing development App "
                 "Check keys outside a demo project"
+            )
+        if not self.check_revoked and not self.project_id.startswith("demo-"):
+            raise ValueError("CODEDROP_CHECK_REVOKED may be off only in demo- projects")
+        if self.push_jwks_url and not self.project_id.startswith("demo-"):
+            raise ValueError(
+                "CODEDROP_PUSH_JWKS_URL is set but GOOGLE_CLOUD_PROJECT "
+                f"{self.project_id!r} does not start with 'demo-': refusing development push "
+                "keys outside a demo project"
+            )
+        if (self.push_audience is None) != (self.push_service_account is None):
+            raise ValueError(
+                "CODEDROP_PUSH_AUDIENCE and CODEDROP_PUSH_SERVICE_ACCOUNT go together: a push is "
+                "checked against both"
             )
         if self.app_check_jwks_url and self.app_check_consume_tokens:
             raise ValueError(

@@ -3,6 +3,7 @@ request bodies."""
 
 from __future__ import annotations
 
+import re
 import threading
 import unicodedata
 from dataclasses import dataclass, field, fields
@@ -18,9 +19,27 @@ from pydantic import (
     Field,
     PlainSerializer,
     StringConstraints,
+    WithJsonSchema,
 )
+from pydantic_core import PydanticCustomError
 
-CampaignId = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")]
+CAMPAIGN_ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+CAMPAIGN_ID_RULE = "1-63 lower-case letters, digits, - or _, starting with a letter or digit"
+_CAMPAIGN_ID = re.compile(CAMPAIGN_ID_PATTERN)
+
+
+def _campaign_id(value: str) -> str:
+    # Said in words: pydantic's own message for a pattern is the regular expression.
+    if not _CAMPAIGN_ID.match(value):
+        raise PydanticCustomError("campaign_id", f"a campaign id is {CAMPAIGN_ID_RULE}")
+    return value
+
+
+CampaignId = Annotated[
+    str,
+    AfterValidator(_campaign_id),
+    WithJsonSchema({"type": "string", "pattern": CAMPAIGN_ID_PATTERN}),
+]
 # Job ids are generated ("imp-…", "gen-…"); a document id starting with "__" is Firestore's.
 JobId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")]
 # A Firebase Auth uid (at most 128 characters) as admin routes take it.
@@ -38,6 +57,14 @@ class IdentityKind(StrEnum):
     UID = "uid"
     PHONE = "phone"
     EMAIL = "email"
+
+
+class EmailCanonicalization(StrEnum):
+    """How a campaign with identity "email" tells two addresses apart (shared/claims/identity.py
+    holds the rules and the table of providers)."""
+
+    MAILBOX = "mailbox"  # one inbox, one identity: lower-cased, +tag dropped, provider rules
+    ADDRESS = "address"  # every address as written, lower-cased only
 
 
 def rfc3339(value: datetime) -> str:
@@ -58,27 +85,33 @@ def _within_calendar(value: datetime) -> datetime:
 # A time from a caller: RFC 3339 with an offset, kept in UTC, within EARLIEST..LATEST.
 InputTime = Annotated[AwareDatetime, AfterValidator(_within_calendar)]
 
-# Bidirectional controls reorder what a reader sees (a title reading one way, stored another).
-_BIDI_CONTROLS = frozenset(
-    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
-)
+# Never in text shown to shoppers: control characters (Cc), line and paragraph separators (Zl,
+# Zp: U+2028/2029 break lines as a newline does), format characters (Cf: bidirectional controls,
+# which make a title read one way and be stored another, zero-width characters that hide a
+# difference), private-use (Co), unassigned (Cn) and surrogate (Cs) code points.
+_REFUSED_CATEGORIES = frozenset({"Cc", "Cs", "Cf", "Co", "Cn", "Zl", "Zp"})
 
 
 def _printable(value: str) -> str:
     for char in value:
-        if char in _BIDI_CONTROLS:
-            raise ValueError("must not hold bidirectional control characters")
-        if unicodedata.category(char) in ("Cc", "Cs"):
-            raise ValueError("must not hold control characters (NUL, newlines, tabs…)")
+        category = unicodedata.category(char)
+        if category in _REFUSED_CATEGORIES:
+            raise ValueError(
+                f"must not hold control, format, separator, private-use or unassigned "
+                f"characters (found U+{ord(char):04X}, category {category})"
+            )
     return value
 
 
-# The same rule as a JSON Schema pattern, for the API description (surrogates never pass JSON).
+# The same rule as a JSON Schema pattern, for the API description: it names the controls, the
+# separators, the common format characters and the private-use area; the validator above refuses
+# every character of these categories (a pattern cannot name the unassigned ones).
 SAFE_TEXT_PATTERN = (
-    "^[^\\x00-\\x1f\\x7f-\\x9f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$"
+    "^[^\\x00-\\x1f\\x7f-\\x9f\\u00ad\\u061c\\u180e\\u200b-\\u200f\\u2028-\\u202e"
+    "\\u2060-\\u2064\\u2066-\\u206f\\ue000-\\uf8ff\\ufeff\\ufff9-\\ufffb]*$"
 )
 
-# Text shown to shoppers (titles): no control characters, no bidi controls.
+# Text shown to shoppers (titles).
 SafeText = Annotated[
     str, AfterValidator(_printable), Field(json_schema_extra={"pattern": SAFE_TEXT_PATTERN})
 ]

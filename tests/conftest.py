@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import tempfile
 import uuid
@@ -19,7 +20,7 @@ from flask.testing import FlaskClient
 from google.cloud import firestore
 from google.cloud.storage import Client as StorageClient
 
-from emulator import (
+from devkit.emulators import (
     EmulatorStack,
     EmulatorUnavailable,
     RunningEmulator,
@@ -29,12 +30,13 @@ from emulator import (
     start_auth,
     wait_ready,
 )
-from emulator.app_check import DevAppCheckServer, dev_app_check
-from emulator.auth import AuthEmulatorClient
-from emulator.manager import AUTH_TIMEOUT
-from scripts.support.firestore_indexes import IndexConfig, QueryShape, Recorder, recording
+from devkit.emulators.auth import AuthEmulatorClient
+from devkit.emulators.manager import AUTH_TIMEOUT
+from devkit.firestore_indexes import IndexConfig, QueryShape, Recorder, recording
+from devkit.standins.app_check import DevAppCheckServer, dev_app_check
+from devkit.standins.push_auth import LOCAL_ACCOUNT, LOCAL_AUDIENCE, PushRelay
 from tests.support.api import function_client
-from tests.support.cloudevents import deliver, published_event
+from tests.support.cloudevents import PUSH_KEYS, deliver, published_event
 from tests.support.stack import (
     BUCKET,
     CORS_ORIGIN,
@@ -62,10 +64,29 @@ HOT_COLLECTIONS = (
     "counter_shards",
     "outbox",
     "deliveries",
+    "entries",
+    "admissions",
 )
 _run = contextlib.ExitStack()
 _recorder: Recorder | None = None
 _auth_early: RunningEmulator | None = None
+
+
+# A run split across pytest-xdist workers: each worker saves what it recorded here and the
+# controller checks the union (a field written in one worker may be queried only in another).
+RECORDS_ENV = "CODEDROP_TEST_INDEX_RECORDS"
+
+
+def _worker(config: pytest.Config) -> str | None:
+    workerinput: dict[str, str] = getattr(config, "workerinput", {})
+    return workerinput.get("workerid")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if _worker(config) is None:  # the controller, or a run in one process
+        records = Path(tempfile.mkdtemp(prefix="codedrop-test-index-records-"))
+        _run.callback(shutil.rmtree, records, ignore_errors=True)
+        os.environ[RECORDS_ENV] = str(records)  # workers start with this environment
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -117,6 +138,16 @@ def production_index_problems(
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    records = Path(os.environ[RECORDS_ENV])
+    worker = _worker(session.config)
+    if worker is not None:
+        if _recorder is not None:
+            _recorder.save(records / f"{worker}.pickle")
+        _run.close()
+        return
+    if _recorder is not None:
+        for saved in sorted(records.glob("*.pickle")):
+            _recorder.add_saved(saved)
     _run.close()
     if _recorder is None or not _recorder.shapes:
         return
@@ -155,9 +186,18 @@ def app_check_keys() -> Iterator[DevAppCheckServer]:
 
 
 @pytest.fixture(scope="session")
+def push_keys() -> Iterator[PushRelay]:
+    """The run's development push key set (the one tests.support.cloudevents signs with),
+    its JWKS served on 127.0.0.1."""
+    with PushRelay(PUSH_KEYS) as relay:
+        yield relay
+
+
+@pytest.fixture(scope="session")
 def emulators(
     emulator_prerequisites: None,
     app_check_keys: DevAppCheckServer,
+    push_keys: PushRelay,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[EmulatorStack]:
     stack = EmulatorStack(
@@ -171,11 +211,23 @@ def emulators(
         # Auth emulator's format without calling it (tests that sign users in for real start
         # the emulator with `auth_emulator`).
         mp.setenv("FIREBASE_AUTH_EMULATOR_HOST", "127.0.0.1:9099")
+        # The tokens of these tests name no account in an Auth emulator: the revocation check
+        # (an account read) runs in tests/emulator/test_revocation.py, against a real one.
+        mp.setenv("CODEDROP_CHECK_REVOKED", "false")
         mp.setenv("CODEDROP_APP_CHECK_JWKS_URL", app_check_keys.jwks_url)
+        # Pushes are signed as a real subscription signs them (tests.support.cloudevents
+        # .deliver), and the pushed functions check every one.
+        mp.setenv("CODEDROP_PUSH_JWKS_URL", push_keys.jwks_url)
+        mp.setenv("CODEDROP_PUSH_AUDIENCE", LOCAL_AUDIENCE)
+        mp.setenv("CODEDROP_PUSH_SERVICE_ACCOUNT", LOCAL_ACCOUNT)
         mp.setenv("CODEDROP_CORS_ORIGINS", CORS_ORIGIN)
         mp.setenv("CODEDROP_IMPORTS_BUCKET", BUCKET)
         # Tests pause and resume campaigns and expect the next claim to see it at once.
         mp.setenv("CODEDROP_CAMPAIGN_CACHE_SECONDS", "0")
+        # Tests look codes up faster than a checkout may (tests/emulator/test_guessing.py
+        # sets the limits it tests).
+        mp.setenv("CODEDROP_CODE_LOOKUPS_PER_MINUTE", "1000000")
+        mp.setenv("CODEDROP_CODE_LOOKUPS_PER_MINUTE_PER_ADDRESS", "1000000")
         reset_instance()
         _create_topic_and_pump_subscription()
         yield stack
@@ -248,7 +300,7 @@ def cleanup() -> Iterator[list[Callable[[], object]]]:
 @pytest.fixture
 def make_campaign(db: firestore.Client, cleanup: list[Callable[[], object]]) -> MakeCampaign:
     """Create a campaign (active now unless told otherwise) holding `codes` coupons."""
-    from scripts.support import codes as fixture_codes
+    from devkit import codes as fixture_codes
     from shared.campaigns import service as campaign_service
     from shared.campaigns.models import CampaignCreate
     from shared.clock import utcnow
@@ -289,12 +341,12 @@ def storage_client(emulators: EmulatorStack) -> StorageClient:
 
 @pytest.fixture(scope="session")
 def import_client(emulators: EmulatorStack) -> FlaskClient:
-    return function_client("import_codes", "cloudevent")
+    return function_client("import_codes")
 
 
 @pytest.fixture(scope="session")
 def usage_client(emulators: EmulatorStack) -> FlaskClient:
-    return function_client("count_usage", "cloudevent")
+    return function_client("count_usage")
 
 
 @pytest.fixture

@@ -38,6 +38,10 @@ export interface PublicCampaign {
   ends_at: string;
   status: "scheduled" | "active" | "paused" | "ended" | "sold_out";
   remaining: number;
+  /** How many codes one shopper (account, phone or email, as `identity` says) may hold. */
+  max_per_user: number;
+  /** A fair drop: shoppers join its pre-queue from then (RFC 3339 UTC) until `starts_at`. */
+  pre_queue_opens_at?: string | null;
   waiting_room?: {
     enabled: boolean;
     /** Shoppers are waiting right now; a new arrival would wait about `estimated_wait_seconds`. */
@@ -97,6 +101,14 @@ export interface State {
   code: string | null;
   waiting: Readonly<WaitingInfo> | null;
   error: Readonly<ErrorInfo> | null;
+  /** A fair drop's entry of this shopper, once joined or seen in the waiting room. */
+  entry: Readonly<Entry> | null;
+}
+
+/** A fair drop's entry (docs/fair-drops.md): its id, and its drawn place once the drop starts. */
+export interface Entry {
+  entryId: string;
+  place: number | null;
 }
 
 /** Epoch milliseconds and an abortable sleep (injected by tests; the default uses timers). */
@@ -176,6 +188,11 @@ export declare class Codedrop {
   /** Claim a code. A call while a claim runs returns the same promise (a double click sends
    * one claim). Resolves with the state the claim ended in; never rejects. */
   claim(): Promise<Readonly<State>>;
+  /** Join a fair drop's pre-queue; joining again answers the same entry (with its place once
+   * drawn). Rejects with a CodedropError (e.g. `CAMPAIGN_NOT_ACTIVE` outside the pre-queue). */
+  join(): Promise<Readonly<Entry>>;
+  /** The public proof of a fair drop's draw (`…/fairness`). */
+  readonly proofUrl: string;
   /** Stop every timer and request. */
   stop(): void;
 }
@@ -190,3 +207,16 @@ export declare function parseRetryAfter(
   value: string | null | undefined,
   nowMs: number,
 ): number | null;
+
+/** A campaign's code format (admin_api's `code_format`); a bare pattern means the default
+ * alphabet and no check character. */
+export interface CodeFormat {
+  pattern: string;
+  alphabet?: string;
+  check?: "luhn_mod_n" | null;
+}
+export declare const CODE_ALPHABET: string;
+export declare function canonicalCode(code: string): string;
+export declare function luhnValid(text: string, alphabet?: string): boolean;
+export declare function fitCode(typed: string, format: CodeFormat | string): string | null;
+export declare function isWellFormed(code: string, format: CodeFormat | string): boolean;

@@ -106,6 +106,75 @@ export function parseRetryAfter(value, nowMs) {
   return Number.isNaN(at) ? null : Math.max(0, at - nowMs);
 }
 
+// --- code patterns (the same rules as shared/codes.py; docs/codes.md) ---------------------------
+
+/** Letters and digits a shopper cannot confuse when typing a code: no 0/O, 1/I/L. */
+export const CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789";
+
+const DASHES = /[\u2010-\u2015\u2212\ufe63]/g;
+const INVISIBLE = /[\s\p{Cc}\p{Cf}]/gu;
+
+/** A code as it is matched: NFKC, upper case, typographic dashes as "-", no spaces or invisible
+ * characters ("spring-93630d12" is "SPRING-93630D12"). */
+export function canonicalCode(code) {
+  return String(code).normalize("NFKC").toUpperCase().replace(DASHES, "-").replace(INVISIBLE, "");
+}
+
+function luhnSum(values, n, doubleLast) {
+  // Luhn mod N; for an odd N doubling is modulo N (see shared/codes.py for why).
+  let total = 0;
+  let double = doubleLast;
+  for (let i = values.length - 1; i >= 0; i -= 1) {
+    const value = values[i];
+    total += double ? (n % 2 === 0 ? Math.floor((2 * value) / n) + ((2 * value) % n) : (2 * value) % n) : value;
+    double = !double;
+  }
+  return total % n;
+}
+
+/** Whether `text` ends with its Luhn mod N check character over `alphabet`. */
+export function luhnValid(text, alphabet = CODE_ALPHABET) {
+  const values = Array.from(text, (char) => alphabet.indexOf(char));
+  return values.length > 0 && !values.includes(-1) && luhnSum(values, alphabet.length, false) === 0;
+}
+
+/** The code `typed` stands for in the exact form of `format` ({pattern, alphabet?, check?}, as
+ * a campaign's `code_format`, or just the pattern string: "#" one alphabet character), forgiving
+ * case, spaces and dashes; null when no code of the format can be it. */
+export function fitCode(typed, format) {
+  const { pattern, alphabet = CODE_ALPHABET, check = null } =
+    typeof format === "string" ? { pattern: format } : format;
+  const text = canonicalCode(typed).replace(/-/g, "");
+  const out = [];
+  const random = [];
+  let at = 0;
+  for (const slot of pattern) {
+    if (slot === "-") {
+      out.push("-");
+      continue;
+    }
+    const char = text[at];
+    if (char === undefined) return null;
+    if (slot === "#") {
+      if (!alphabet.includes(char)) return null;
+      random.push(char);
+    } else if (char !== slot) {
+      return null;
+    }
+    out.push(char);
+    at += 1;
+  }
+  if (at !== text.length) return null;
+  if (check === "luhn_mod_n" && !luhnValid(random.join(""), alphabet)) return null;
+  return out.join("");
+}
+
+/** Whether `code` (as typed) can be a code of `format` (see fitCode): a checkout can refuse a
+ * typo before asking the API, which would answer 400 CODE_MALFORMED. */
+export function isWellFormed(code, format) {
+  return fitCode(code, format) !== null;
+}
+
 /** An error the claim flow could not get past; `code` is the API's error_code or the client's. */
 export class CodedropError extends Error {
   constructor(code, message, { status = null, retryable = false } = {}) {
@@ -171,7 +240,35 @@ export class Codedrop {
       code: null,
       waiting: null,
       error: null,
+      entry: null,
     });
+  }
+
+  /** Where anyone can check a fair drop's draw (its commitment, digest, seed and places). */
+  get proofUrl() {
+    return this.#url("/fairness");
+  }
+
+  /** Join a fair drop's pre-queue (campaign.pre_queue_opens_at): resolves with the entry,
+   * `{entryId, place}` (place once drawn), also kept in state.entry. Joining again answers the
+   * same entry, so a page may call it after a reload to show it. */
+  async join() {
+    const token = await this.#signedInToken(false);
+    const headers = { ...(await this.#authHeaders(token)), "Content-Type": "application/json" };
+    const response = await this.#request("POST", this.#url("/entries"), headers, "{}");
+    if (response.status !== 200 && response.status !== 201) {
+      throw apiError(response, { retryable: response.status >= 500 });
+    }
+    this.#setEntry(response.body);
+    return this.#state.entry;
+  }
+
+  #setEntry(body) {
+    if (!body?.entry_id) return;
+    const place = Number.isInteger(body.place) ? body.place : (this.#state.entry?.place ?? null);
+    const known = this.#state.entry;
+    if (known?.entryId === body.entry_id && known.place === place) return;
+    this.#set({ entry: Object.freeze({ entryId: body.entry_id, place }) });
   }
 
   /** The current state (a frozen snapshot). */
@@ -580,6 +677,7 @@ export class Codedrop {
     }
     if (status === 429 && code === "WAITING_ROOM") {
       if (body.ticket) pending.ticket = body.ticket;
+      this.#setEntry(body); // a fair drop's entrant: their entry and drawn place
       this.#savePending(token, pending);
       retry.failures = 0; // a place in line is progress, not failure
       // The server jitters retry_after_ms within one admission tick; a shopper it admits is
@@ -609,8 +707,11 @@ export class Codedrop {
       retry.refreshedToken = true; // an ID token expires after an hour: get a fresh one once
       return "refresh-token";
     }
-    if (status === 400 && code === "INVALID_TICKET" && !retry.droppedTicket) {
-      retry.droppedTicket = true; // expired or damaged: ask for a new place in line once
+    const badTicket =
+      (status === 400 && code === "INVALID_TICKET") || (status === 403 && code === "TICKET_NOT_YOURS");
+    if (badTicket && !retry.droppedTicket) {
+      // Expired, damaged, or another account's (a shared browser): ask for a place once.
+      retry.droppedTicket = true;
       pending.ticket = null;
       this.#savePending(token, pending);
       return "retry";

@@ -16,7 +16,7 @@ recipients, loaded with parallel plain batches before timing; a CSV of distinct 
 the real job path, `AssignmentService.handle_object_finalized`, runs in a child process of its
 own, so the child's peak RSS is the job's alone. The child reports wall time, CPU time, peak
 RSS (its own high-water mark, VmHWM), RSS growth during the job (sampled every 50 ms) and the
-Firestore RPCs its clients sent (scripts/support/firestore_rpcs.py; the walk of the pool goes
+Firestore RPCs its clients sent (devkit/firestore_rpcs.py; the walk of the pool goes
 through a client of its own): documents read and written,
 queries, commits and commits refused. Then the parent reads everything back:
 
@@ -68,12 +68,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from emulator import RunningEmulator, free_port, start_pubsub
+from devkit.emulators import RunningEmulator, free_port, start_pubsub
+from devkit.firestore_rpcs import RpcCounter
+from devkit.measure import peak_rss_bytes
 from scripts.bench import harness
 from scripts.bench.harness import positive
 from scripts.bench.imports import RssSampler
-from scripts.support.firestore_rpcs import RpcCounter
-from scripts.support.measure import peak_rss_bytes
 
 log = logging.getLogger("bench.assignments")
 

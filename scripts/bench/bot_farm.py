@@ -24,7 +24,7 @@ The benchmark drives the claim path in this process (shared/claims/policy.py: th
 rules and the holder key, then ClaimEngine.claim with `--threads` threads); the waiting room and
 the claim event are left out (neither changes who gets a code). Reported per setting: the codes
 the farm and the honest shoppers hold, read back from Firestore (claims and coupons, checked by
-scripts/support/audit.py), the farm's share of the codes against its share of the real people in
+devkit/audit.py), the farm's share of the codes against its share of the real people in
 the sale, honest shoppers refused for anything but SOLD_OUT, and the answers per second.
 Target: with identity "phone" the farm holds at most farm-people x max-per-user codes and honest
 shoppers lose nothing (none refused, every other code theirs). Exit code 1 if an invariant is
@@ -45,9 +45,9 @@ from typing import Any
 
 from google.cloud import firestore
 
+from devkit.audit import audit_campaign
 from scripts.bench import harness
 from scripts.bench.harness import fmt
-from scripts.support.audit import audit_campaign
 from shared.claims.policy import Shopper
 from shared.gcp.firestore import claims_collection
 
@@ -351,15 +351,7 @@ def bench(args: argparse.Namespace, emulators: harness.Emulators) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    harness.setup_logging(harness.level(args.verbose))
-    harness.stop_on_sigterm()
-    try:
-        with harness.Emulators(firestore=args.firestore) as emulators:
-            return bench(args, emulators)
-    except KeyboardInterrupt:
-        log.warning("interrupted")
-        return 130
+    return harness.run_with_emulators(parse_args(argv), bench)
 
 
 if __name__ == "__main__":

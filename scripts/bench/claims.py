@@ -16,7 +16,7 @@ barrier, so the claim phase starts everywhere at once.
 Reported per design: wall time of the claim phase (first request started to last answered),
 answers and new codes per second, latency percentiles (all answers, successes only), and the
 Firestore work per new code as the client sent it: every process counts its client's RPCs
-(scripts/support/firestore_rpcs.py) and the documents they read and wrote, so commits, conflicts
+(devkit/firestore_rpcs.py) and the documents they read and wrote, so commits, conflicts
 (RPCs refused for contention: Aborted, FailedPrecondition), reads and writes per new code are
 what went over the wire during the phase, range queries and double clicks included. Conflicts
 are the claim commits that lost their coupon to another claimer (a commit writing `coupons` that
@@ -24,7 +24,7 @@ failed its precondition); lost races on the engine's segment documents are shown
 reads and writes by collection. CONTENDED answers given while codes were still being issued (the
 answer came before the last code was) are counted as a violation of their own. Then the
 read cost of a SOLD_OUT answer (200 more claims by late shoppers after the sale, in one process),
-outcome counts, and the invariants read back from the database (scripts/support/audit.py plus the
+outcome counts, and the invariants read back from the database (devkit/audit.py plus the
 benchmark's own checks). The baseline (scripts/bench/reference_design.py) runs the same load on
 a freshly reset emulator with a time cap; the ratio of the two claim rates is measured in this
 very run.
@@ -56,11 +56,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from google.cloud import firestore
 
+from devkit.firestore_rpcs import RpcCounter, RpcCounts
+from devkit.measure import cpu_seconds, per, percentiles
 from scripts.bench import cost, harness
 from scripts.bench import reference_design as reference
 from scripts.bench.harness import Row, fmt
-from scripts.support.firestore_rpcs import RpcCounter, RpcCounts
-from scripts.support.measure import cpu_seconds, per, percentiles
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -533,7 +533,7 @@ def engine_figures(
     codes: int,
     shoppers: int,
 ) -> dict[str, Any]:
-    from scripts.support.audit import audit_campaign
+    from devkit.audit import audit_campaign
 
     answers = [a for r in output.results for a in r.answers]
     figures = _phase_figures(output, users, answers)
@@ -1082,16 +1082,7 @@ def bench(args: argparse.Namespace, emulators: harness.Emulators) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    harness.setup_logging(harness.level(args.verbose))
-    harness.stop_on_sigterm()
-    try:
-        # Before anything of shared is used: the worker processes inherit this environment.
-        with harness.Emulators(firestore=args.firestore) as emulators:
-            return bench(args, emulators)
-    except KeyboardInterrupt:
-        log.warning("interrupted")
-        return 130
+    return harness.run_with_emulators(parse_args(argv), bench)
 
 
 if __name__ == "__main__":

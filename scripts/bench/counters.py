@@ -25,7 +25,7 @@ The two one-document designs decode the envelope exactly as `direct` does. Repor
 design: wall time (first delivery started to last answered), events absorbed per second,
 latency per delivery, failures, the count read back and whether it is exact, shards and
 growths, Firestore documents read and written per delivery (counted at the client's RPCs,
-scripts/support/firestore_rpcs.py), and the CPU time of this process and of the emulator during
+devkit/firestore_rpcs.py), and the CPU time of this process and of the emulator during
 the phase. The function's own JSON logs go to --function-log (a temporary file unless given),
 not to stdout.
 
@@ -62,11 +62,11 @@ from typing import Any
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
+from devkit.claims import add_claims
+from devkit.firestore_rpcs import RpcCounter, RpcCounts
+from devkit.measure import per, percentiles
 from scripts.bench import harness
 from scripts.bench.harness import Row, fmt
-from scripts.support.claims import add_claims
-from scripts.support.firestore_rpcs import RpcCounter, RpcCounts
-from scripts.support.measure import per, percentiles
 from shared.claims.models import ClaimRecord, coupon_claimed
 from shared.clock import utcnow
 from shared.container import instance_services
@@ -278,7 +278,7 @@ def published_event(payload: bytes, *, message_id: str, now: datetime) -> dict[s
 
 def claim_records(campaign_id: str, count: int, *, now: datetime) -> list[ClaimRecord]:
     """`count` claims of distinct shoppers. count_usage counts only claims that exist, so each
-    phase writes their documents (scripts/support/claims.py) before it delivers their events."""
+    phase writes their documents (devkit/claims.py) before it delivers their events."""
     return [
         ClaimRecord(
             claim_id=f"u{i:06d}-0",

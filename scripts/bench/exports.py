@@ -32,8 +32,8 @@ from typing import Any
 
 from google.cloud import firestore
 
+from devkit.measure import cpu_seconds, peak_rss_bytes, rss_bytes
 from scripts.bench.harness import BUCKET, Emulators, level, setup_logging, stop_on_sigterm
-from scripts.support.measure import cpu_seconds, peak_rss_bytes, rss_bytes
 from shared.campaigns import service as campaign_service
 from shared.campaigns.models import CampaignCreate
 from shared.clock import utcnow

@@ -28,10 +28,10 @@ from typing import Any, Generic, Self, TypeVar
 
 from google.cloud import firestore
 
-from emulator import RunningEmulator, free_port, start_firestore, start_storage
-from scripts.support import http
-from scripts.support.codes import add_codes
-from scripts.support.measure import cpu_seconds
+from devkit import http, provenance
+from devkit.codes import add_codes
+from devkit.emulators import RunningEmulator, free_port, start_firestore, start_storage
+from devkit.measure import cpu_seconds
 from shared.campaigns import service as campaign_service
 from shared.campaigns.models import CampaignCreate
 from shared.clock import utcnow
@@ -44,6 +44,8 @@ RESET_TIMEOUT = 600.0
 PROGRESS_EVERY = 5.0
 
 log = logging.getLogger("bench")
+# The code a run measures is the code it started with, whatever the checkout holds by its end.
+_COMMIT_AT_START = provenance.commit()
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -110,6 +112,22 @@ def stop_on_sigterm() -> None:
 
 
 # --- the emulators -------------------------------------------------------------------------------
+
+
+def run_with_emulators(
+    args: argparse.Namespace, bench: Callable[[argparse.Namespace, Emulators], int]
+) -> int:
+    """A benchmark's main: logging, SIGTERM as an interrupt, its own emulators (started before
+    anything of shared is used, so worker processes inherit their environment), exit 130 when
+    interrupted."""
+    setup_logging(level(args.verbose))
+    stop_on_sigterm()
+    try:
+        with Emulators(firestore=args.firestore) as emulators:
+            return bench(args, emulators)
+    except KeyboardInterrupt:
+        log.warning("interrupted")
+        return 130
 
 
 def forget_services() -> None:
@@ -471,13 +489,27 @@ def _strict(value: Any) -> Any:
 
 
 def write_json(path: Path | None, document: Mapping[str, Any]) -> None:
-    """The figures, with the time they were measured, to `path` (if given)."""
+    """The figures, with when, on which commit and on what machine they were measured, to
+    `path` (if given). docs/benchmarks.md is generated from these files (scripts/bench/report)."""
     if path is None:
         return
-    stamped = {**document, "measured_at": datetime.now(UTC).isoformat(timespec="seconds")}
+    stamped = {
+        **document,
+        "command": _command_line(),
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "commit": _COMMIT_AT_START,
+        "machine": provenance.machine(),
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(_strict(stamped), indent=2, default=str, allow_nan=False) + "\n")
     log.info("figures written to %s", path)
+
+
+def _command_line() -> str:
+    """How this benchmark was run, as a command to copy."""
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    program = f"python -m {spec.name}" if spec is not None else Path(sys.argv[0]).name
+    return " ".join([program, *sys.argv[1:]])
 
 
 # --- set-up --------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ afterwards, so the stats (held, redeemed, released, remaining) are compared with
 
 Reported per run: shoppers served, claims, SOLD_OUT answers, codes redeemed, holds released,
 holds redeemed after a release gave their code back, Firestore RPCs by method (counted where the
-client sends them), and the invariants read back from the database (scripts/support/audit.py,
+client sends them), and the invariants read back from the database (devkit/audit.py,
 plus: no (coupon, shopper) hold both released and redeemed, no code redeemed by two orders).
 Exit status 1 on any violation. Starts its own Firestore emulator on a free port unless
 `--firestore` names one.
@@ -51,7 +51,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from emulator import RunningEmulator, free_port, reset_firestore, start_firestore
+from devkit.emulators import RunningEmulator, free_port, reset_firestore, start_firestore
 
 log = logging.getLogger("bench_holds")
 
@@ -227,6 +227,7 @@ class Sale:
                 bus=services.bus,
                 room=services.room,
                 usage=services.usage,
+                fairness=services.fairness,
                 app_check=services.app_check,
                 clock=utcnow,
                 deadline_seconds=services.settings.claim_deadline_seconds,
@@ -361,7 +362,7 @@ def _percentiles(values: list[float | None]) -> dict[str, float]:
 
 
 def make_campaign(services: Any, cfg: Config, *, hold_seconds: int | None) -> str:
-    from scripts.support.codes import add_codes
+    from devkit.codes import add_codes
     from shared.campaigns import service as campaign_service
     from shared.campaigns.models import CampaignCreate
     from shared.clock import utcnow
@@ -389,7 +390,7 @@ def check(
     services: Any, campaign_id: str, result: SaleResult, events: list[dict[str, Any]]
 ) -> None:
     """The invariants, from the database and from the events the run published."""
-    from scripts.support.audit import audit_campaign
+    from devkit.audit import audit_campaign
 
     mine = [e for e in events if e["campaign_id"] == campaign_id]
     report = audit_campaign(services.db, campaign_id=campaign_id)
@@ -465,7 +466,7 @@ class BurstResult:
 
 
 def release_burst(services: Any, cfg: Config) -> BurstResult:
-    from scripts.support.audit import audit_campaign
+    from devkit.audit import audit_campaign
 
     burst = Config(**{**asdict(cfg), "codes": cfg.burst, "seed": cfg.seed + 1000})
     campaign_id = make_campaign(services, burst, hold_seconds=1)

@@ -14,7 +14,7 @@ peak RSS is the importer's alone. The child reports the wall time of the import,
 its peak RSS (its own high-water mark, VmHWM), its RSS growth (the highest RSS sampled every
 50 ms during the import minus the RSS just before it, clients created and connected
 beforehand) and the documents its client wrote (counted at its RPCs,
-scripts/support/firestore_rpcs.py).
+devkit/firestore_rpcs.py).
 
 Every phase starts from an empty database on a warmed-up emulator: by default a new emulator on
 the same port (see `Bench.prepare` for why), `--warmup-docs` documents written to warm its JIT,
@@ -55,10 +55,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devkit.firestore_rpcs import RpcCounter
+from devkit.measure import peak_rss_bytes, rss_bytes
 from scripts.bench import harness
 from scripts.bench.harness import positive
-from scripts.support.firestore_rpcs import RpcCounter
-from scripts.support.measure import peak_rss_bytes, rss_bytes
 
 log = logging.getLogger("bench.imports")
 

@@ -62,7 +62,7 @@ class ReferenceCounters:
     inside the transaction: a lock timeout); gave_up_ranges (ranges abandoned on contention).
 
     Documents read and written are counted by the benchmark where the client sends its RPCs
-    (scripts/support/firestore_rpcs.py).
+    (devkit/firestore_rpcs.py).
     """
 
     def __init__(self) -> None:

@@ -68,9 +68,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol
 
+from devkit.measure import percentiles
 from scripts.bench import harness
 from scripts.bench.harness import Row, fmt
-from scripts.support.measure import percentiles
 from shared.waiting_room.admission import AdmissionController, LeakyBucket, RoomShare
 from shared.waiting_room.service import heartbeat_interval
 

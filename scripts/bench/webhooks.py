@@ -5,7 +5,7 @@
         [--json PATH] [-v]
 
 Starts its own Firestore emulator (free port) and, per scenario, receivers in this process
-(scripts/support/receiver.py, answering 200 at once). Events are synthetic `coupon.claimed`
+(devkit/receiver.py, answering 200 at once). Events are synthetic `coupon.claimed`
 events of one campaign, handed to the webhook service as deliver_webhooks gets them from Pub/Sub
 push: `--push-threads` at a time (one function instance serving that many requests). The clock
 runs from the first push until every endpoint has every event (the scheduled drain finishes what
@@ -33,8 +33,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
+from devkit.receiver import Receiver
 from scripts.bench import harness
-from scripts.support.receiver import Receiver
 from shared.clock import utcnow
 from shared.container import Services
 from shared.events.models import CouponClaimed, EventType, encode_event

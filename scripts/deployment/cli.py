@@ -16,7 +16,6 @@ from scripts.deployment.functions import (
     DEFAULT_IMPORTS_BUCKET,
     FUNCTION_NAMES,
     FunctionSpec,
-    defined_entry_points,
     select_functions,
 )
 from scripts.deployment.gcloud import (
@@ -45,6 +44,7 @@ from scripts.deployment.staging import (
     runtime_python,
     stage,
 )
+from shared.http import entry_points
 
 LOG = logging.getLogger("codedrop.deploy")
 
@@ -265,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         env = _function_env(args, project)
         staged = stage(args.build_dir)
-        specs = select_functions(defined_entry_points(staged / "main.py"), args.only)
+        specs = select_functions(entry_points.declared(staged / "main.py"), args.only)
         python = runtime_python(args.build_dir, staged / "requirements.txt")
         check_env = {**env, "GOOGLE_CLOUD_PROJECT": args.project or PREFLIGHT_DEMO_PROJECT}
         check_staged_import(staged, [spec.entry_point for spec in specs], check_env, python=python)

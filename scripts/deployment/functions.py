@@ -12,14 +12,13 @@ and service account. Who can call it is chosen per caller (see README "Deploying
 
 from __future__ import annotations
 
-import ast
 import enum
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from scripts.deployment import DeployError
+from shared.http.entry_points import Kind
 
 LOG = logging.getLogger("codedrop.deploy")
 
@@ -36,14 +35,14 @@ class Trigger(enum.Enum):
     STORAGE_FINALIZED = "storage object finalized (Eventarc)"
 
     @property
-    def signature(self) -> str:
-        """The functions-framework decorator the entry point needs for this trigger.
+    def signature(self) -> Kind:
+        """The kind of entry point this trigger needs.
 
         A push subscription posts the raw Pub/Sub envelope, which functions-framework turns into
         a messagePublished CloudEvent for a @cloud_event function."""
         if self in (Trigger.PUBLIC_HTTP, Trigger.PRIVATE_HTTP):
-            return "http"
-        return "cloud_event"
+            return Kind.HTTP
+        return Kind.CLOUD_EVENT
 
     @property
     def public(self) -> bool:
@@ -166,41 +165,8 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
 FUNCTION_NAMES = tuple(spec.name for spec in FUNCTIONS)
 
 
-def _decorator_name(node: ast.expr) -> str | None:
-    if isinstance(node, ast.Call):
-        node = node.func
-    if isinstance(node, ast.Attribute):
-        return node.attr
-    if isinstance(node, ast.Name):
-        return node.id
-    return None
-
-
-def defined_entry_points(main_py: Path) -> dict[str, str | None]:
-    """Names bound at the top level of main.py, each with its functions-framework signature.
-
-    The signature is "http" or "cloud_event" when a matching decorator is visible, else None.
-    """
-    tree = ast.parse(main_py.read_text(encoding="utf-8"), filename=str(main_py))
-    names: dict[str, str | None] = {}
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            kinds = {_decorator_name(d) for d in node.decorator_list} & {"http", "cloud_event"}
-            names[node.name] = kinds.pop() if len(kinds) == 1 else None
-        elif isinstance(node, ast.Assign):
-            for target in node.targets:
-                if isinstance(target, ast.Name):
-                    names[target.id] = None
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            names[node.target.id] = None
-        elif isinstance(node, ast.ImportFrom | ast.Import):
-            for alias in node.names:
-                names[alias.asname or alias.name.split(".")[0]] = None
-    return names
-
-
 def select_functions(
-    defined: Mapping[str, str | None], only: str | None = None
+    defined: Mapping[str, Kind | None], only: str | None = None
 ) -> list[FunctionSpec]:
     """The table's functions (or just `only`); each must be defined with the right decorator."""
     selected = []
@@ -211,12 +177,13 @@ def select_functions(
             raise DeployError(
                 f"{spec.name}: entry point {spec.entry_point!r} is not defined in functions/main.py"
             )
-        signature = defined[spec.entry_point]
-        if signature is not None and signature != spec.trigger.signature:
+        kind = defined[spec.entry_point]
+        if kind is not None and kind != spec.trigger.signature:
             raise DeployError(
-                f"{spec.name}: {spec.entry_point} is decorated @functions_framework.{signature} "
-                f"but its trigger ({spec.trigger.value}) needs "
-                f"@functions_framework.{spec.trigger.signature}"
+                f"{spec.name}: {spec.entry_point} is decorated "
+                f"@functions_framework.{kind.decorator} but its trigger "
+                f"({spec.trigger.value}) needs "
+                f"@functions_framework.{spec.trigger.signature.decorator}"
             )
         selected.append(spec)
     return selected

@@ -33,6 +33,8 @@ MANAGED_ENV = frozenset(
         "CODEDROP_IMPORTS_BUCKET",
         "CODEDROP_EVENTS_TOPIC",
         "CODEDROP_CORS_ORIGINS",
+        "CODEDROP_PUSH_AUDIENCE",
+        "CODEDROP_PUSH_SERVICE_ACCOUNT",
         "THREADS",
     }
 )
@@ -168,6 +170,23 @@ def secrets_of(spec: FunctionSpec) -> tuple[Secret, ...]:
 INVOKER_ACCOUNT = "invoker"
 
 
+def function_url(spec: FunctionSpec, *, project: str, region: str) -> str:
+    """A gen2 function's stable URL (it also answers on its run.app URL); a push subscription's
+    token names it as its audience."""
+    return f"https://{region}-{project}.cloudfunctions.net/{spec.service}"
+
+
+def push_env(spec: FunctionSpec, *, project: str, region: str) -> dict[str, str]:
+    """What a pushed function checks each push's OIDC token against (shared/gcp/push_auth.py):
+    the audience and the account its subscription signs with (resources.subscription_steps)."""
+    if spec.trigger is not Trigger.PUSH_SUBSCRIPTION:
+        return {}
+    return {
+        "CODEDROP_PUSH_AUDIENCE": function_url(spec, project=project, region=region),
+        "CODEDROP_PUSH_SERVICE_ACCOUNT": account_email(INVOKER_ACCOUNT, project),
+    }
+
+
 def build_command(
     spec: FunctionSpec,
     *,
@@ -181,7 +200,11 @@ def build_command(
     trigger_location: str | None = None,
     ticket_secret: str = DEFAULT_TICKET_SECRET,
 ) -> list[str]:
-    function_env = {**env, "THREADS": str(spec.concurrency)}
+    function_env = {
+        **env,
+        "THREADS": str(spec.concurrency),
+        **push_env(spec, project=project, region=region),
+    }
     _check_env(function_env)
     return [
         "gcloud",

@@ -26,6 +26,7 @@ from scripts.deployment.gcloud import (
     TICKET_SECRET,
     Secret,
     account_email,
+    function_url,
     secrets_of,
 )
 from scripts.deployment.plan import Step
@@ -74,8 +75,7 @@ class Target:
         return self.ticket_secret if secret is TICKET_SECRET else secret.name
 
     def url(self, spec: FunctionSpec) -> str:
-        """A gen2 function's stable URL (it also answers on its run.app URL)."""
-        return f"https://{self.region}-{self.project}.cloudfunctions.net/{spec.service}"
+        return function_url(spec, project=self.project, region=self.region)
 
     def account(self, name: str) -> str:
         return account_email(name, self.project)

@@ -15,11 +15,11 @@ from typing import Any
 
 from google.cloud import firestore
 
+from devkit import http
+from devkit.audit import AuditReport, audit_campaign
 from scripts.load_test.options import Options
 from scripts.load_test.report import CLAIM_KINDS
 from scripts.load_test.stack import Target
-from scripts.support import http
-from scripts.support.audit import AuditReport, audit_campaign
 from shared.gcp.firestore import claims_collection
 
 

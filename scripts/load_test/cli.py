@@ -22,7 +22,7 @@
    a plain one (--client threads: scripts/load_test/shoppers.py, --threads threads over
    keep-alive connections, each taking the next shopper due, as a fixed pool of clients
    would). Every response is recorded in responses.jsonl.
-4. Audits the sale from the database (scripts/support/audit.py plus the claim documents) and
+4. Audits the sale from the database (devkit/audit.py plus the claim documents) and
    the API: codes held by two shoppers, over-issue, shoppers over their limit, SOLD_OUT
    answered while codes remained, answers that disagree with the database, shoppers without an
    answer, and the usage counters (GET /v1/campaigns/{id} stats, polled until they settle)
@@ -45,7 +45,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from emulator.tokens import emulator_id_token
+from devkit.emulators.tokens import emulator_id_token
 from scripts.load_test import SetupError, say
 from scripts.load_test.audit import Truth, audit_sale, read_truth, settle_counters, targets
 from scripts.load_test.cpu import CpuSampler

@@ -53,7 +53,7 @@ from locust.env import Environment
 from locust.event import EventHook
 from locust.runners import MasterRunner, WorkerRunner
 
-from emulator.tokens import emulator_id_token
+from devkit.emulators.tokens import emulator_id_token
 from scripts.load_test.records import (
     CODE,
     CONNECTION_RETRY_PAUSE,

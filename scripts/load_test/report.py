@@ -26,9 +26,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from devkit.measure import latency_summary, percentiles
 from scripts.load_test import charts
 from scripts.load_test.charts import STATUS_GROUPS
-from scripts.support.measure import latency_summary, percentiles
 
 Record = dict[str, Any]
 

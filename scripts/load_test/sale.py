@@ -16,11 +16,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from devkit import http
 from scripts.load_test import SetupError, say
 from scripts.load_test.cpu import CpuSampler
 from scripts.load_test.options import REPO, Options
 from scripts.load_test.stack import Target
-from scripts.support import http
 from scripts.tools import upload_codes
 from shared.intake.service import import_job_id
 

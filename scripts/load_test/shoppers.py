@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
-from emulator.tokens import emulator_id_token
+from devkit.emulators.tokens import emulator_id_token
 from scripts.load_test.records import (
     CODE,
     CONNECTION_RETRY_PAUSE,

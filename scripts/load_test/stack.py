@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from emulator import free_port
-from emulator.processes import GroupProcess, ProcessFailed, spawn
+from devkit.emulators import free_port
+from devkit.emulators.processes import GroupProcess, ProcessFailed, spawn
 from scripts.load_test import SetupError, say
 from scripts.load_test.options import REPO, Options
 from scripts.localstack.config import FUNCTIONS, PORTS, READY_LINE, env_int

@@ -1,6 +1,7 @@
 """Run codedrop locally: the emulators plus every function in functions/main.py, until stopped.
 
-Starts the Firestore, Pub/Sub and Storage emulators (emulator/), creates the Pub/Sub topics and
+Starts the Firestore, Pub/Sub and Storage emulators (devkit/emulators/), creates the Pub/Sub
+topics and
 subscriptions the functions need, starts each function that functions/main.py defines under
 functions-framework, prints the URLs and then `codedrop local stack ready`. Ctrl-C, SIGTERM or
 SIGHUP stop everything it started (functions first, then emulators, each by process group); so
@@ -15,16 +16,17 @@ announced.
 
 The Firebase Auth emulator (firebase-tools, installed by npm) runs beside the others, and
 FIREBASE_AUTH_EMULATOR_HOST points the functions at it: ID tokens of its users are accepted.
-Firebase has no App Check emulator: a development key set (emulator/app_check.py) serves its
+Firebase has no App Check emulator: a development key set (devkit/standins/app_check.py) serves its
 JWKS and tokens on the app-check port, and CODEDROP_APP_CHECK_JWKS_URL points the functions at
 it, so campaigns with require_app_check work locally.
 
 --demo   also creates the demo users in the Auth emulator (an admin and a shopper, email and
          password), campaign `demo` through admin_api with 100 codes, serves the example landing
-         page (web/example) at http://127.0.0.1:3000/?campaign=demo, and prints how to sign in
-         and a curl command that claims a code.
+         page (web/example) at http://127.0.0.1:3000/?campaign=demo and the console
+         (web/console) at http://127.0.0.1:3000/console/, and prints how to sign in and a curl
+         command that claims a code.
 --check  starts everything, runs the demo, one claim over HTTP (expects 201) and fetches the
-         landing page, then stops.
+         landing page and the console, then stops.
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ import os
 import sys
 from pathlib import Path
 
-from emulator import EmulatorFailed, EmulatorUnavailable
-from emulator.processes import StopRequestedError, stop_signals_raise
+from devkit.emulators import EmulatorFailed, EmulatorUnavailable
+from devkit.emulators.processes import StopRequestedError, stop_signals_raise
 from scripts.localstack.config import (
     DEFAULT_BUCKET,
     DEFAULT_LOG_DIR,
@@ -50,7 +52,7 @@ from scripts.localstack.config import (
     environment_table,
     page_origins,
 )
-from scripts.localstack.demo import announce_page, run_check, run_demo
+from scripts.localstack.demo import announce_demo, announce_page, run_check, run_demo
 from scripts.localstack.errors import StackError
 from scripts.localstack.output import configure_logging, log_to_file, say
 from scripts.localstack.stack import LocalStack
@@ -144,10 +146,11 @@ def main(argv: list[str] | None = None) -> int:
             if config.demo:
                 demo = run_demo(config)
                 page = stack.serve_pages(demo.campaign_id)
-                announce_page(page, config, stack.app_check_token_url)
                 if config.check:
                     run_check(config, demo)
                     return 0
+                announce_demo(config)
+                announce_page(page, config, stack.app_check_token_url)
             say("Ctrl-C stops everything")
             stack.supervise()
             return 1  # supervise() only returns by raising

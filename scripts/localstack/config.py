@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from shared.http.entry_points import Kind
+
 REPO = Path(__file__).resolve().parents[2]
 MAIN_PY = REPO / "functions" / "main.py"
 HOST = "127.0.0.1"
@@ -70,9 +72,10 @@ class Function:
     """An entry point of functions/main.py and how the local stack serves it."""
 
     name: str
-    signature_type: str  # functions-framework --signature-type
     workers: int  # gunicorn processes (functions-framework reads WORKERS)
     threads: int  # threads per process (THREADS)
+    # Its decorator in main.py, filled in by scripts.localstack.functions.defined_functions.
+    kind: Kind | None = None
 
     @property
     def port_key(self) -> str:
@@ -99,14 +102,14 @@ class Function:
 # claim_api takes the flash-sale burst: two processes keep claims flowing while one collects
 # garbage, and its claims wait mostly on Firestore, hence many threads.
 FUNCTIONS: tuple[Function, ...] = (
-    Function("claim_api", "http", workers=2, threads=8),
-    Function("admin_api", "http", workers=1, threads=8),
-    Function("count_usage", "cloudevent", workers=1, threads=8),
-    Function("import_codes", "cloudevent", workers=1, threads=4),
+    Function("claim_api", workers=2, threads=8),
+    Function("admin_api", workers=1, threads=8),
+    Function("count_usage", workers=1, threads=8),
+    Function("import_codes", workers=1, threads=4),
     # Each request may drain an endpoint for up to CODEDROP_WEBHOOK_DRAIN_SECONDS; the others
     # only record their deliveries and answer.
-    Function("deliver_webhooks", "cloudevent", workers=1, threads=8),
-    Function("sweep", "http", workers=1, threads=1),
+    Function("deliver_webhooks", workers=1, threads=8),
+    Function("sweep", workers=1, threads=1),
 )
 
 

@@ -3,47 +3,35 @@ its own (gunicorn's master and workers), as the local stack and the tool tests r
 
 from __future__ import annotations
 
-import ast
 import logging
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from emulator.processes import GroupProcess, ProcessFailed, spawn
+from devkit import http
+from devkit.emulators.processes import GroupProcess, ProcessFailed, spawn
 from scripts.localstack.config import FUNCTIONS, HOST, MAIN_PY, REPO, Function
 from scripts.localstack.errors import StackError
-from scripts.support import http
+from shared.http.entry_points import entry_points
 
 log = logging.getLogger("local_stack")
 
 
 def defined_functions(main_py: Path = MAIN_PY) -> list[Function]:
-    """The known entry points that main_py defines at top level (read with ast, not imported)."""
+    """The known entry points that main_py declares, each with its kind (read with ast, not
+    imported)."""
     try:
-        tree = ast.parse(main_py.read_text(), filename=str(main_py))
+        declared = entry_points(main_py)
     except (OSError, SyntaxError) as exc:
         raise StackError(f"cannot read the entry points of {main_py}: {exc}") from exc
-    names: set[str] = set()
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            names.add(node.name)
-        elif isinstance(node, ast.Assign):
-            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
     known = {f.name for f in FUNCTIONS}
-    for node in tree.body:
-        if (
-            isinstance(node, ast.FunctionDef)
-            and node.decorator_list
-            and node.name not in known
-            and any("functions_framework" in ast.unparse(d) for d in node.decorator_list)
-        ):
-            log.warning(
-                "entry point has no port in the local stack; not started",
-                extra={"function": node.name},
-            )
-    return [f for f in FUNCTIONS if f.name in names]
+    for name in declared.keys() - known:
+        log.warning(
+            "entry point has no port in the local stack; not started", extra={"function": name}
+        )
+    return [replace(f, kind=declared[f.name]) for f in FUNCTIONS if f.name in declared]
 
 
 @dataclass(eq=False, kw_only=True)
@@ -82,6 +70,8 @@ def start_function(
 ) -> FunctionProcess:
     """Start serving `function` on `port` (not waiting for it); its output goes to
     log_dir/NAME.log and its runtime files to run_dir/NAME/."""
+    if function.kind is None:
+        raise StackError(f"{function.name} is not declared in {MAIN_PY}")
     executable = Path(sys.executable).parent / "functions-framework"
     if not executable.is_file():
         raise StackError(
@@ -99,7 +89,7 @@ def start_function(
         "--host",
         HOST,
         "--signature-type",
-        function.signature_type,
+        str(function.kind),
     ]
     log_path = log_dir / f"{function.name}.log"
     runtime_dir = run_dir / function.name

@@ -1,6 +1,7 @@
-"""The example landing page over HTTP (./scripts/run --demo, and the browser tests): web/example
-at /, web/codedrop.js beside it, the Firebase JS SDK installed by npm at the path the page's
-import map names, and /config.json telling the page where claim_api, the Auth emulator and the
+"""The example landing page and the console over HTTP (./scripts/run --demo, and the browser
+tests): web/example at /, web/codedrop.js beside it, web/console at /console/ with uPlot from npm
+in /console/vendor/, the Firebase JS SDK installed by npm at the path the import maps name, and
+config.json files telling each page where claim_api or admin_api, the Auth emulator and the
 development App Check tokens are. A thread of the calling process; only GET, only those files."""
 
 from __future__ import annotations
@@ -16,12 +17,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from emulator.auth import API_KEY
+from devkit.emulators.auth import API_KEY
 from scripts.localstack.config import REPO
 
 WEB = REPO / "web"
 EXAMPLE = WEB / "example"
+CONSOLE = WEB / "console"
 FIREBASE_SDK = REPO / "node_modules" / "firebase"
+# The console's chart library: only the two files the console loads.
+UPLOT_DIST = REPO / "node_modules" / "uplot" / "dist"
+UPLOT_FILES = ("uPlot.esm.js", "uPlot.min.css")
 # Only the SDK's browser builds (firebase-app.js, firebase-auth.js, …), never its sources.
 _SDK_FILE = re.compile(r"^firebase-[a-z-]+\.js(\.map)?$")
 _TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html", ".json": None}
@@ -56,7 +61,7 @@ class PageConfig:
     project: str
     auth_emulator_url: str
     campaign_id: str | None = None
-    # The development App Check key set's token URL (emulator/app_check.py), if any.
+    # The development App Check key set's token URL (devkit/standins/app_check.py), if any.
     app_check_token_url: str | None = None
 
     def as_json(self) -> dict[str, Any]:
@@ -75,6 +80,26 @@ class PageConfig:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class ConsoleConfig:
+    """What the console needs to know (served as /console/config.json)."""
+
+    admin_api_base: str
+    project: str
+    auth_emulator_url: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "adminApiBase": self.admin_api_base,
+            "firebase": {
+                "apiKey": API_KEY,
+                "authDomain": f"{self.project}.firebaseapp.com",
+                "projectId": self.project,
+            },
+            "authEmulatorUrl": self.auth_emulator_url,
+        }
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: _PageHTTPServer
 
@@ -82,6 +107,19 @@ class _Handler(BaseHTTPRequestHandler):
         path = urlsplit(self.path).path
         if path == "/config.json":
             self._send(json.dumps(self.server.config.as_json()).encode(), "application/json")
+            return
+        if path == "/console":
+            self.send_response(HTTPStatus.MOVED_PERMANENTLY)
+            self.send_header("Location", "/console/")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if path == "/console/config.json":
+            console = self.server.console
+            if console is None:
+                self.send_error(HTTPStatus.NOT_FOUND)
+                return
+            self._send(json.dumps(console.as_json()).encode(), "application/json")
             return
         file = self.server.resolve(path)
         if file is None:
@@ -106,11 +144,20 @@ class _Handler(BaseHTTPRequestHandler):
 class _PageHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], config: PageConfig, sdk: Path) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        config: PageConfig,
+        sdk: Path,
+        console: ConsoleConfig | None,
+    ) -> None:
         super().__init__(address, _Handler)
         self.config = config
+        self.console = console
         self.sdk = sdk
         self.vendor = f"/vendor/firebasejs/{firebase_sdk_version(sdk)}/"
+        if console is not None and not all((UPLOT_DIST / n).is_file() for n in UPLOT_FILES):
+            raise PagesUnavailable(f"uPlot is not installed in {UPLOT_DIST}. {NPM_HINT}")
 
     def resolve(self, path: str) -> Path | None:
         """The file a URL path names, or None; nothing outside the served folders."""
@@ -119,20 +166,42 @@ class _PageHTTPServer(ThreadingHTTPServer):
             return self.sdk / name if _SDK_FILE.match(name) else None
         if path == "/codedrop.js":
             return WEB / "codedrop.js"
+        if path.startswith("/console/"):
+            return self._console_file(path.removeprefix("/console/"))
         name = "index.html" if path in ("/", "/index.html") else path.lstrip("/")
-        file = (EXAMPLE / name).resolve()
-        if not file.is_relative_to(EXAMPLE) or not file.is_file():
+        return _inside(EXAMPLE, name)
+
+    def _console_file(self, name: str) -> Path | None:
+        if self.console is None:
             return None
-        return file
+        if name.startswith("vendor/"):
+            vendored = name.removeprefix("vendor/")
+            return UPLOT_DIST / vendored if vendored in UPLOT_FILES else None
+        return _inside(CONSOLE, name or "index.html")
+
+
+def _inside(folder: Path, name: str) -> Path | None:
+    """The file `name` in `folder`, or None (also for names that would leave it)."""
+    file = (folder / name).resolve()
+    if not file.is_relative_to(folder) or not file.is_file():
+        return None
+    return file
 
 
 class PageServer:
-    """web/example on host:port, in a thread of this process."""
+    """web/example (and with a ConsoleConfig web/console) on host:port, in a thread of this
+    process."""
 
     def __init__(
-        self, *, host: str, port: int, config: PageConfig, sdk: Path = FIREBASE_SDK
+        self,
+        *,
+        host: str,
+        port: int,
+        config: PageConfig,
+        sdk: Path = FIREBASE_SDK,
+        console: ConsoleConfig | None = None,
     ) -> None:
-        self._server = _PageHTTPServer((host, port), config, sdk)
+        self._server = _PageHTTPServer((host, port), config, sdk, console)
         self.url = f"http://{host}:{self._server.server_address[1]}"
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="page-server", daemon=True

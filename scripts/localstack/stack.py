@@ -13,9 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from emulator import EmulatorStack
-from emulator.app_check import DevAppCheckKeys, DevAppCheckServer
-from emulator.processes import GroupProcess, ProcessFailed, port_taken
+from devkit.emulators import EmulatorStack
+from devkit.emulators.processes import GroupProcess, ProcessFailed, port_taken
+from devkit.standins.app_check import DevAppCheckKeys, DevAppCheckServer
+from devkit.standins.push_auth import LOCAL_ACCOUNT, LOCAL_AUDIENCE, DevPushKeys, PushRelay
+from devkit.standins.scheduler import SweepScheduler
+from devkit.standins.storage_notifier import StorageNotifier, emulator_client
 from scripts.localstack.config import (
     EMULATOR_PORTS,
     FUNCTIONS,
@@ -32,10 +35,8 @@ from scripts.localstack.functions import (
     start_function,
 )
 from scripts.localstack.output import say
-from scripts.localstack.pages import PageConfig, PageServer, PagesUnavailable
+from scripts.localstack.pages import ConsoleConfig, PageConfig, PageServer, PagesUnavailable
 from scripts.localstack.resources import create_pubsub_resources, verify_bucket
-from scripts.localstack.scheduler import SweepScheduler
-from scripts.localstack.storage_notifier import StorageNotifier, emulator_client
 
 log = logging.getLogger("local_stack")
 
@@ -130,6 +131,7 @@ class LocalStack:
         self.resources: list[str] = []
         self.pages: PageServer | None = None
         self.app_check: DevAppCheckServer | None = None
+        self.push_relay: PushRelay | None = None
         self.timings: dict[str, float] = {}
 
     def start(self) -> None:
@@ -147,6 +149,11 @@ class LocalStack:
         self.app_check = DevAppCheckServer(
             DevAppCheckKeys(), project=config.project, port=config.ports["app-check"]
         ).start()
+        # The Pub/Sub emulator signs no push: its subscriptions push through a relay that signs
+        # as a real subscription does, and the functions check it (devkit/standins/push_auth.py).
+        self.push_relay = PushRelay(
+            DevPushKeys(), targets={f.name: f"{config.url(f.name)}/" for f in functions}
+        ).start()
         # FIREBASE_AUTH_EMULATOR_HOST among them: firebase-admin accepts the Auth emulator's
         # unsigned ID tokens (shared/settings.py allows that for demo- projects only).
         self.env = {
@@ -156,6 +163,13 @@ class LocalStack:
             "CODEDROP_IMPORTS_BUCKET": config.bucket,
             "CODEDROP_EVENTS_TOPIC": config.topic,
             "CODEDROP_APP_CHECK_JWKS_URL": self.app_check.jwks_url,
+            "CODEDROP_PUSH_JWKS_URL": self.push_relay.jwks_url,
+            "CODEDROP_PUSH_AUDIENCE": LOCAL_AUDIENCE,
+            "CODEDROP_PUSH_SERVICE_ACCOUNT": LOCAL_ACCOUNT,
+            # upload_codes and the load test sign as admins the Auth emulator does not hold
+            # (emulator-format tokens): the revocation check, which reads the account, is off
+            # here and runs in tests/emulator/test_revocation.py against the Auth emulator.
+            "CODEDROP_CHECK_REVOKED": "false",
         }
         # The client libraries here (resources, --demo) read the same variables.
         os.environ.update(self.env)
@@ -163,8 +177,11 @@ class LocalStack:
 
         mark = time.monotonic()
         names = {f.name for f in functions}
-        count_usage_url = config.url("count_usage") if "count_usage" in names else None
-        webhooks_url = config.url("deliver_webhooks") if "deliver_webhooks" in names else None
+        relay = self.push_relay
+        count_usage_url = relay.push_endpoint("count_usage") if "count_usage" in names else None
+        webhooks_url = (
+            relay.push_endpoint("deliver_webhooks") if "deliver_webhooks" in names else None
+        )
         self.resources = create_pubsub_resources(
             config, count_usage_url=count_usage_url, deliver_webhooks_url=webhooks_url
         )
@@ -218,7 +235,8 @@ class LocalStack:
 
     def serve_pages(self, campaign_id: str) -> str:
         """Serve the example landing page (web/example) on the web port, its App Check tokens
-        from the development key set; its URL on the campaign."""
+        from the development key set, and the console (web/console) at /console/ on admin_api;
+        the landing page's URL on the campaign."""
         config = self.config
         page_config = PageConfig(
             api_base=config.url("claim_api"),
@@ -227,8 +245,15 @@ class LocalStack:
             campaign_id=campaign_id,
             app_check_token_url=self.app_check_token_url,
         )
+        console = ConsoleConfig(
+            admin_api_base=config.url("admin_api"),
+            project=config.project,
+            auth_emulator_url=f"http://{config.auth_host}",
+        )
         try:
-            self.pages = PageServer(host=HOST, port=config.ports["web"], config=page_config)
+            self.pages = PageServer(
+                host=HOST, port=config.ports["web"], config=page_config, console=console
+            )
         except (PagesUnavailable, OSError) as exc:
             raise StackError(f"cannot serve the landing page: {exc}") from exc
         self.pages.start()
@@ -290,6 +315,8 @@ class LocalStack:
             log.exception("stopping the emulators failed")
         if self.app_check is not None:
             self.app_check.stop()
+        if self.push_relay is not None:
+            self.push_relay.stop()
 
     def describe(self) -> None:
         config = self.config

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from emulator.auth import AuthEmulatorClient, SignedIn
+from devkit.emulators.auth import AuthEmulatorClient, SignedIn
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,10 +17,10 @@ import argparse
 import os
 import sys
 
-from emulator.auth import AuthEmulatorClient, AuthEmulatorError
+from devkit import http
+from devkit.emulators.auth import AuthEmulatorClient, AuthEmulatorError
 from scripts.localstack.config import DEFAULT_PROJECT, HOST, env_int
 from scripts.localstack.users import DEMO_USERS
-from scripts.support import http
 
 
 def _auth_host() -> str:

@@ -31,9 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from emulator.tokens import emulator_id_token
-from scripts.support import http
+from devkit import http
+from devkit.emulators.tokens import emulator_id_token
 from shared.intake.service import IMPORT_PATH, StoredObject, import_job_id
+from shared.types import CAMPAIGN_ID_RULE
 
 log = logging.getLogger("upload_codes")
 
@@ -78,7 +79,7 @@ class Options:
         return f"{self.folder}/{self.campaign_id}/{self.name}"
 
 
-def _local_url(env: str, default: int) -> str:
+def local_url(env: str, default: int) -> str:
     return f"http://127.0.0.1:{os.environ.get(env) or default}"
 
 
@@ -95,7 +96,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--admin-url",
-        default=_local_url("CODEDROP_ADMIN_API_PORT", 8002),
+        default=local_url("CODEDROP_ADMIN_API_PORT", 8002),
         help="admin_api base URL (default http://127.0.0.1:$CODEDROP_ADMIN_API_PORT or :8002)",
     )
     parser.add_argument(
@@ -156,9 +157,8 @@ def parse_options(
     object_name = f"{folder}/{args.campaign_id}/{name}"
     if not pattern.match(object_name):
         raise UsageError(
-            f"{object_name} would not be {purpose}: the campaign id must be 1-63 letters, digits,"
-            " - or _ (starting with a letter or digit) and the name must end with .csv and "
-            "hold no /"
+            f"{object_name} would not be {purpose}: a campaign id is {CAMPAIGN_ID_RULE}, and "
+            "the name must end with .csv and hold no /"
         )
     if args.timeout <= 0:
         raise UsageError("--timeout must be positive")
@@ -167,7 +167,7 @@ def parse_options(
     storage_host: str | None = args.storage_host or os.environ.get("STORAGE_EMULATOR_HOST")
     if storage_host is None and demo:
         # A demo- project has no real bucket: never send its files to Cloud Storage.
-        storage_host = _local_url("CODEDROP_STORAGE_PORT", 9199)
+        storage_host = local_url("CODEDROP_STORAGE_PORT", 9199)
     if storage_host is not None and not storage_host.startswith(("http://", "https://")):
         raise UsageError(f"--storage-host {storage_host!r} must start with http://")
     admin_url: str = args.admin_url.rstrip("/")

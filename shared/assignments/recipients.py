@@ -7,8 +7,9 @@ not UTF-8, too long or badly quoted is an invalid row, and line numbers are an e
 
 A recipient is what the campaign's per-user limit counts (its `identity`): a customer id (the
 Firebase uid a shopper signs in with), an email address, or a phone number in international
-format. Each row carries the identity's normalized form and key, so two spellings of one person
-are one recipient.
+format. Each row carries the identity's canonical form and key (shared/claims/identity.py, the
+same functions the claim path keys shoppers with), so two spellings of one person are one
+recipient.
 """
 
 from __future__ import annotations
@@ -18,15 +19,22 @@ import unicodedata
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from shared.claims.identity import IdentityKind, identity_key, normalized
+from shared.claims.identity import (
+    E164_PATTERN,
+    EmailCanonicalization,
+    IdentityKind,
+    canonical,
+    canonical_phone,
+    identity_key,
+)
+from shared.errors import IdentityInvalid
 from shared.intake.csv_rows import InvalidRow, line_cells, report_value, spreadsheet_safe
 
 RECIPIENT_COLUMN = "recipient"
 MAX_EMAIL_LENGTH = 254  # RFC 5321's limit for a path
 MAX_UID_LENGTH = 128  # Firebase Auth's limit for a uid
 _EMAIL = re.compile(r"^[^@\s]{1,64}@[^@\s.]+(\.[^@\s.]+)+$")
-_E164 = re.compile(r"^\+[1-9][0-9]{6,14}$")
-_PHONE_CHARACTERS = re.compile(r"^\+?[0-9 ()./-]+$")
+_E164 = re.compile(E164_PATTERN, re.ASCII)
 _ASCII_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -43,8 +51,8 @@ class MissingRecipientColumn(ValueError):
 class RecipientRow:
     line: int
     recipient: str  # as the result file shows it: as written, a phone number in E.164
-    identity: str  # the normalized form the per-user limit counts
-    key: str  # identity_key(kind, identity): the recipient's claim slots
+    identity: str  # the canonical form the per-user limit counts
+    key: str  # identity_key(kind, recipient): the recipient's claim slots
     carried: tuple[str, ...]
 
 
@@ -58,8 +66,10 @@ def recipient_problem(kind: IdentityKind, value: str) -> str | None:
         if len(value) > MAX_EMAIL_LENGTH or not _EMAIL.match(value):
             return "not an email address"
     elif kind is IdentityKind.PHONE:
-        if not _PHONE_CHARACTERS.match(value) or not _E164.match(normalized(kind, value)):
-            return "not a phone number in international format (+ and country code)"
+        try:
+            canonical_phone(value)
+        except IdentityInvalid:
+            return "not a phone number in international format (+, country code, 7-15 digits 0-9)"
     else:
         if len(value) > MAX_UID_LENGTH:
             return f"customer id longer than {MAX_UID_LENGTH} characters"
@@ -83,9 +93,16 @@ class RecipientReader:
     header are skipped. `columns` (the carried columns' names) is known once the first row has
     been read. Raises MissingRecipientColumn when the header names no recipient column."""
 
-    def __init__(self, chunks: Iterable[bytes], *, kind: IdentityKind) -> None:
+    def __init__(
+        self,
+        chunks: Iterable[bytes],
+        *,
+        kind: IdentityKind,
+        email_rule: EmailCanonicalization = EmailCanonicalization.MAILBOX,
+    ) -> None:
         self._chunks = chunks
         self._kind = kind
+        self._email_rule = email_rule
         self.columns: tuple[str, ...] = ()
         self._column: int | None = None
         self._carried: tuple[int, ...] = ()
@@ -126,11 +143,14 @@ class RecipientReader:
         problem = recipient_problem(self._kind, value)
         if problem is not None:
             return InvalidRow(line=line, reason=problem, value=report_value(value))
-        identity = normalized(self._kind, value)
+        try:
+            identity = canonical(self._kind, value, email_rule=self._email_rule)
+        except IdentityInvalid as exc:
+            return InvalidRow(line=line, reason=exc.message, value=report_value(value))
         return RecipientRow(
             line=line,
             recipient=identity if self._kind is IdentityKind.PHONE else value,
             identity=identity,
-            key=identity_key(self._kind, value),
+            key=identity_key(self._kind, value, email_rule=self._email_rule),
             carried=tuple(cells[i] if i < len(cells) else "" for i in self._carried),
         )

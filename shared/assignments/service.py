@@ -32,7 +32,7 @@ from shared.assignments.result import ResultFile
 from shared.assignments.supply import CandidateSupply
 from shared.campaigns import store as campaign_store
 from shared.campaigns.models import CampaignStatus
-from shared.claims.identity import IdentityKind
+from shared.claims.identity import EmailCanonicalization, IdentityKind
 from shared.coupons import store as coupon_store
 from shared.gcp import storage as storage_objects
 from shared.intake import jobs as job_store
@@ -188,10 +188,16 @@ class AssignmentService:
                 "ramp_started_at": job.ramp_started_at or now,
             }
         )
-        return self._run(job, obj, kind=kind, now=now)
+        return self._run(job, obj, kind=kind, email_rule=campaign.email_canonicalization, now=now)
 
     def _run(
-        self, job: JobRecord, obj: StoredObject, *, kind: IdentityKind, now: datetime
+        self,
+        job: JobRecord,
+        obj: StoredObject,
+        *,
+        kind: IdentityKind,
+        email_rule: EmailCanonicalization,
+        now: datetime,
     ) -> JobRecord | None:
         result = ResultFile(
             self._storage, bucket=obj.bucket, name=result_name(obj.name), job_id=job.job_id
@@ -199,7 +205,7 @@ class AssignmentService:
         chunks = storage_objects.object_chunks(
             self._storage, bucket=obj.bucket, name=obj.name, generation=obj.generation
         )
-        reader = RecipientReader(chunks, kind=kind)
+        reader = RecipientReader(chunks, kind=kind, email_rule=email_rule)
         tally = _Tally(job, result, reader)
         assigner = self._assigner(job, tally, now)
         failure: str | None = None

@@ -3,13 +3,22 @@ return."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from shared.types import CampaignId, IdentityKind, InputTime, RequestBody, SafeText, UtcTime
+from shared.codes import CodeFormat
+from shared.types import (
+    CampaignId,
+    EmailCanonicalization,
+    IdentityKind,
+    InputTime,
+    RequestBody,
+    SafeText,
+    UtcTime,
+)
 
 MAX_CODES_PER_USER = 10
 DEFAULT_ADMISSIONS_PER_SECOND = 100.0
@@ -18,9 +27,12 @@ MAX_LOW_STOCK_THRESHOLD = 1_000_000_000
 # A hold lasts long enough to check out, and no longer than a day.
 MIN_HOLD_SECONDS = 60
 MAX_HOLD_SECONDS = 86_400
+# A fair drop's pre-queue opens at most a week before the start (docs/fair-drops.md).
+MAX_PRE_QUEUE_SECONDS = 7 * 86_400
 
 Title = Annotated[SafeText, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
 HoldSeconds = Annotated[int, Field(ge=MIN_HOLD_SECONDS, le=MAX_HOLD_SECONDS)]
+PreQueueSeconds = Annotated[int, Field(ge=0, le=MAX_PRE_QUEUE_SECONDS)]
 # A Firebase `firebase.sign_in_provider`: password, phone, anonymous, custom, google.com,
 # oidc.<id>, saml.<id>, ...
 SignInProvider = Annotated[
@@ -54,13 +66,20 @@ class CampaignCreate(RequestBody):
     # null: a claim is final; a number: a claim is a hold for checkout, released if not redeemed.
     hold_seconds: HoldSeconds | None = None
     identity: IdentityKind = IdentityKind.UID
+    # With identity "email": "mailbox" (one inbox, one identity) or "address" (shared/claims/
+    # identity.py has the rules per provider).
+    email_canonicalization: EmailCanonicalization = EmailCanonicalization.MAILBOX
     allowed_sign_in_providers: SignInProviders | None = None
     require_app_check: bool = False
+    # 0: no pre-queue; otherwise shoppers join this long before the start and are drawn at it.
+    pre_queue_seconds: PreQueueSeconds = 0
 
     @model_validator(mode="after")
     def _window(self) -> Self:
         if self.ends_at <= self.starts_at:
             raise ValueError("ends_at must be after starts_at")
+        if self.pre_queue_seconds and not self.waiting_room_enabled:
+            raise ValueError("a pre-queue admits its draw through the waiting room: enable it")
         self.allowed_sign_in_providers = _distinct(self.allowed_sign_in_providers)
         return self
 
@@ -75,7 +94,9 @@ _NOT_NULLABLE = (
     "waiting_room_enabled",
     "admissions_per_second",
     "identity",
+    "email_canonicalization",
     "require_app_check",
+    "pre_queue_seconds",
 )
 
 
@@ -103,8 +124,11 @@ class CampaignUpdate(RequestBody):
     hold_seconds: HoldSeconds | None = None  # null switches holds off for new claims
     # Only until the campaign starts: claims made so far are keyed on the identity (store).
     identity: IdentityKind | None = None
+    email_canonicalization: EmailCanonicalization | None = None  # as identity: before the start
     allowed_sign_in_providers: SignInProviders | None = None  # null: every provider again
     require_app_check: bool | None = None
+    # Only until the pre-queue opens (store): its commitment is published from then on.
+    pre_queue_seconds: PreQueueSeconds | None = None
 
     @model_validator(mode="after")
     def _something(self) -> Self:
@@ -132,8 +156,12 @@ class CampaignRecord(BaseModel):
     # Validated by the API; the record takes any positive value so benchmarks can hold briefly.
     hold_seconds: int | None = Field(default=None, gt=0)
     identity: IdentityKind = IdentityKind.UID
+    email_canonicalization: EmailCanonicalization = EmailCanonicalization.MAILBOX
     allowed_sign_in_providers: list[str] | None = None
     require_app_check: bool = False
+    pre_queue_seconds: int = 0
+    # Hex SHA-256 of the drop's secret seed (fairness/secret), set with the pre-queue.
+    seed_commitment: str | None = None
     # Set only by a claimer that proved no unassigned code exists; cleared by every import.
     sold_out: bool = False
     sold_out_at: datetime | None = None
@@ -143,6 +171,12 @@ class CampaignRecord(BaseModel):
     codes_total: int = 0
     # The widest max_per_user ever set: a shopper may hold claims in slots up to it.
     slots_ceiling: int = 1
+    # The format every code of the campaign was generated in (shared/codes.py) while that holds:
+    # code look-ups and redemptions refuse codes that do not fit it without reading them. Set by
+    # the first generation into an empty campaign; an upload or a generation in another format
+    # makes the campaign's codes mixed, for good (store.record_generated_format).
+    code_format: CodeFormat | None = None
+    codes_mixed: bool = False
     # Bumped by every admin edit (not by imports or sales): a save made from an older version
     # is refused, not silently applied over another admin's edit.
     version: int = 0
@@ -150,6 +184,12 @@ class CampaignRecord(BaseModel):
     archived: bool = False
     created_at: datetime
     updated_at: datetime
+
+    @property
+    def pre_queue_opens_at(self) -> datetime | None:
+        if not self.pre_queue_seconds:
+            return None
+        return self.starts_at - timedelta(seconds=self.pre_queue_seconds)
 
     def status_at(self, now: datetime) -> CampaignStatus:
         if now >= self.ends_at:
@@ -177,11 +217,14 @@ class CampaignPublic(BaseModel):
     ends_at: UtcTime
     status: CampaignStatus
     remaining: int
+    max_per_user: int  # what the page promises: "one code per shopper", or more
     waiting_room: WaitingRoomStatus
     # What the landing page must offer: the sign-in the sale counts and accepts, App Check.
     identity: IdentityKind
     allowed_sign_in_providers: list[str] | None
     require_app_check: bool
+    # A fair drop: shoppers join from pre_queue_opens_at (POST …/entries), drawn at the start.
+    pre_queue_opens_at: UtcTime | None = None
 
 
 class CampaignStats(BaseModel):
@@ -208,10 +251,16 @@ class CampaignAdmin(BaseModel):
     admissions_per_second: float
     hold_seconds: int | None
     identity: IdentityKind
+    email_canonicalization: EmailCanonicalization
     allowed_sign_in_providers: list[str] | None
     require_app_check: bool
+    # The format every code was generated in (a checkout may test typed codes against it with
+    # web/codedrop.js isWellFormed), or null.
+    code_format: CodeFormat | None = None
     version: int
     archived: bool
+    pre_queue_seconds: int = 0
+    seed_commitment: str | None = None
     created_at: UtcTime
     updated_at: UtcTime
     stats: CampaignStats | None = None

@@ -11,6 +11,7 @@ from google.cloud import firestore
 from shared.audit import store as audit_store
 from shared.audit.models import AuditContext
 from shared.campaigns import store as campaign_store
+from shared.campaigns.drop_secret import new_drop_secret
 from shared.campaigns.models import (
     CampaignAdmin,
     CampaignCreate,
@@ -21,7 +22,7 @@ from shared.campaigns.models import (
     CampaignUpdate,
     WaitingRoomStatus,
 )
-from shared.errors import CampaignChanged
+from shared.errors import CampaignChanged, RequestValidationFailed
 
 # A refused save lists the edits made since its version among the campaign's latest entries.
 CHANGES_SHOWN = 20
@@ -39,6 +40,7 @@ def create_campaign(
     now: datetime,
     audit: AuditContext | None = None,
 ) -> CampaignRecord:
+    secret, commitment = new_drop_secret() if data.pre_queue_seconds else (None, None)
     record = CampaignRecord(
         campaign_id=data.campaign_id or new_campaign_id(data.title),
         title=data.title,
@@ -51,13 +53,22 @@ def create_campaign(
         admissions_per_second=data.admissions_per_second,
         hold_seconds=data.hold_seconds,
         identity=data.identity,
+        email_canonicalization=data.email_canonicalization,
         allowed_sign_in_providers=data.allowed_sign_in_providers,
         require_app_check=data.require_app_check,
         version=1,
+        pre_queue_seconds=data.pre_queue_seconds,
+        seed_commitment=commitment,
         created_at=now,
         updated_at=now,
     )
-    return campaign_store.create_campaign(db, record=record, audit=audit)
+    opens_at = record.pre_queue_opens_at
+    if opens_at is not None and opens_at < now:
+        raise RequestValidationFailed(
+            "the pre-queue must open after the campaign is created: its seed's commitment is "
+            "published before anyone joins"
+        )
+    return campaign_store.create_campaign(db, record=record, audit=audit, drop_secret=secret)
 
 
 def update_campaign(
@@ -107,9 +118,11 @@ def public_view(
         ends_at=campaign.ends_at,
         status=campaign.status_at(now),
         remaining=remaining,
+        max_per_user=campaign.max_per_user,
         identity=campaign.identity,
         allowed_sign_in_providers=campaign.allowed_sign_in_providers,
         require_app_check=campaign.require_app_check,
+        pre_queue_opens_at=campaign.pre_queue_opens_at,
     )
 
 
@@ -129,10 +142,14 @@ def admin_view(
         admissions_per_second=campaign.admissions_per_second,
         hold_seconds=campaign.hold_seconds,
         identity=campaign.identity,
+        email_canonicalization=campaign.email_canonicalization,
         allowed_sign_in_providers=campaign.allowed_sign_in_providers,
         require_app_check=campaign.require_app_check,
+        code_format=campaign.code_format,
         version=campaign.version,
         archived=campaign.archived,
+        pre_queue_seconds=campaign.pre_queue_seconds,
+        seed_commitment=campaign.seed_commitment,
         created_at=campaign.created_at,
         updated_at=campaign.updated_at,
         stats=stats,

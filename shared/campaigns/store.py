@@ -12,15 +12,18 @@ from google.cloud import firestore
 from shared.audit import store as audit_store
 from shared.audit.models import AuditAction, AuditContext
 from shared.campaigns import segments
+from shared.campaigns.drop_secret import new_drop_secret
 from shared.campaigns.models import AUDITED_FIELDS, MAX_CODES_PER_USER, CampaignRecord, audited
+from shared.codes import CodeFormat
 from shared.errors import (
     CampaignChanged,
     CampaignExists,
     CampaignNotEnded,
     CampaignNotFound,
+    Contended,
     RequestValidationFailed,
 )
-from shared.gcp.firestore import Snapshot, campaign_ref, campaigns_collection
+from shared.gcp.firestore import Snapshot, campaign_ref, campaigns_collection, drop_secret_ref
 
 
 def record_from_snapshot(snapshot: Snapshot) -> CampaignRecord:
@@ -33,11 +36,18 @@ def _fields(record: CampaignRecord) -> dict[str, Any]:
 
 
 def create_campaign(
-    db: firestore.Client, *, record: CampaignRecord, audit: AuditContext | None = None
+    db: firestore.Client,
+    *,
+    record: CampaignRecord,
+    audit: AuditContext | None = None,
+    drop_secret: Mapping[str, Any] | None = None,
 ) -> CampaignRecord:
-    """The campaign, its segments (see segments.py) and its audit entry, in one atomic batch."""
+    """The campaign, its segments (see segments.py), its audit entry and a fair drop's secret,
+    in one atomic batch."""
     batch = db.batch()
     batch.create(campaign_ref(db, record.campaign_id), _fields(record))
+    if drop_secret is not None:
+        batch.create(drop_secret_ref(db, record.campaign_id), dict(drop_secret))
     segments.add_to_batch(batch, db, campaign_id=record.campaign_id)
     if audit is not None:
         entry = audit.entry(
@@ -92,6 +102,10 @@ def update_action(before: dict[str, Any], after: dict[str, Any]) -> AuditAction:
     return AuditAction.UPDATE
 
 
+# Once a fair drop's pre-queue is open, shoppers join against this window and commitment.
+_FIXED_WHILE_PRE_QUEUED = ("starts_at", "pre_queue_seconds", "waiting_room_enabled")
+
+
 def update_campaign(
     db: firestore.Client,
     *,
@@ -123,9 +137,16 @@ def update_campaign(
         if merged.ends_at <= merged.starts_at:
             raise RequestValidationFailed("ends_at must be after starts_at")
         # Claims are keyed on the identity: a new one would let every shopper claim again.
-        if merged.identity != current.identity and now >= current.starts_at:
-            raise RequestValidationFailed("identity cannot change once the campaign has started")
+        for name in ("identity", "email_canonicalization"):
+            if getattr(merged, name) != getattr(current, name) and now >= current.starts_at:
+                raise RequestValidationFailed(f"{name} cannot change once the campaign has started")
         update: dict[str, Any] = {**changes, "updated_at": now, "version": version}
+        _check_pre_queue(current, merged, changes, now)
+        if merged.pre_queue_seconds and current.seed_commitment is None:
+            secret, commitment = new_drop_secret()
+            transaction.create(drop_secret_ref(db, campaign_id), secret)
+            update["seed_commitment"] = commitment
+            merged = merged.model_copy(update={"seed_commitment": commitment})
         # claims/me reads every slot a shopper may hold, so remember the widest limit ever set.
         if merged.max_per_user > current.slots_ceiling:
             update["slots_ceiling"] = min(merged.max_per_user, MAX_CODES_PER_USER)
@@ -197,6 +218,30 @@ def archive_campaign(
     )
 
 
+def _check_pre_queue(
+    current: CampaignRecord, merged: CampaignRecord, changes: Mapping[str, Any], now: datetime
+) -> None:
+    opened = current.pre_queue_opens_at
+    if opened is not None and now >= opened:
+        fixed = [name for name in _FIXED_WHILE_PRE_QUEUED if name in changes]
+        if any(changes[name] != getattr(current, name) for name in fixed):
+            raise RequestValidationFailed(
+                f"{', '.join(fixed)} cannot change once the pre-queue has opened"
+            )
+    if not merged.pre_queue_seconds:
+        return
+    if not merged.waiting_room_enabled:
+        raise RequestValidationFailed(
+            "a pre-queue admits its draw through the waiting room: enable it"
+        )
+    opens = merged.pre_queue_opens_at
+    if opened is None and opens is not None and opens < now:
+        raise RequestValidationFailed(
+            "the pre-queue must open after this change: its seed's commitment is published "
+            "before anyone joins"
+        )
+
+
 def mark_sold_out(
     db: firestore.Client, *, campaign_id: str, read_at: datetime, now: datetime
 ) -> datetime | None:
@@ -223,14 +268,49 @@ def record_pool_growth(
     campaign_id: str,
     added: int,
     now: datetime,
+    generated: bool = False,
 ) -> None:
-    """Called in the same batch that writes new coupons: invalidates any sold-out proof."""
-    batch.update(
-        campaign_ref(db, campaign_id),
-        {
-            "codes_total": firestore.Increment(added),
-            "pool_generation": firestore.Increment(1),
-            "sold_out": False,
-            "updated_at": now,
-        },
-    )
+    """Called in the same batch that writes new coupons: invalidates any sold-out proof. Codes
+    not `generated` by the campaign's own generation jobs (an upload) fit no known format: the
+    campaign stops refusing codes that do not fit one (record_generated_format)."""
+    changes: dict[str, Any] = {
+        "codes_total": firestore.Increment(added),
+        "pool_generation": firestore.Increment(1),
+        "sold_out": False,
+        "updated_at": now,
+    }
+    if not generated:
+        changes |= {"code_format": None, "codes_mixed": True}
+    batch.update(campaign_ref(db, campaign_id), changes)
+
+
+# A generation request racing an upload's batches rereads the campaign at most this often.
+FORMAT_ROUNDS = 8
+
+
+def record_generated_format(
+    db: firestore.Client, *, campaign_id: str, code_format: CodeFormat
+) -> CampaignRecord:
+    """Before codes of `code_format` are generated: the campaign records the format if it has no
+    code yet (nor a format), keeps it if it is this one, and otherwise holds codes of several
+    formats for good. Guarded by the update time read, so an upload's batch committing in
+    between (it marks the campaign mixed) is never overwritten."""
+    ref = campaign_ref(db, campaign_id)
+    for _ in range(FORMAT_ROUNDS):
+        snapshot = get_campaign_snapshot(db, campaign_id=campaign_id)
+        if snapshot is None:
+            raise CampaignNotFound(f"Campaign {campaign_id!r} does not exist.")
+        record = record_from_snapshot(snapshot)
+        if record.codes_mixed or record.code_format == code_format:
+            return record
+        first = record.codes_total == 0 and record.code_format is None
+        changes: dict[str, Any] = (
+            {"code_format": code_format} if first else {"code_format": None, "codes_mixed": True}
+        )
+        stored = {k: v.model_dump() if isinstance(v, CodeFormat) else v for k, v in changes.items()}
+        try:
+            ref.update(stored, option=db.write_option(last_update_time=snapshot.update_time))
+        except gexc.FailedPrecondition:
+            continue
+        return record.model_copy(update=changes)
+    raise Contended(retry_after=1)

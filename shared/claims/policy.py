@@ -34,8 +34,9 @@ class AppCheck(Protocol):
 
 
 def holder_key(campaign: CampaignRecord, shopper: Shopper) -> str:
-    """The key the campaign's per-user limit counts for this shopper (IDENTITY_REQUIRED when the
-    token does not carry the identity the campaign counts)."""
+    """The key the campaign's per-user limit counts for this shopper: IDENTITY_REQUIRED when the
+    token does not carry the identity the campaign counts, IDENTITY_INVALID when it is not one
+    (a phone number outside E.164)."""
     kind = campaign.identity
     if kind is IdentityKind.PHONE:
         if not shopper.phone_number:
@@ -48,7 +49,7 @@ def holder_key(campaign: CampaignRecord, shopper: Shopper) -> str:
             raise IdentityRequired(
                 "This sale gives one code per email address: sign in with a verified email."
             )
-        return identity_key(kind, shopper.email)
+        return identity_key(kind, shopper.email, email_rule=campaign.email_canonicalization)
     return identity_key(IdentityKind.UID, shopper.user_id)
 
 

@@ -32,13 +32,19 @@ from shared.coupons.store import (
     EXPIRES_BUCKET,
     CouponState,
     campaigns_with_code,
-    coupon_id_for,
     coupon_state,
+    find_coupon,
 )
-from shared.errors import CodeAlreadyRedeemed, CodeNotClaimed, CodeNotFound, Contended
+from shared.errors import (
+    CodeAlreadyRedeemed,
+    CodeNotClaimed,
+    CodeNotFound,
+    Contended,
+    shown,
+)
 from shared.events.bus import EventBus
 from shared.events.models import CouponRedeemed, redeemed_event_id
-from shared.gcp.firestore import Snapshot, claims_collection, coupons_collection
+from shared.gcp.firestore import Snapshot, claims_collection
 
 log = logging.getLogger(__name__)
 
@@ -61,20 +67,20 @@ class RedemptionService:
         self._clock = clock
 
     def _coupon(self, campaign_id: str, code: str) -> Snapshot:
-        ref = coupons_collection(self._db, campaign_id).document(coupon_id_for(code))
-        snapshot = ref.get()
-        data = snapshot.to_dict() or {}
-        # The id is a hash of the code: compare the code itself before answering about it.
-        if not snapshot.exists or data.get("code") != code:
-            raise CodeNotFound(f"Campaign {campaign_id!r} has no code {code!r}.")
-        return snapshot
+        """The coupon of `code` as a cashier typed it (any letter case; see shared.codes).
+        Every miss answers alike: another campaign's code is an unknown code here."""
+        snapshot = find_coupon(self._db, campaign_id=campaign_id, code=code)
+        if snapshot is None:
+            raise CodeNotFound(f"Campaign {campaign_id!r} has no code {shown(code)}.")
+        found: Snapshot = snapshot
+        return found
 
     def status(self, *, campaign_id: str, code: str) -> CodeStatus:
         data = self._coupon(campaign_id, code).to_dict() or {}
         state = coupon_state(data)
         assigned = state is not CouponState.AVAILABLE
         return CodeStatus(
-            code=code,
+            code=data["code"],
             state=state.value,
             user_id=data.get("assigned_to") if assigned else None,
             claimed_at=data.get("assigned_at") if assigned else None,
@@ -87,6 +93,7 @@ class RedemptionService:
         for _ in range(MAX_ROUNDS):
             snapshot = self._coupon(campaign_id, code)
             data = snapshot.to_dict() or {}
+            code = data["code"]  # as stored, whatever case it was typed in
             state = coupon_state(data)
             if state is CouponState.REDEEMED:
                 if data.get("order_id") != order_id:
@@ -158,7 +165,7 @@ class RedemptionService:
         )
 
     def redeem_order(self, order: ShopifyOrder) -> OrderRedemptions:
-        """Redeem every discount code of a shop's order in every campaign that holds it.
+        """Redeem every discount code of a shop's order, each in one campaign (campaign_for).
 
         A code nobody holds, or one another order redeemed, is reported and skipped: the order
         exists either way, and the shop's own checkout decided whether the discount applied.
@@ -166,12 +173,12 @@ class RedemptionService:
         results = []
         for discount in order.discount_codes:
             code = discount.code
-            campaigns = campaigns_with_code(self._db, code=code)
-            if not campaigns:
+            campaign_id = campaign_for(campaigns_with_code(self._db, code=code), order.id)
+            if campaign_id is None:
                 results.append(
                     OrderCodeResult(code=code, campaign_id=None, outcome="CODE_NOT_FOUND")
                 )
-            for campaign_id in campaigns:
+            else:
                 try:
                     outcome = self.redeem(campaign_id=campaign_id, code=code, order_id=order.id)
                 except (CodeNotClaimed, CodeAlreadyRedeemed, CodeNotFound) as exc:
@@ -184,3 +191,23 @@ class RedemptionService:
             extra={"order_id": order.id, "outcomes": [r.outcome for r in results]},
         )
         return OrderRedemptions(order_id=order.id, results=results)
+
+
+def campaign_for(holders: dict[str, dict[str, Any]], order_id: str) -> str | None:
+    """The one campaign an order's code is redeemed in, when several campaigns hold the same
+    code text (an order must not burn codes other shoppers hold elsewhere): the campaign where
+    this order already redeemed it (a redelivery), else the one where it was claimed earliest
+    and is still unredeemed, else the first by id (whose answer then says why not). Ties go to
+    the smaller campaign id, so every redelivery picks the same one."""
+    if not holders:
+        return None
+    for campaign_id, data in holders.items():
+        if coupon_state(data) is CouponState.REDEEMED and data.get("order_id") == order_id:
+            return campaign_id
+    claimed = [
+        (data["assigned_at"], campaign_id)
+        for campaign_id, data in holders.items()
+        if coupon_state(data) in (CouponState.HELD, CouponState.CLAIMED)
+        and isinstance(data.get("assigned_at"), datetime)
+    ]
+    return min(claimed)[1] if claimed else next(iter(holders))

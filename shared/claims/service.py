@@ -10,13 +10,16 @@ from datetime import datetime
 
 from google.cloud import firestore
 
-from shared.campaigns.models import CampaignRecord
+from shared.campaigns.models import CampaignRecord, CampaignStatus
 from shared.claims import policy
 from shared.claims import store as claim_store
 from shared.claims.engine import ClaimEngine, ClaimOutcome
 from shared.claims.models import ClaimRecord, coupon_claimed
 from shared.claims.policy import AppCheck, Shopper
+from shared.errors import CampaignNotActive, CodedropError, WaitingRoom
 from shared.events.bus import EventBus
+from shared.fairness.models import EntryPublic
+from shared.fairness.service import FairnessService
 from shared.gcp.batched_reads import ReadCoalescer
 from shared.usage.service import UsageService
 from shared.waiting_room.service import RoomPass, WaitingRoomService
@@ -37,6 +40,7 @@ class ClaimService:
         bus: EventBus,
         room: WaitingRoomService,
         usage: UsageService,
+        fairness: FairnessService,
         app_check: AppCheck,
         clock: Callable[[], datetime],
         deadline_seconds: float,
@@ -47,6 +51,7 @@ class ClaimService:
         self._bus = bus
         self._room = room
         self._usage = usage
+        self._fairness = fairness
         self._clock = clock
         # A shopper reading their codes back right after the claim: concurrent read-backs share
         # one batched read (each still started after its request arrived).
@@ -62,6 +67,16 @@ class ClaimService:
             slots=max(campaign.max_per_user, campaign.slots_ceiling),
         )
 
+    def enter(
+        self, *, campaign_id: str, shopper: Shopper, app_check_token: str | None = None
+    ) -> tuple[EntryPublic, bool]:
+        """Join a fair drop's pre-queue, after the checks a claim passes (True: a new entry)."""
+        campaign = self.engine.campaign(campaign_id)
+        holder = policy.admit(
+            campaign, shopper, app_check=self._app_check, app_check_token=app_check_token
+        )
+        return self._fairness.join(campaign, holder)
+
     def claim(
         self,
         *,
@@ -73,20 +88,65 @@ class ClaimService:
     ) -> ClaimResult:
         started = time.monotonic()
         campaign = self.engine.campaign(campaign_id)
+        if not campaign.pre_queue_seconds:
+            return self._claim(campaign, shopper, idempotency_key, ticket, app_check_token, started)
+        # A fair drop's transparency report counts its refusals by reason, from the start (a
+        # page that asks early is told to wait for it, not refused).
+        try:
+            return self._claim(campaign, shopper, idempotency_key, ticket, app_check_token, started)
+        except CodedropError as exc:
+            if not isinstance(exc, WaitingRoom) and self._clock() >= campaign.starts_at:
+                self._fairness.refused(campaign, exc.error_code)
+            raise
+
+    def _claim(
+        self,
+        campaign: CampaignRecord,
+        shopper: Shopper,
+        idempotency_key: str | None,
+        ticket: str | None,
+        app_check_token: str | None,
+        started: float,
+    ) -> ClaimResult:
+        campaign_id, user_id = campaign.campaign_id, shopper.user_id
         # Refused before the waiting room: a caller the sale does not accept never holds a place.
         holder = policy.admit(
             campaign, shopper, app_check=self._app_check, app_check_token=app_check_token
         )
-        user_id = shopper.user_id
         room_pass = RoomPass(ticket=None)
-        if campaign.waiting_room_enabled:
+        if campaign.pre_queue_seconds and self._clock() < campaign.starts_at:
+            # A fair drop's order is its draw: nobody holds a place in the room before it.
+            raise CampaignNotActive("The drop has not started: join its pre-queue.")
+        # Only a running sale has a room: before starts_at (or paused, or ended) the engine
+        # answers at once (CAMPAIGN_NOT_ACTIVE, or a code already held), with no ticket and no
+        # admission spent, so a try before the start earns no place ahead of the start's
+        # arrivals (shoppers who came 23 s early were admitted before those at +1 s).
+        running = campaign.status_at(self._clock()) in (
+            CampaignStatus.ACTIVE,
+            CampaignStatus.SOLD_OUT,
+        )
+        if campaign.waiting_room_enabled and running:
             remaining = self._usage.remaining(campaign)
             # Once no code is left, nobody waits for one: the engine answers at once (SOLD_OUT,
             # or the code a holder already has).
             if remaining > 0 and not self.engine.sold_out(campaign_id):
-                room_pass = self._room.admit(
-                    campaign=campaign, user_id=user_id, ticket_token=ticket, remaining=remaining
+                drawn = (
+                    self._fairness.queue(campaign, holder) if campaign.pre_queue_seconds else None
                 )
+                try:
+                    room_pass = self._room.admit(
+                        campaign=campaign,
+                        user_id=user_id,
+                        ticket_token=ticket,
+                        remaining=remaining,
+                        drawn=drawn,
+                    )
+                except WaitingRoom as exc:
+                    if drawn is not None:
+                        exc.details.update(self._fairness.entry_of(campaign, holder))
+                    raise
+                if drawn is not None:
+                    self._fairness.admitted(campaign, holder, room_pass)
         outcome = self.engine.claim(
             campaign_id=campaign_id,
             user_id=user_id,

@@ -33,6 +33,8 @@ from google.api_core.datetime_helpers import DatetimeWithNanoseconds
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
+from shared.codes import canonical
+from shared.gcp import client_internals
 from shared.gcp.firestore import COUPONS, coupons_collection
 
 EXPIRES_BUCKET = "expires_bucket"
@@ -64,8 +66,49 @@ STREAM_ATTEMPTS = 5
 
 
 def coupon_id_for(code: str) -> str:
-    """The document id is derived from the code, so a code can never exist twice in a campaign."""
-    return hashlib.sha256(code.encode("utf-8")).hexdigest()[:40]
+    """The document id is derived from the code's canonical form (shared.codes.canonical), so a
+    code can never exist twice in a campaign, not even in two letter cases."""
+    return _hashed(canonical(code))
+
+
+def _hashed(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:40]
+
+
+def _typed_ids(code: str) -> list[str]:
+    """Where a typed code's coupon may be: under its canonical id, or (for a code imported
+    before ids were canonical, whose id hashes the code exactly as imported) under the hash of
+    exactly what was typed. The second id is tried whenever the typing is not canonical, found
+    or not, so a look-up costs the same whatever campaign holds the code."""
+    exact = code.strip()
+    ids = [coupon_id_for(code)]
+    if exact != canonical(exact):
+        ids.append(_hashed(exact))
+    return ids
+
+
+def same_code(stored: object, typed: str) -> bool:
+    """Whether a coupon's stored code is the typed one: canonically equal, or (a coupon imported
+    before ids were canonical) exactly equal."""
+    return isinstance(stored, str) and (
+        canonical(stored) == canonical(typed) or stored == typed.strip()
+    )
+
+
+def find_coupon(db: firestore.Client, *, campaign_id: str, code: str) -> Any | None:
+    """The coupon of the typed `code` in the campaign, or None (see _typed_ids)."""
+    collection = coupons_collection(db, campaign_id)
+    refs = [collection.document(coupon_id) for coupon_id in _typed_ids(code)]
+    found = None
+    for snapshot in db.get_all(refs) if len(refs) > 1 else [refs[0].get()]:
+        # The canonical id wins over a legacy coupon of the same letters.
+        if (
+            snapshot.exists
+            and same_code((snapshot.to_dict() or {}).get("code"), code)
+            and (found is None or snapshot.id == refs[0].id)
+        ):
+            found = snapshot
+    return found
 
 
 def random_float() -> float:
@@ -229,19 +272,24 @@ def release_fields() -> dict[str, Any]:
 
 
 # --- redemption -------------------------------------------------------------------------------
-def campaigns_with_code(db: firestore.Client, *, code: str, limit: int = 20) -> list[str]:
-    """The campaigns that hold `code`, by one equality query on its hash (see the module doc)."""
-    query = (
-        db.collection_group(COUPONS)
-        .where(filter=FieldFilter(CODE_KEY, "==", coupon_id_for(code)))
-        .select(["code"])
-        .limit(limit)
-    )
-    found = []
-    for snapshot in query.stream():
-        if (snapshot.to_dict() or {}).get("code") == code:
-            found.append(snapshot.reference.parent.parent.id)
-    return sorted(found)
+def campaigns_with_code(
+    db: firestore.Client, *, code: str, limit: int = 20
+) -> dict[str, dict[str, Any]]:
+    """The campaigns that hold `code`, with the fields that tell its state, by one equality
+    query on its hash per way it may be stored (see the module doc)."""
+    found = {}
+    for key in _typed_ids(code):
+        query = (
+            db.collection_group(COUPONS)
+            .where(filter=FieldFilter(CODE_KEY, "==", key))
+            .select(["code", "state", "assigned", "assigned_at", "order_id"])
+            .limit(limit)
+        )
+        for snapshot in query.stream():
+            data = snapshot.to_dict() or {}
+            if same_code(data.get("code"), code):
+                found[snapshot.reference.parent.parent.id] = data
+    return dict(sorted(found.items()))
 
 
 def find_unassigned(
@@ -298,13 +346,10 @@ def stream_unassigned(
             low_inclusive=low_inclusive,
             high=high,
         )
-        parent, _ = query._parent._parent_info()
-        request = {"parent": parent, "structured_query": query._to_protobuf()}
         try:
-            for response in db._firestore_api.run_query(
-                request=request, metadata=db._rpc_metadata, timeout=STREAM_TIMEOUT_SECONDS
+            for message in client_internals.run_query_messages(
+                db, query, timeout=STREAM_TIMEOUT_SECONDS
             ):
-                message = response._pb
                 if not message.HasField("document"):
                     continue  # a progress message without a document
                 candidate = _candidate(message.document)

@@ -129,7 +129,13 @@ class EventBus:
         marker = announcement_ref(self._db, event.campaign_id, event.event_id)
         outbox = outbox_collection(self._db).document(event.event_id)
         batch = self._db.batch()
-        batch.create(marker, {"announced_at": now, "type": event.type.value})
+        # The marker keeps the event itself: consumers check a pushed announcement against it.
+        marker_fields = {
+            "announced_at": now,
+            "type": event.type.value,
+            "event": event.model_dump(mode="json"),
+        }
+        batch.create(marker, marker_fields)
         batch.set(outbox, self._outbox_fields(event, now))
         try:
             batch.commit()

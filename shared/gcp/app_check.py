@@ -71,7 +71,10 @@ class AppCheckVerifier:
         ) as exc:
             if isinstance(exc, jwt.PyJWKClientConnectionError | firebase_exceptions.FirebaseError):
                 log.warning("App Check token could not be verified", extra={"error": repr(exc)})
-            raise AppCheckRequired(f"Invalid App Check token: {exc}") from exc
+            else:
+                log.info("App Check token refused", extra={"reason": str(exc)[:200]})
+            # A fixed answer: the library's reason quotes the token's own fields (its `kid`).
+            raise AppCheckRequired("Invalid App Check token.") from exc
         # The module accepts a token without `exp` (PyJWT does not require it): a token that
         # never expires would be a bot's for good.
         if not isinstance(claims.get("exp"), int | float):

@@ -10,6 +10,12 @@ campaigns/{campaign_id}/processed_events/{event_id}      count_usage's idempoten
 campaigns/{campaign_id}/announcements/{event_id}         facts announced exactly once
 campaigns/{campaign_id}/room_instances/{instance_id}     waiting-room heartbeats
 campaigns/{campaign_id}/segments/{index}                 leases on parts of the code space
+campaigns/{campaign_id}/fairness/secret                  a fair drop's seed and entry-id key
+campaigns/{campaign_id}/fairness/shard-{nn}              the draw: one range of entry ids
+campaigns/{campaign_id}/fairness/draw                    the draw: digest, count, when
+campaigns/{campaign_id}/entry_shards/{nn}/entries/{id}  an identity's entry, by range of ids
+campaigns/{campaign_id}/admissions/{entry_id or key}     a fair drop's first admission of each
+campaigns/{campaign_id}/refusals/{instance_id}           claims refused, by reason (per instance)
 jobs/{job_id}                                            import and generation jobs
 outbox/{event_id}                                        events waiting to be published
 webhooks/{webhook_id}                                    a campaign's webhook and its drain lease
@@ -44,11 +50,17 @@ PROCESSED_EVENTS = "processed_events"
 ANNOUNCEMENTS = "announcements"
 ROOM_INSTANCES = "room_instances"
 SEGMENTS = "segments"
+FAIRNESS = "fairness"
+ENTRY_SHARDS = "entry_shards"
+ENTRIES = "entries"
+ADMISSIONS = "admissions"
+REFUSALS = "refusals"
 JOBS = "jobs"
 OUTBOX = "outbox"
 WEBHOOKS = "webhooks"
 DELIVERIES = "deliveries"
 CAMPAIGN_WEBHOOKS = "campaign_webhooks"
+LIMITER_INSTANCES = "limiter_instances"
 AUDIT = "audit"
 ADMINS = "admins"
 
@@ -151,8 +163,39 @@ def room_instances_collection(
     return _sub(db, campaign_id, ROOM_INSTANCES)
 
 
+def limiter_instances_collection(db: firestore.Client) -> firestore.CollectionReference:
+    """One heartbeat document per instance serving code look-ups (shared/ratelimit)."""
+    return db.collection(LIMITER_INSTANCES)
+
+
 def segments_collection(db: firestore.Client, campaign_id: str) -> firestore.CollectionReference:
     return _sub(db, campaign_id, SEGMENTS)
+
+
+def fairness_collection(db: firestore.Client, campaign_id: str) -> firestore.CollectionReference:
+    return _sub(db, campaign_id, FAIRNESS)
+
+
+def drop_secret_ref(db: firestore.Client, campaign_id: str) -> firestore.DocumentReference:
+    return fairness_collection(db, campaign_id).document("secret")
+
+
+def entries_collection(
+    db: firestore.Client, campaign_id: str, shard: int
+) -> firestore.CollectionReference:
+    """One range of a fair drop's entry ids (shared/fairness/draw.py): the draw reads a range by
+    listing its own collection, not by filtering one large collection."""
+    parent = _sub(db, campaign_id, ENTRY_SHARDS).document(f"{shard:02d}")
+    collection: firestore.CollectionReference = parent.collection(ENTRIES)
+    return collection
+
+
+def admissions_collection(db: firestore.Client, campaign_id: str) -> firestore.CollectionReference:
+    return _sub(db, campaign_id, ADMISSIONS)
+
+
+def refusals_collection(db: firestore.Client, campaign_id: str) -> firestore.CollectionReference:
+    return _sub(db, campaign_id, REFUSALS)
 
 
 def jobs_collection(db: firestore.Client) -> firestore.CollectionReference:

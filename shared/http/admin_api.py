@@ -40,6 +40,7 @@ from shared.errors import (
     CampaignNotFound,
     CannotRemoveYourself,
     CodeAlreadyRedeemed,
+    CodeMalformed,
     CodeNotClaimed,
     CodeNotFound,
     Contended,
@@ -47,6 +48,7 @@ from shared.errors import (
     JobNotFinished,
     JobNotFound,
     OwnerRequired,
+    RateLimited,
     RequestValidationFailed,
     TooManyWebhooks,
     WebhookNotFound,
@@ -60,6 +62,7 @@ from shared.http.routing import (
     ErrorBody,
     Router,
     campaign_id_param,
+    client_address,
     json_response,
 )
 from shared.intake import jobs as job_store
@@ -705,18 +708,28 @@ def sweep(call: Call) -> flask.Response:
 
 
 # --- checkout: codes and redemptions -----------------------------------------------------------
+def limit_guessing(call: Call) -> None:
+    """Look-ups and redemptions are limited per caller and per address before anything is read
+    (shared/ratelimit), so codes cannot be probed faster than the limits."""
+    call.services.guess_limiter.check(
+        caller=call.user.user_id, address=client_address(call.request)
+    )
+
+
 @router.route(
     "/v1/campaigns/<campaign_id>/codes/<code>",
     methods=["GET"],
     access=REDEEMER,
-    summary="Where a code stands: available, held, claimed or redeemed.",
+    summary="Where a code stands: available, held, claimed or redeemed (typed in any case).",
     responses={200: CodeStatus},
-    raises=[CampaignNotFound, CodeNotFound],
+    raises=[CampaignNotFound, CodeNotFound, CodeMalformed, RateLimited],
 )
 def code_status(call: Call, campaign_id: str, code: str) -> flask.Response:
     campaign_id = campaign_id_param(campaign_id)
+    limit_guessing(call)
     if len(code) > MAX_CODE_LENGTH:
         raise CodeNotFound(f"Campaign {campaign_id!r} has no such code.")
+    code = call.services.typed_codes.matched(campaign_id=campaign_id, typed=code)
     return json_response(call.services.redemptions.status(campaign_id=campaign_id, code=code))
 
 
@@ -727,12 +740,23 @@ def code_status(call: Call, campaign_id: str, code: str) -> flask.Response:
     summary="Redeem a held or claimed code for an order (idempotent on the order).",
     body=RedemptionCreate,
     responses={201: RedemptionPublic, 200: RedemptionPublic},
-    raises=[CampaignNotFound, CodeNotFound, CodeNotClaimed, CodeAlreadyRedeemed, Contended],
+    raises=[
+        CampaignNotFound,
+        CodeNotFound,
+        CodeMalformed,
+        CodeNotClaimed,
+        CodeAlreadyRedeemed,
+        Contended,
+        RateLimited,
+    ],
 )
 def redeem(call: Call, campaign_id: str) -> flask.Response:
     body = call.body_as(RedemptionCreate)
+    campaign_id = campaign_id_param(campaign_id)
+    limit_guessing(call)
+    code = call.services.typed_codes.matched(campaign_id=campaign_id, typed=body.code)
     outcome = call.services.redemptions.redeem(
-        campaign_id=campaign_id_param(campaign_id), code=body.code, order_id=body.order_id
+        campaign_id=campaign_id, code=code, order_id=body.order_id
     )
     return json_response(outcome.redemption, 201 if outcome.created else 200)
 

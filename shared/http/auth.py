@@ -11,7 +11,7 @@ from firebase_admin import auth as firebase_auth
 
 from shared.claims.policy import Shopper
 from shared.errors import Unauthenticated
-from shared.gcp.firebase import firebase_app
+from shared.gcp.firebase import Revocations, firebase_app
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -57,9 +57,13 @@ def bearer_token(authorization: str | None) -> str:
     return token.strip()
 
 
-def authenticate(authorization: str | None, *, settings: Settings) -> Principal:
+def authenticate(
+    authorization: str | None, *, settings: Settings, revocations: Revocations | None = None
+) -> Principal:
     """Verify the ID token. With FIREBASE_AUTH_EMULATOR_HOST set (allowed only for demo-
-    projects, see Settings) firebase-admin accepts the Auth emulator's unsigned tokens."""
+    projects, see Settings) firebase-admin accepts the Auth emulator's unsigned tokens. With
+    `revocations` (admin and redeemer routes), a token of a disabled, deleted or signed-out
+    account is refused too."""
     token = bearer_token(authorization)
     try:
         claims = firebase_auth.verify_id_token(token, app=firebase_app(settings.project_id))
@@ -74,6 +78,11 @@ def authenticate(authorization: str | None, *, settings: Settings) -> Principal:
     user_id = claims.get("uid") or claims.get("sub")
     if not isinstance(user_id, str) or not user_id:
         raise Unauthenticated("ID token has no subject.")
+    if revocations is not None:
+        issued_at = claims.get("iat")
+        if not isinstance(issued_at, int | float):
+            raise Unauthenticated("ID token has no issue time.")
+        revocations.check(user_id, issued_at=issued_at)
     firebase = claims.get("firebase")
     is_admin = claims.get("admin") is True
     return Principal(

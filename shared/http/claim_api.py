@@ -11,13 +11,28 @@ from shared.campaigns.models import CampaignPublic
 from shared.claims.models import ClaimPublic, HeldClaim, HeldClaims
 from shared.clock import utcnow
 from shared.errors import (
+    AppCheckRequired,
     CampaignNotActive,
     CampaignNotFound,
     ClaimNotFound,
     Contended,
+    FairDropNotFound,
+    IdentityInvalid,
+    IdentityRequired,
     RequestValidationFailed,
+    SignInProviderNotAllowed,
     SoldOut,
+    TicketNotYours,
     WaitingRoom,
+)
+from shared.fairness.models import (
+    EntryCreate,
+    EntryPublic,
+    Fairness,
+    FairnessAdmissions,
+    FairnessEntries,
+    PageQuery,
+    Transparency,
 )
 from shared.http import openapi
 from shared.http.routing import (
@@ -51,9 +66,12 @@ class ClaimCreate(RequestBody):
 class WaitingRoomAnswer(ErrorBody):
     """429 WAITING_ROOM: the shopper's place in line, to send back on the next try."""
 
-    ticket: str
+    ticket: str | None  # null while a fair drop's draw is being made: nobody has a place yet
     retry_after_ms: int
     estimated_wait_seconds: float | None
+    # In a fair drop, an entrant's entry and drawn place (docs/fair-drops.md).
+    entry_id: str | None = None
+    place: int | None = None
 
 
 def _idempotency_key(request: flask.Request) -> str | None:
@@ -100,7 +118,17 @@ def get_campaign(call: Call, campaign_id: str) -> flask.Response:
     summary="Claim a code: 201 a new one, 200 the one already held.",
     body=ClaimCreate,
     responses={201: ClaimPublic, 200: ClaimPublic},
-    raises=[InvalidTicket, CampaignNotFound, CampaignNotActive, SoldOut, WaitingRoom, Contended],
+    raises=[
+        InvalidTicket,
+        TicketNotYours,
+        CampaignNotFound,
+        CampaignNotActive,
+        SoldOut,
+        WaitingRoom,
+        Contended,
+        IdentityRequired,
+        IdentityInvalid,
+    ],
     error_bodies={WaitingRoom: WaitingRoomAnswer},
     headers={
         "Idempotency-Key": {"type": "string", "pattern": IDEMPOTENCY_KEY_PATTERN},
@@ -128,7 +156,7 @@ def create_claim(call: Call, campaign_id: str) -> flask.Response:
         response = error_response(exc)
         _keep_ticket(response, cookie, exc.details.get("ticket"), max_age)
         return response
-    except InvalidTicket as exc:
+    except (InvalidTicket, TicketNotYours) as exc:
         response = error_response(exc)
         # A bad ticket in the cookie would be sent forever: drop it, so the next try starts over.
         response.delete_cookie(cookie, secure=True, httponly=True, samesite="None")
@@ -160,7 +188,7 @@ def _keep_ticket(response: flask.Response, cookie: str, ticket: object, max_age:
     access=Access.SHOPPER,
     summary="The codes the caller holds in a campaign.",
     responses={200: HeldClaims},
-    raises=[CampaignNotFound, ClaimNotFound],
+    raises=[CampaignNotFound, ClaimNotFound, IdentityRequired, IdentityInvalid],
 )
 def my_claims(call: Call, campaign_id: str) -> flask.Response:
     services = call.services
@@ -170,3 +198,90 @@ def my_claims(call: Call, campaign_id: str) -> flask.Response:
         raise ClaimNotFound(f"You hold no code in campaign {campaign.campaign_id!r}.")
     claims = [HeldClaim.model_validate(c, from_attributes=True) for c in held]
     return json_response(HeldClaims(claims=claims))
+
+
+# --- fair drops (docs/fair-drops.md) ------------------------------------------------------------
+@router.route(
+    "/v1/campaigns/<campaign_id>/entries",
+    methods=["POST"],
+    access=Access.SHOPPER,
+    summary="Join a fair drop's pre-queue: 201 a new entry, 200 the one the identity has.",
+    body=EntryCreate,
+    responses={201: EntryPublic, 200: EntryPublic},
+    raises=[
+        AppCheckRequired,
+        SignInProviderNotAllowed,
+        IdentityRequired,
+        CampaignNotFound,
+        FairDropNotFound,
+        CampaignNotActive,
+    ],
+    headers={APP_CHECK_HEADER: {"type": "string"}},
+)
+def join_pre_queue(call: Call, campaign_id: str) -> flask.Response:
+    entry, created = call.services.claims.enter(
+        campaign_id=campaign_id_param(campaign_id),
+        shopper=call.user.shopper(),
+        app_check_token=call.request.headers.get(APP_CHECK_HEADER),
+    )
+    return json_response(entry, 201 if created else 200)
+
+
+@router.route(
+    "/v1/campaigns/<campaign_id>/fairness",
+    methods=["GET"],
+    access=Access.PUBLIC,
+    summary="A fair drop's commitment, and after the start its entries' digest and seed.",
+    responses={200: Fairness},
+    raises=[CampaignNotFound, FairDropNotFound],
+)
+def fairness(call: Call, campaign_id: str) -> flask.Response:
+    services = call.services
+    campaign = services.engine.campaign(campaign_id_param(campaign_id))
+    return json_response(services.fairness.fairness(campaign))
+
+
+@router.route(
+    "/v1/campaigns/<campaign_id>/fairness/entries",
+    methods=["GET"],
+    access=Access.PUBLIC,
+    summary="A fair drop's drawn entries in place order, a page at a time.",
+    query=PageQuery,
+    responses={200: FairnessEntries},
+    raises=[CampaignNotFound, FairDropNotFound, CampaignNotActive],
+)
+def fairness_entries(call: Call, campaign_id: str) -> flask.Response:
+    services = call.services
+    campaign = services.engine.campaign(campaign_id_param(campaign_id))
+    page_token = call.query_as(PageQuery).page_token
+    return json_response(services.fairness.entries(campaign, page_token))
+
+
+@router.route(
+    "/v1/campaigns/<campaign_id>/fairness/admissions",
+    methods=["GET"],
+    access=Access.PUBLIC,
+    summary="A fair drop's admissions (entry and place, or a later arrival), a page at a time.",
+    query=PageQuery,
+    responses={200: FairnessAdmissions},
+    raises=[CampaignNotFound, FairDropNotFound, CampaignNotActive],
+)
+def fairness_admissions(call: Call, campaign_id: str) -> flask.Response:
+    services = call.services
+    campaign = services.engine.campaign(campaign_id_param(campaign_id))
+    page_token = call.query_as(PageQuery).page_token
+    return json_response(services.fairness.admissions(campaign, page_token))
+
+
+@router.route(
+    "/v1/campaigns/<campaign_id>/transparency",
+    methods=["GET"],
+    access=Access.PUBLIC,
+    summary="After a fair drop: codes, entries, admitted, claimed, refusals, queue times.",
+    responses={200: Transparency},
+    raises=[CampaignNotFound, FairDropNotFound, CampaignNotActive],
+)
+def transparency(call: Call, campaign_id: str) -> flask.Response:
+    services = call.services
+    campaign = services.engine.campaign(campaign_id_param(campaign_id))
+    return json_response(services.fairness.transparency(campaign))

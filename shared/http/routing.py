@@ -46,6 +46,7 @@ _STATUS: dict[type[errors.CodedropError], int] = {
     errors.SoldOut: 410,
     errors.RequestTooLarge: 413,
     errors.WaitingRoom: 429,
+    errors.RateLimited: 429,
     errors.Contended: 503,
 }
 
@@ -252,6 +253,15 @@ def campaign_id_param(value: str) -> str:
     return value
 
 
+def client_address(request: flask.Request) -> str:
+    """The caller's address. Behind Google's front end (every deployed function) it is the last
+    X-Forwarded-For entry, the one the front end appended: earlier entries are whatever the
+    caller sent. Without the header (locally), the socket's peer."""
+    forwarded = request.headers.get("X-Forwarded-For", "")
+    last = forwarded.rsplit(",", 1)[-1].strip()
+    return last[:64] or request.remote_addr or "unknown"
+
+
 @dataclass(frozen=True)
 class Cors:
     """CORS for browser callers (the landing pages' origins). A listed origin is echoed with
@@ -368,8 +378,21 @@ class Router:
                 log.error("Shopify webhook refused: CODEDROP_SHOPIFY_WEBHOOK_SECRET is not set")
             # The body stays cached for the handler, which parses the very bytes checked here.
             shopify.verify(request.get_data(cache=True), request.headers.get(SIGNATURE), key)
+            settings = services.settings
+            shopify.verify_shop(
+                request.headers.get(shopify.SHOP_HEADER),
+                settings.shopify_shop_domain,
+                required=not settings.is_local,
+            )
             return None
-        principal = authenticate(request.headers.get("Authorization"), settings=services.settings)
+        # Shoppers' tokens are not checked for revocation: a claim is bounded by the campaign's
+        # own limits, and a read of the account per claim would cost the sale's hot path.
+        privileged = access in (Access.ADMIN, Access.REDEEMER) and services.settings.check_revoked
+        principal = authenticate(
+            request.headers.get("Authorization"),
+            settings=services.settings,
+            revocations=services.revocations if privileged else None,
+        )
         if access is Access.ADMIN and not principal.is_admin:
             raise errors.Forbidden("This operation needs an ID token with the admin claim.")
         if access is Access.REDEEMER and not principal.is_redeemer:

@@ -15,6 +15,7 @@ from shared.errors import InvalidSignature
 
 SIGNATURE_HEADER = "X-Shopify-Hmac-Sha256"
 TOPIC_HEADER = "X-Shopify-Topic"
+SHOP_HEADER = "X-Shopify-Shop-Domain"
 
 
 def signature(body: bytes, key: bytes) -> str:
@@ -30,3 +31,14 @@ def verify(body: bytes, header: str | None, key: bytes | None) -> None:
     expected = signature(body, key).encode()
     if not hmac.compare_digest(expected, header.strip().encode()):
         raise InvalidSignature(f"{SIGNATURE_HEADER} does not match the body.")
+
+
+def verify_shop(header: str | None, expected: str | None, *, required: bool) -> None:
+    """Raise InvalidSignature unless the delivery names the configured shop: an app's secret
+    signs every shop's webhooks, so a valid signature alone may be another shop's order."""
+    if expected is None:
+        if required:
+            raise InvalidSignature("No Shopify shop domain is configured here.")
+        return
+    if (header or "").strip().lower() != expected:
+        raise InvalidSignature("This webhook comes from another shop.")

@@ -20,12 +20,17 @@ from cloudevents.exceptions import GenericException as CloudEventError
 from werkzeug.exceptions import ClientDisconnected, HTTPException, RequestEntityTooLarge
 from werkzeug.wsgi import get_content_length, get_input_stream
 
+from shared.gcp.push_auth import PushRefused, PushUnverifiable, PushVerifier
 from shared.http.routing import BODY_REFUSED, MAX_BODY_BYTES, error_body
+from shared.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
 
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+# The functions Pub/Sub pushes to (scripts/deployment/functions.py: Trigger.PUSH_SUBSCRIPTION).
+PUSHED_FUNCTIONS = ("count_usage", "deliver_webhooks")
 
 _CODES = {
     400: "REQUEST_VALIDATION_FAILED",
@@ -122,12 +127,46 @@ def acknowledge(reason: str) -> flask.Response:
     return flask.Response(status=204)
 
 
+def check_pushes(app: flask.Flask, settings: Settings) -> None:
+    """A pushed function (PUSHED_FUNCTIONS) serves only requests signed as its push
+    subscription. Outside demo- projects it refuses to start without the audience and account
+    to check; in a demo- project without them (a bare functions-framework run) nothing is
+    checked, while the local stack and the tests configure and sign
+    (devkit/standins/push_auth.py)."""
+    if app.name not in PUSHED_FUNCTIONS:
+        return
+    if settings.push_audience is None:
+        if not settings.is_local:
+            raise ValueError(
+                f"{app.name} is pushed by Pub/Sub: CODEDROP_PUSH_AUDIENCE and "
+                "CODEDROP_PUSH_SERVICE_ACCOUNT are required outside demo- projects"
+            )
+        log.warning(
+            "push tokens not checked (no CODEDROP_PUSH_AUDIENCE)", extra={"function": app.name}
+        )
+        return
+    verifier = PushVerifier(settings)
+
+    def verify_push() -> flask.Response | None:
+        try:
+            verifier.verify(flask.request.headers.get("Authorization"))
+        except PushRefused as exc:
+            return _json_error(401, "UNAUTHENTICATED", str(exc))
+        except PushUnverifiable as exc:
+            return _json_error(503, "UNAVAILABLE", str(exc))
+        return None
+
+    app.before_request(verify_push)
+
+
 def harden(app: flask.Flask, *, event_function: bool) -> None:
     """Bound bodies and answer every framework-level error as JSON. For an event function a
-    body that is not an event at all (or too large) is acknowledged and logged, not refused."""
+    body that is not an event at all (or too large) is acknowledged and logged, not refused.
+    A pushed function also checks each push's OIDC token (check_pushes)."""
     app.wsgi_app = BoundedBody(  # type: ignore[method-assign]
         app.wsgi_app, limit=MAX_BODY_BYTES, acknowledge_refused=event_function
     )
+    check_pushes(app, get_settings())
     # Registered for 500 explicitly: functions-framework registers its plain-text one there.
     app.register_error_handler(500, internal_error)
     if not event_function:

@@ -59,8 +59,19 @@ def invalid_reason(code: str) -> str | None:
 
 
 def spreadsheet_safe(value: str) -> str:
-    """Text for a CSV export or report that no spreadsheet will run as a formula."""
-    return "'" + value if value.startswith(FORMULA_PREFIXES) else value
+    """Text for a CSV export or report that no spreadsheet will run as a formula. Spreadsheets
+    skip leading spaces and read full-width forms (U+FF1D, U+FF0B) as their ASCII selves, so the
+    cell is judged as NFKC-normalised text without its leading spaces and invisible
+    characters."""
+    head = unicodedata.normalize("NFKC", value)
+    start = 0
+    while start < len(head) and (
+        head[start].isspace() or unicodedata.category(head[start]) == "Cf"
+    ):
+        start += 1
+    if value.startswith(FORMULA_PREFIXES) or head[start:].startswith(FORMULA_PREFIXES):
+        return "'" + value
+    return value
 
 
 def report_value(value: str, limit: int = 80) -> str:

@@ -19,7 +19,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
@@ -28,6 +28,7 @@ from google.cloud import firestore
 
 from shared.campaigns.store import record_pool_growth
 from shared.coupons.store import coupon_fields, coupon_id_for
+from shared.errors import shown
 from shared.gcp.firestore import coupons_collection
 from shared.intake.csv_rows import CodeRow
 
@@ -42,6 +43,15 @@ class WriteLimiter(Protocol):
     def acquire(self, writes: int) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class CaseDuplicate:
+    """A row whose code another code matches but for letter case (codes are matched in any
+    case, shared.codes): skipped as a duplicate, and reported, since the file spelt it apart."""
+
+    row: CodeRow
+    reason: str
+
+
 # Told of each duplicate row: its line, why, and its code (called from the committing threads).
 DuplicateSink = Callable[[int, str, str], None]
 
@@ -51,11 +61,26 @@ class ImportCounts:
     imported: int = 0
     duplicates_in_file: int = 0
     duplicates_in_campaign: int = 0
+    case_duplicates: list[CaseDuplicate] = field(default_factory=list)
 
     def add(self, other: ImportCounts) -> None:
         self.imported += other.imported
         self.duplicates_in_file += other.duplicates_in_file
         self.duplicates_in_campaign += other.duplicates_in_campaign
+        self.case_duplicates += other.case_duplicates
+
+    def totals(self) -> dict[str, int]:
+        return {
+            "imported": self.imported,
+            "duplicates_in_file": self.duplicates_in_file,
+            "duplicates_in_campaign": self.duplicates_in_campaign,
+        }
+
+
+def _case_duplicate(row: CodeRow, other: str, where: str) -> CaseDuplicate | None:
+    if other == row.code:
+        return None  # the very same code: counted, not reported
+    return CaseDuplicate(row, f"the same code as {shown(other)} {where} but for letter case")
 
 
 class CodeImporter:
@@ -65,6 +90,7 @@ class CodeImporter:
         db: firestore.Client,
         campaign_id: str,
         job_id: str,
+        generated: bool,
         batch_size: int,
         parallel_commits: int,
         limiter: WriteLimiter,
@@ -75,6 +101,7 @@ class CodeImporter:
         self._on_duplicate = on_duplicate
         self._campaign_id = campaign_id
         self._job_id = job_id
+        self._generated = generated
         self._batch_size = batch_size
         self._parallel = parallel_commits
         self._limiter = limiter
@@ -91,7 +118,13 @@ class CodeImporter:
         if (first := self._chunk.get(coupon_id)) is not None:
             with self._lock:
                 self.counts.duplicates_in_file += 1
-            self._duplicate(row, f"duplicate of line {first.line}")
+                self._note_duplicate(
+                    self.counts,
+                    row,
+                    first.code,
+                    f"on line {first.line}",
+                    plain=f"duplicate of line {first.line}",
+                )
             return
         self._chunk[coupon_id] = row
         if len(self._chunk) >= self._batch_size:
@@ -136,7 +169,12 @@ class CodeImporter:
                     coupon_fields(code=row.code, now=now, job_id=self._job_id, line=row.line),
                 )
             record_pool_growth(
-                batch, self._db, campaign_id=self._campaign_id, added=len(pending), now=now
+                batch,
+                self._db,
+                campaign_id=self._campaign_id,
+                added=len(pending),
+                now=now,
+                generated=self._generated,
             )
             self._limiter.acquire(len(pending) + 1)
             try:
@@ -161,7 +199,7 @@ class CodeImporter:
         refs = [self._collection.document(coupon_id) for coupon_id, _ in rows]
         existing = {
             s.id: s.to_dict() or {}
-            for s in self._db.get_all(refs, field_paths=["job_id", "line"])
+            for s in self._db.get_all(refs, field_paths=["job_id", "line", "code"])
             if s.exists
         }
         still_new = []
@@ -173,12 +211,31 @@ class CodeImporter:
                 counts.imported += 1  # written by an earlier attempt of this same import
             elif found.get("job_id") == self._job_id:
                 counts.duplicates_in_file += 1
-                self._duplicate(row, f"duplicate of line {found.get('line')}")
+                self._note_duplicate(
+                    counts,
+                    row,
+                    found["code"],
+                    f"on line {found.get('line')}",
+                    plain=f"duplicate of line {found.get('line')}",
+                )
             else:
                 counts.duplicates_in_campaign += 1
-                self._duplicate(row, "already in the campaign")
+                self._note_duplicate(
+                    counts,
+                    row,
+                    found["code"],
+                    "already in the campaign",
+                    plain="already in the campaign",
+                )
         return still_new
 
-    def _duplicate(self, row: CodeRow, reason: str) -> None:
+    def _note_duplicate(
+        self, counts: ImportCounts, row: CodeRow, other: str, where: str, *, plain: str
+    ) -> None:
+        """Report a skipped duplicate: as a case duplicate when only letter case sets the two
+        apart (also kept with the job), else with its plain reason."""
+        case = _case_duplicate(row, other, where)
+        if case is not None:
+            counts.case_duplicates.append(case)
         if self._on_duplicate is not None:
-            self._on_duplicate(row.line, reason, row.code)
+            self._on_duplicate(row.line, case.reason if case else plain, row.code)

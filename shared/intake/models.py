@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal, Self
 
-from pydantic import BaseModel, Field, StringConstraints
+from pydantic import BaseModel, Field, StringConstraints, model_validator
 
+from shared.codes import CODE_ALPHABET, PATTERN_SLOT, Alphabet, CodeFormat, Pattern
 from shared.events.models import CodesImported
 from shared.types import RequestBody, UtcTime
 
@@ -52,6 +53,9 @@ class JobRecord(BaseModel):
     source: str | None = None  # gs://bucket/object#generation
     parent_job_id: str | None = None
     requested: int | None = None  # generation: how many codes were asked for
+    # Generation: the codes' format (jobs requested before formats existed have a length and
+    # a prefix instead).
+    code_format: CodeFormat | None = None
     code_length: int | None = None
     code_prefix: str | None = None
     rounds: int = 0  # generation: CSV files written so far (collisions cause another round)
@@ -122,7 +126,14 @@ class JobPublic(BaseModel):
         duration = (job.finished_at - job.created_at).total_seconds() if job.finished_at else None
         return cls(
             **job.model_dump(
-                exclude={"attempts", "code_length", "code_prefix", "rounds", "ramp_started_at"}
+                exclude={
+                    "attempts",
+                    "code_format",
+                    "code_length",
+                    "code_prefix",
+                    "rounds",
+                    "ramp_started_at",
+                }
             ),
             duplicates=job.duplicates_in_file + job.duplicates_in_campaign,
             duration_seconds=duration,
@@ -137,14 +148,27 @@ class JobAccepted(BaseModel):
     job_id: str
 
 
-# Letters and digits a shopper cannot confuse when typing a code: no 0/O, 1/I/L.
-CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
-
-
 class GenerateCodes(RequestBody):
+    """Either `length` random characters after `prefix`, or a `pattern` (shared.codes); either
+    way over `alphabet`, the last character a check character if `check` says so."""
+
     count: int = Field(ge=1, le=1_000_000)
     length: int = Field(default=10, ge=6, le=32)
     prefix: Annotated[str, StringConstraints(pattern=r"^[A-Z0-9-]{0,16}$")] = ""
+    pattern: Pattern | None = None
+    alphabet: Alphabet = CODE_ALPHABET
+    check: Literal["luhn_mod_n"] | None = None
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> Self:
+        if self.pattern is not None and {"length", "prefix"} & self.model_fields_set:
+            raise ValueError("give either a pattern or a length and prefix, not both")
+        self.code_format()  # the combination must be a valid format (enough random characters)
+        return self
+
+    def code_format(self) -> CodeFormat:
+        pattern = self.pattern or self.prefix + PATTERN_SLOT * self.length
+        return CodeFormat(pattern=pattern, alphabet=self.alphabet, check=self.check)
 
 
 # A file name as a marketer's computer names it: no folder (no "/"), nothing hidden, a .csv.

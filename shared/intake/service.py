@@ -33,12 +33,13 @@ from google.cloud.storage import Client as StorageClient
 from shared.audit import store as audit_store
 from shared.audit.models import AuditAction, AuditContext
 from shared.campaigns import store as campaign_store
+from shared.codes import CodeFormat, legacy_format
 from shared.errors import CampaignNotFound, shown
 from shared.gcp import storage as storage_objects
 from shared.intake import jobs as job_store
-from shared.intake.csv_rows import InvalidRow, parse_rows, spreadsheet_safe
+from shared.intake.csv_rows import InvalidRow, parse_rows, report_value, spreadsheet_safe
 from shared.intake.generator import generate_codes
-from shared.intake.importer import CodeImporter
+from shared.intake.importer import CaseDuplicate, CodeImporter
 from shared.intake.models import (
     MAX_JOB_ERRORS,
     GenerateCodes,
@@ -217,6 +218,7 @@ class IntakeService:
             db=self._db,
             campaign_id=campaign_id,
             job_id=job.job_id,
+            generated=self._generated_here(job),
             batch_size=self._settings.import_batch_size,
             parallel_commits=self._settings.import_parallel_commits,
             limiter=self._limiter(job, now),
@@ -250,8 +252,21 @@ class IntakeService:
             failure = f"{obj.uri} no longer exists"
         finally:
             counts = importer.finish()
-        job = job.model_copy(update={**counts.__dict__, "report": report.close()})
+        job = job.model_copy(update={**counts.totals(), "report": report.close()})
+        _report_case_duplicates(job, counts.case_duplicates)
         return self._finish(job, failure=failure or _unaccounted(job))
+
+    def _generated_here(self, job: JobRecord) -> bool:
+        """Whether the file is a round of this campaign's own generation job (its codes fit the
+        job's format); anything else is an upload of codes of no known format."""
+        if job.parent_job_id is None:
+            return False
+        parent = job_store.find_job(self._db, job_id=job.parent_job_id)
+        return (
+            parent is not None
+            and parent.kind is JobKind.GENERATE
+            and parent.campaign_id == job.campaign_id
+        )
 
     def _limiter(self, job: JobRecord, now: datetime) -> RampLimiter | Unlimited:
         if not self._settings.import_ramp_enabled:
@@ -262,7 +277,7 @@ class IntakeService:
         return RampLimiter(elapsed=(now - started).total_seconds())
 
     def _save_progress(self, job: JobRecord, importer: CodeImporter) -> None:
-        snapshot = job.model_copy(update={**importer.counts.__dict__, "updated_at": self._clock()})
+        snapshot = job.model_copy(update={**importer.counts.totals(), "updated_at": self._clock()})
         job_store.save_progress(self._db, job=snapshot)
 
     def _finish(self, job: JobRecord, *, failure: str | None = None) -> JobRecord | None:
@@ -347,7 +362,10 @@ class IntakeService:
         self, *, campaign_id: str, spec: GenerateCodes, audit: AuditContext | None = None
     ) -> JobRecord:
         """Record the job and drop a request object; the import function does the work."""
-        campaign_store.get_campaign(self._db, campaign_id=campaign_id)
+        code_format = spec.code_format()
+        campaign_store.record_generated_format(
+            self._db, campaign_id=campaign_id, code_format=code_format
+        )
         now = self._clock()
         job_id = f"gen-{secrets.token_hex(8)}"
         name = f"generate/{campaign_id}/{job_id}.json"
@@ -357,8 +375,7 @@ class IntakeService:
             campaign_id=campaign_id,
             source=f"gs://{self._settings.imports_bucket}/{name}",
             requested=spec.count,
-            code_length=spec.length,
-            code_prefix=spec.prefix,
+            code_format=code_format,
             created_at=now,
             updated_at=now,
         )
@@ -400,13 +417,13 @@ class IntakeService:
 
     def _write_generated_round(self, job: JobRecord) -> None:
         """Write round `job.rounds` of the job's CSV (idempotent: never overwrites it)."""
-        if job.requested is None or job.code_length is None:
+        if job.requested is None:
             raise ValueError(f"job {job.job_id} is not a generation job")
         wanted = job.requested - job.imported
         if wanted <= 0:
             return
         name = f"imports/{job.campaign_id}/generated-{job.job_id}-{job.rounds:02d}.csv"
-        codes = generate_codes(wanted, length=job.code_length, prefix=job.code_prefix or "")
+        codes = generate_codes(wanted, code_format=_generated_format(job))
         written = storage_objects.write_lines_if_absent(
             self._storage,
             bucket=self._settings.imports_bucket,
@@ -418,6 +435,28 @@ class IntakeService:
             "generated codes written",
             extra={"job_id": job.job_id, "object": name, "count": wanted, "new": written},
         )
+
+
+def _report_case_duplicates(job: JobRecord, duplicates: list[CaseDuplicate]) -> None:
+    """Rows skipped as the same code in another letter case join the job's reported rows,
+    everything in line order."""
+    for duplicate in duplicates[: max(0, MAX_JOB_ERRORS - len(job.errors))]:
+        job.errors.append(
+            JobError(
+                line=duplicate.row.line,
+                reason=duplicate.reason,
+                value=report_value(duplicate.row.code),
+            )
+        )
+    job.errors.sort(key=lambda error: error.line)
+
+
+def _generated_format(job: JobRecord) -> CodeFormat:
+    if job.code_format is not None:
+        return job.code_format
+    if job.code_length is None:
+        raise ValueError(f"job {job.job_id} is not a generation job")
+    return legacy_format(length=job.code_length, prefix=job.code_prefix or "")
 
 
 def _unaccounted(job: JobRecord) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeGuard
 
@@ -19,6 +19,7 @@ from shared.events import models as events
 from shared.events.bus import EventBus
 from shared.gcp.batched_reads import ReadCoalescer
 from shared.gcp.firestore import (
+    announcement_ref,
     claims_collection,
     coupons_collection,
     jobs_collection,
@@ -36,6 +37,22 @@ STOCK_CHECK_MARGIN = 64
 # Consoles (the campaign list, the live view) read the counters through a per-instance cache
 # this old at most: a hundred consoles refreshing every 2 s cost the reads of one.
 CONSOLE_CACHE_SECONDS = 1.0
+
+
+def claims_last_minute(claimed_by_minute: Mapping[str, int], *, now: datetime) -> int:
+    """Claims in the 60 s before `now`: this minute so far, plus the previous minute's claims
+    weighted by the part of it still inside the window (spread evenly over that minute)."""
+    this_minute = claimed_by_minute.get(minute_key(now), 0)
+    previous = claimed_by_minute.get(minute_key(now - timedelta(minutes=1)), 0)
+    elapsed = now.second + now.microsecond / 1e6
+    return round(this_minute + previous * (60 - elapsed) / 60)
+
+
+def projected_sold_out_at(remaining: int, last_minute: int, *, now: datetime) -> datetime | None:
+    """When the codes left run out at the last minute's pace; None without codes or pace."""
+    if remaining <= 0 or last_minute <= 0:
+        return None
+    return now + timedelta(seconds=remaining * 60 / last_minute)
 
 
 class UsageService:
@@ -96,8 +113,10 @@ class UsageService:
         coupon.released must match the redeemed coupon and the released record; a
         codes.imported must name a finished job of the campaign that imported exactly `count`
         codes; a codes.assigned must name the first claim of its commit, made by that job at
-        the line its id names, which records the commit's `count`. One or two reads by
-        reference per event, shared with concurrent deliveries."""
+        the line its id names, which records the commit's `count`; an announcement (low stock,
+        sold out) must be the event its campaign's announcement marker holds. One or two reads
+        by reference per event, shared with concurrent deliveries. deliver_webhooks sends only
+        what passes here (the container hands it this method)."""
         checked: events.Event | None
         if isinstance(event, events.CouponClaimed):
             checked = self._verified_claim(event)
@@ -110,7 +129,7 @@ class UsageService:
         elif isinstance(event, events.CodesAssigned):
             checked = self._verified_assignment(event)
         else:
-            return event  # announcements move no counter
+            checked = self._verified_announcement(event)
         if checked is None:
             log.warning(
                 "event not backed by its record; acknowledged, not counted",
@@ -214,6 +233,17 @@ class UsageService:
         # The counters' hours follow the commit itself, not what the message says.
         return event.model_copy(update={"occurred_at": claimed_at})
 
+    def _verified_announcement(
+        self, event: events.CampaignLowStock | events.CampaignSoldOut
+    ) -> events.Event | None:
+        marker = self._record(announcement_ref(self._db, event.campaign_id, event.event_id))
+        if marker is None or marker.get("type") != event.type.value:
+            return None
+        announced = marker.get("event")
+        if announced is None:
+            return event  # a marker written before markers kept their event: id and type agree
+        return event if events.event_from_dict(announced) == event else None
+
     def _record(self, ref: firestore.DocumentReference) -> dict[str, Any] | None:
         snapshot = self._reader.get([ref])[ref.path]
         return (snapshot.to_dict() or {}) if snapshot.exists else None
@@ -310,14 +340,8 @@ class UsageService:
 def stats_of(campaign: CampaignRecord, totals: CounterTotals, *, now: datetime) -> CampaignStats:
     """A campaign's stats from its counters' totals."""
     remaining = 0 if campaign.sold_out else max(_free(campaign, totals), 0)
-    # The last 60 s: this minute so far plus the part of the previous minute still inside.
-    this_minute = totals.claimed_by_minute.get(minute_key(now), 0)
-    previous = totals.claimed_by_minute.get(minute_key(now - timedelta(minutes=1)), 0)
-    elapsed = now.second + now.microsecond / 1e6
-    last_minute = round(this_minute + previous * (60 - elapsed) / 60)
-    projected = None
-    if remaining > 0 and last_minute > 0:
-        projected = now + timedelta(seconds=remaining * 60 / last_minute)
+    last_minute = claims_last_minute(totals.claimed_by_minute, now=now)
+    projected = projected_sold_out_at(remaining, last_minute, now=now)
     return CampaignStats(
         codes_total=campaign.codes_total,
         claimed=totals.claimed,

@@ -28,7 +28,7 @@ from typing import Any
 
 from itsdangerous import BadSignature, SignatureExpired, TimestampSigner, URLSafeTimedSerializer
 
-from shared.errors import RequestValidationFailed
+from shared.errors import RequestValidationFailed, TicketNotYours
 
 # Tickets are counted in slots of this many seconds of first-attempt time. The threshold can
 # stop inside a slot (its tickets taken as spread evenly over it), so the slot only bounds how
@@ -148,7 +148,8 @@ class TicketSigner:
         if not isinstance(payload, dict) or payload.get("c") != campaign_id:
             raise InvalidTicket("The waiting-room ticket is for another campaign.")
         if payload.get("u") != user_id:
-            raise InvalidTicket("The waiting-room ticket belongs to another shopper.")
+            # Bound to the account it was issued to: a fair drop's place is not transferable.
+            raise TicketNotYours("The waiting-room ticket belongs to another shopper.")
         first_attempt = payload.get("t")
         if not isinstance(first_attempt, int | float) or isinstance(first_attempt, bool):
             raise InvalidTicket("The waiting-room ticket is malformed.")
@@ -259,6 +260,22 @@ def _unpack(packed: bytes) -> tuple[int, ...]:
 class _Peer:
     share: RoomShare
     live: bool
+
+
+def start_place(now: float, *, starts_at: float, window: float, draw: float) -> float:
+    """A new arrival's place in line (its ticket's first attempt), which is `now` except around
+    a sale's start. Everyone who arrives in the first `window` seconds after `starts_at` gets a
+    place drawn uniformly (`draw` in [0, 1)) from [starts_at + window, starts_at + 2 window):
+    by then all of that window has arrived, so their order owes nothing to who polled first
+    (bots polling every few milliseconds at the start gain nothing). Who arrives later queues
+    behind all of them, in arrival order. A place never lies in the past, so a ticket is
+    counted where every instance's counts already are; the price is that nobody of the first
+    window is admitted before starts_at + window."""
+    if window <= 0 or not starts_at <= now < starts_at + 2 * window:
+        return now
+    if now < starts_at + window:
+        return starts_at + window * (1 + draw)
+    return starts_at + 2 * window
 
 
 class AdmissionController:
@@ -584,14 +601,17 @@ class AdmissionController:
         tick = self._tick_of(now)
         self._own_admitted[tick] = self._own_admitted.get(tick, 0) + 1
 
-    def arrive(self, now: float) -> Decision:
+    def arrive(self, now: float, place: float | None = None) -> Decision:
         """A shopper's first attempt. With no queue anywhere this instance knows of (spare
-        capacity) it passes at once."""
-        if self._open(now) and self._bucket.take(now):
+        capacity) it passes at once, unless its place in line is still to come (start_place):
+        then it waits for it, as everyone of its start window does."""
+        place = now if place is None else place
+        if place <= now and self._open(now) and self._bucket.take(now):
             self._count(now)
             return Decision(admitted=True, estimated_wait_seconds=0.0)
-        self.record_issued(now)
-        return Decision(admitted=False, estimated_wait_seconds=self.estimated_wait(now, now))
+        self.record_issued(place)
+        wait = max(self.estimated_wait(place, now), place - now)
+        return Decision(admitted=False, estimated_wait_seconds=wait)
 
     def decide(self, first_attempt: float, now: float) -> Decision:
         if first_attempt <= self.threshold(now) and self._bucket.take(now):

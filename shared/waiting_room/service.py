@@ -37,6 +37,7 @@ from shared.waiting_room.admission import (
     Ticket,
     TicketSigner,
     UnreadableShare,
+    start_place,
 )
 
 log = logging.getLogger(__name__)
@@ -103,9 +104,30 @@ def observe(shares: list[RoomShare], *, live: int, now: float, tick: float) -> R
     return RoomObservation(queue_depth=round(depth), admitted_per_second=rate, instances=live)
 
 
+# The drawn entries of a fair drop count in every instance's room as this peer's tickets.
+DRAWN_PEER = "drawn-entries"
+# While a fair drop's draw is being made (seconds), everybody asks again this soon.
+DRAWING_RETRY_SECONDS = 1
+
+
 @dataclass(frozen=True, slots=True)
 class RoomPass:
     ticket: str | None  # to hand back (cookie) so the next request keeps its place
+    # For a fair drop's records: the admitted ticket's first attempt, the threshold it passed.
+    first_attempt: float | None = None
+    threshold: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DrawnQueue:
+    """A fair drop's drawn entries (shared/fairness), queued ahead of everyone who comes after
+    the start: the room counts them as one more instance's tickets, at first attempts before
+    the start in place order, and an entrant's ticket carries their place's first attempt."""
+
+    # The entries' tickets given the room's threshold (None: the draw is not made yet, and
+    # nobody passes until it is).
+    share: Callable[[float], RoomShare] | None
+    first_attempt: float | None = None  # this shopper's place as a first attempt (an entrant)
 
 
 @dataclass
@@ -119,6 +141,7 @@ class _Room:
     instances: int = 1
     heartbeats: int = 0
     refreshing: threading.Lock = field(default_factory=threading.Lock)
+    drawn: Callable[[float], RoomShare] | None = None
 
 
 class WaitingRoomService:
@@ -208,6 +231,8 @@ class WaitingRoomService:
                 )
                 live.discard(snapshot.id)
         with room.lock:
+            if room.drawn is not None:
+                shares[DRAWN_PEER] = room.drawn(room.controller.threshold(now))
             room.controller.update_peers(shares, live=live, now=now)
             room.instances = len(live)
             room.heartbeats += 1
@@ -223,6 +248,7 @@ class WaitingRoomService:
         user_id: str,
         ticket_token: str | None,
         remaining: int,
+        drawn: DrawnQueue | None = None,
     ) -> RoomPass:
         """Let the shopper through, or raise WaitingRoom (429) with their ticket."""
         if not campaign.waiting_room_enabled:
@@ -234,6 +260,22 @@ class WaitingRoomService:
             else None
         )
         room = self._room(campaign.campaign_id, now)
+        if drawn is not None:
+            if drawn.share is None:
+                # Nobody passes, and nobody gets a place, before the drawn entries are in line.
+                raise WaitingRoom(
+                    "The drop's draw is being made; retry after the given time.",
+                    retry_after=DRAWING_RETRY_SECONDS,
+                    details={
+                        "ticket": None,
+                        "retry_after_ms": DRAWING_RETRY_SECONDS * 1000,
+                        "estimated_wait_seconds": None,
+                    },
+                )
+            room.drawn = drawn.share
+            if drawn.first_attempt is not None:
+                # An entrant's place is their first attempt, whatever ticket they bring.
+                ticket = Ticket(campaign.campaign_id, user_id, first_attempt=drawn.first_attempt)
         instances = self.live_instances(room, campaign.campaign_id, now)
         with room.lock:
             # Read again under the lock: the heartbeat above may have taken a while, and the
@@ -241,8 +283,14 @@ class WaitingRoomService:
             now = self._clock()
             room.controller.set_rate(campaign.admissions_per_second, instances=instances)
             if ticket is None:
-                ticket = Ticket(campaign.campaign_id, user_id, first_attempt=now)
-                decision = room.controller.arrive(now)
+                place = start_place(
+                    now,
+                    starts_at=campaign.starts_at.timestamp(),
+                    window=self._settings.waiting_room_start_window_seconds,
+                    draw=random.random(),
+                )
+                ticket = Ticket(campaign.campaign_id, user_id, first_attempt=place)
+                decision = room.controller.arrive(now, place)
             else:
                 decision = room.controller.decide(ticket.first_attempt, now)
             while room.admitted and now - room.admitted[0] > STOCK_WINDOW_SECONDS:
@@ -251,13 +299,16 @@ class WaitingRoomService:
             admitted = decision.admitted and len(room.admitted) < stock_cap
             if admitted:
                 room.admitted.append(now)
+                threshold = room.controller.threshold(now)
             else:
                 retry = room.controller.retry_after(ticket.first_attempt, now, random.random())
+                # A place still to come (the start window): no use asking before it.
+                retry = max(retry, ticket.first_attempt - now)
         # Signed afresh at every poll, with the original first attempt: the ticket's life slides
         # with the shopper's polls, their place stays where it was.
         token = self._signer.issue(ticket)
         if admitted:
-            return RoomPass(ticket=token)
+            return RoomPass(ticket=token, first_attempt=ticket.first_attempt, threshold=threshold)
         retry_ms = int(retry * 1000)
         wait = decision.estimated_wait_seconds
         raise WaitingRoom(

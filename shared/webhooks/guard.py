@@ -2,14 +2,15 @@
 delivery may connect.
 
 Outside `demo-` projects a URL must be https and its host must resolve only to public addresses
-(not private, loopback, link-local, shared, reserved or multicast; an IPv4 address embedded in an
-IPv6 one is judged as IPv4). It is checked when the webhook is created and again at every
-connection: the HTTP client's network backend resolves the host, checks every address, and
-connects to an address it checked, so a DNS answer that changes between the check and the
-connection (rebinding) reaches nothing private. TLS still verifies the certificate against the
-URL's host name. Redirects are not followed and proxies from the environment are ignored. In
-`demo-` projects http and loopback addresses are allowed too (local receivers); private networks
-and link-local addresses (the metadata server) are refused there as well.
+(not private, loopback, link-local, site-local, shared, reserved or multicast; an IPv4 address
+embedded in an IPv6 one, mapped, compatible, NAT64 (64:ff9b::/96; 64:ff9b:1::/48 is private),
+6to4 or Teredo, is judged as that IPv4 address). It is checked when the webhook is created and
+again at every connection: the HTTP client's network backend resolves the host, checks every
+address, and connects to an address it checked, so a DNS answer that changes between the check
+and the connection (rebinding) reaches nothing private. TLS still verifies the certificate
+against the URL's host name. Redirects are not followed and proxies from the environment are
+ignored. In `demo-` projects http and loopback addresses are allowed too (local receivers);
+private networks and link-local addresses (the metadata server) are refused there as well.
 """
 
 from __future__ import annotations
@@ -41,12 +42,24 @@ def resolve_host(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
-def _embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+# NAT64's well-known prefix (RFC 6052): the last 32 bits are the IPv4 address it reaches.
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+# IPv4-compatible addresses (deprecated, RFC 4291): ::a.b.c.d.
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+
+
+def _embedded_ipv4(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 one reaches through a translation or tunnel: mapped and
+    compatible forms, NAT64, 6to4 and Teredo (its server and its client)."""
     if address.ipv4_mapped is not None:
-        return address.ipv4_mapped
+        return [address.ipv4_mapped]
     if address.sixtofour is not None:
-        return address.sixtofour
-    return address.teredo[1] if address.teredo is not None else None
+        return [address.sixtofour]
+    if address.teredo is not None:
+        return list(address.teredo)
+    if address in _NAT64 or address in _IPV4_COMPATIBLE:
+        return [ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)]
+    return []
 
 
 @dataclass(frozen=True)
@@ -58,13 +71,16 @@ class AddressPolicy:
         return ("https", "http") if self.allow_local else ("https",)
 
     def allows(self, address: IpAddress) -> bool:
-        if isinstance(address, ipaddress.IPv6Address):
-            embedded = _embedded_ipv4(address)
-            if embedded is not None:
-                return self.allows(embedded)
         if self.allow_local and address.is_loopback:
             return True
-        return address.is_global and not address.is_multicast
+        if isinstance(address, ipaddress.IPv6Address):
+            embedded = _embedded_ipv4(address)
+            if embedded:
+                return all(self.allows(ipv4) for ipv4 in embedded)
+            # Python counts site-local (fec0::/10, deprecated) and reserved ranges as global.
+            if address.is_site_local or address.is_reserved:
+                return False
+        return address.is_global and not address.is_multicast and not address.is_reserved
 
     def check_addresses(self, host: str, addresses: Iterable[str]) -> list[str]:
         """All of `addresses` if every one is allowed; a host that also resolves to a private

@@ -60,9 +60,13 @@ class WebhookService:
         db: firestore.Client,
         settings: Settings,
         clock: Callable[[], datetime],
+        verify: Callable[[Event], Event | None],
         resolve: guard.Resolver = guard.resolve_host,
     ) -> None:
         self._db = db
+        # The check count_usage makes (UsageService.verified): only events their records back
+        # are signed and sent to a business.
+        self._verify = verify
         self._settings = settings
         self._clock = clock
         self._resolve = resolve
@@ -253,7 +257,10 @@ class WebhookService:
         """Record the event's deliveries, then drain each endpoint nobody is draining yet.
 
         The lease is read after the deliveries are written: a drainer that was holding it then
-        finds them in its next query, or after letting go (see `drain`)."""
+        finds them in its next query, or after letting go (see `drain`). An event no record
+        backs (forged, or pushed by someone else) is acknowledged and sent nowhere."""
+        if self._verify(event) is None:
+            return RunReport()
         matched = self.record(event, body)
         if not matched:
             return RunReport()

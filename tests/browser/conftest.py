@@ -16,9 +16,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from emulator import EmulatorStack, RunningEmulator, free_port
-from emulator.app_check import DevAppCheckServer
-from emulator.auth import AuthEmulatorClient
+from devkit.emulators import EmulatorStack, RunningEmulator, free_port
+from devkit.emulators.auth import AuthEmulatorClient
+from devkit.standins.app_check import DevAppCheckServer
 from scripts.localstack.pages import PageConfig, PageServer, PagesUnavailable
 from tests.support.servers import function_servers
 from tests.support.stack import CORS_ORIGIN, PROJECT
@@ -92,7 +92,7 @@ def web_stack(
             mp.setenv("CODEDROP_CORS_ORIGINS", f"{CORS_ORIGIN},{page_origin}")
             mp.setenv("FIREBASE_AUTH_EMULATOR_HOST", auth_emulator.host_port)
             run_dir = tmp_path_factory.mktemp("browser-functions")
-            urls = stack.enter_context(function_servers({"claim_api": "http"}, run_dir=run_dir))
+            urls = stack.enter_context(function_servers(["claim_api"], run_dir=run_dir))
         config = PageConfig(
             api_base=urls["claim_api"],
             project=PROJECT,

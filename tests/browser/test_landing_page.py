@@ -274,3 +274,23 @@ def test_a_phone_sale_signs_shoppers_in_by_phone_and_one_phone_gets_one_code(
     [second_account] = accounts_with(web_stack, phone_number)
     assert second_account != first_account
     assert [c["code"] for c in claims_of(db, campaign_id)] == [code.inner_text()]
+
+
+def test_the_page_promises_the_campaigns_own_limit(
+    shopper: Shopper, make_campaign: MakeCampaign
+) -> None:
+    campaign_id = make_campaign(codes=5, max_per_user=2)
+
+    page = shopper.open(campaign_id)
+
+    expect(page.get_by_test_id("claim-button")).to_be_enabled()
+    expect(page.locator("#limit")).to_have_text("Up to 2 codes per shopper.")
+
+
+def test_an_unknown_campaign_says_so_without_stock_or_a_button(shopper: Shopper) -> None:
+    page = shopper.open("no-such-sale")
+
+    expect(page.get_by_test_id("status")).to_have_text(re.compile("not|exist|find", re.I))
+    expect(page.get_by_test_id("claim-button")).to_be_hidden()
+    expect(page.get_by_test_id("remaining")).to_be_hidden()
+    assert shopper.claims_sent() == []

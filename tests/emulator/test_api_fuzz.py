@@ -23,7 +23,7 @@ from google.cloud import firestore
 from google.cloud.storage import Client as StorageClient
 from hypothesis import HealthCheck, given, settings
 
-from scripts.support.codes import add_codes
+from devkit.codes import add_codes
 from shared.campaigns import service as campaign_service
 from shared.campaigns import store as campaign_store
 from shared.campaigns.models import CampaignCreate

@@ -18,7 +18,7 @@ from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 from google.cloud.storage import Client as StorageClient
 
-from scripts.support.audit import audit_campaign
+from devkit.audit import audit_campaign
 from shared.assignments import service as assignment_service
 from shared.claims.engine import ClaimEngine, ClaimOutcome
 from shared.claims.identity import IdentityKind, identity_key
@@ -28,6 +28,7 @@ from shared.container import instance_services
 from shared.coupons import store as coupon_store
 from shared.errors import Contended
 from shared.events import models as events
+from shared.gcp import client_internals
 from shared.gcp import storage as storage_objects
 from shared.gcp.firestore import campaign_ref, claims_collection, coupons_collection
 from shared.intake import jobs as job_store
@@ -350,11 +351,12 @@ def test_a_list_and_the_landing_page_share_the_pool_without_a_code_twice(
     engine = ClaimEngine(db=db, settings=get_settings())
 
     def claim(user: str) -> ClaimOutcome:
-        while True:  # as the landing page does: CONTENDED is safe to retry
+        for _ in range(300):  # as the landing page does: CONTENDED is safe to retry
             try:
                 return engine.claim(campaign_id=campaign_id, user_id=user)
             except Contended:
                 time.sleep(0.1)
+        pytest.fail(f"{user} was answered CONTENDED for 30 s")
 
     with ThreadPoolExecutor(8) as claimers:
         answers = claimers.map(claim, shoppers)
@@ -379,14 +381,14 @@ def test_a_walk_that_outlasts_its_deadline_is_resumed_above_the_last_code_read(
     campaign_id = make_campaign(codes=3000)
     monkeypatch.setattr(coupon_store, "STREAM_TIMEOUT_SECONDS", 0.5)
     calls = 0
-    real_run_query = db._firestore_api.run_query
+    real_run_query = client_internals.gapic(db).run_query
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         nonlocal calls
         calls += 1
         return real_run_query(*args, **kwargs)
 
-    monkeypatch.setattr(db._firestore_api, "run_query", counted)
+    monkeypatch.setattr(client_internals.gapic(db), "run_query", counted)
     read = []
     for candidate in coupon_store.stream_unassigned(db, campaign_id=campaign_id, limit=10_000):
         read.append(candidate)

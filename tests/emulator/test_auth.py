@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from flask.testing import FlaskClient
 
-from emulator import RunningEmulator, reset_auth
-from emulator.auth import AuthEmulatorClient
-from emulator.tokens import emulator_id_token
+from devkit.emulators import RunningEmulator, reset_auth
+from devkit.emulators.auth import AuthEmulatorClient
+from devkit.emulators.tokens import emulator_id_token
 from tests.support.api import auth
 from tests.support.stack import PROJECT, MakeCampaign
 

@@ -12,7 +12,7 @@ import pytest
 from flask.testing import FlaskClient
 from google.cloud import firestore
 
-from emulator.app_check import DevAppCheckKeys, DevAppCheckServer
+from devkit.standins.app_check import DevAppCheckKeys, DevAppCheckServer
 from shared.claims.identity import IdentityKind, identity_key
 from shared.claims.store import user_key
 from shared.clock import utcnow

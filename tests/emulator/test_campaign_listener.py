@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterator
 import pytest
 from google.cloud import firestore
 
-from scripts.support import codes as fixture_codes
-from scripts.support.firestore_rpcs import RpcCounter
+from devkit import codes as fixture_codes
+from devkit.firestore_rpcs import RpcCounter
 from shared.campaigns import store as campaign_store
 from shared.campaigns.live import (
     LiveCampaigns,

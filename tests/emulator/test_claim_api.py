@@ -8,8 +8,8 @@ import pytest
 from flask.testing import FlaskClient
 from google.cloud import firestore
 
-from scripts.support import codes as fixture_codes
-from scripts.support.audit import audit_campaign
+from devkit import codes as fixture_codes
+from devkit.audit import audit_campaign
 from shared.campaigns import store as campaign_store
 from shared.clock import utcnow
 from shared.container import Services

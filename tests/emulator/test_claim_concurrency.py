@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pytest
 from google.cloud import firestore
 
-from scripts.support.audit import audit_campaign
+from devkit.audit import audit_campaign
 from shared.claims.engine import ClaimEngine
 from shared.container import instance_services
 from shared.errors import CodedropError

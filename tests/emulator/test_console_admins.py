@@ -13,8 +13,8 @@ from flask.testing import FlaskClient
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
-from emulator import RunningEmulator
-from emulator.auth import AuthEmulatorClient
+from devkit.emulators import RunningEmulator
+from devkit.emulators.auth import AuthEmulatorClient
 from scripts.tools import grant_owner
 from shared.gcp.firebase import firebase_app
 from shared.gcp.firestore import admins_collection, audit_collection

@@ -7,7 +7,7 @@ import pytest
 from flask.testing import FlaskClient
 from google.cloud import firestore
 
-from scripts.support.firestore_rpcs import RpcCounter
+from devkit.firestore_rpcs import RpcCounter
 from shared.container import Services
 from shared.http import admin_api
 from shared.settings import get_settings

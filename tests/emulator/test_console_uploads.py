@@ -1,6 +1,6 @@
 """Uploads from the console: admin_api opens a resumable upload session and the browser PUTs the
 file straight to the bucket (here the Storage emulator, with the CORS answers of
-emulator/storage_cors.py); the object's import then runs as for any dropped file."""
+devkit/emulators/storage_cors.py); the object's import then runs as for any dropped file."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 from google.cloud.storage import Client as StorageClient
 
-from scripts.support import http
+from devkit import http
 from shared.gcp.firestore import audit_collection
 from shared.intake import service as import_service
 from tests.support.api import ADMIN

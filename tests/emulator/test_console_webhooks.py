@@ -13,7 +13,7 @@ from flask.testing import FlaskClient
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
-from scripts.support.receiver import Receiver
+from devkit.receiver import Receiver
 from shared.container import Services
 from shared.gcp.firestore import audit_collection, webhook_ref
 from shared.http import admin_api

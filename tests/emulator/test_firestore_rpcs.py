@@ -1,4 +1,4 @@
-"""The benchmarks' RPC counter (scripts/support/firestore_rpcs.py) on the emulator: documents read
+"""The benchmarks' RPC counter (devkit/firestore_rpcs.py) on the emulator: documents read
 and written are counted per RPC as Firestore bills them, from any thread, and the client is left
 as it was."""
 
@@ -14,7 +14,8 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
-from scripts.support.firestore_rpcs import RpcCounter, RpcCounts
+from devkit.firestore_rpcs import RpcCounter, RpcCounts
+from shared.gcp import client_internals
 from shared.gcp.batched_reads import ReadCoalescer, read_document
 from shared.gcp.firestore import Snapshot
 
@@ -182,8 +183,8 @@ def test_a_listener_reads_its_document_once_then_once_per_change(
 def test_closing_puts_the_client_back(
     db: firestore.Client, collection: firestore.CollectionReference
 ) -> None:
-    api = db._firestore_api
-    listen = api._transport.listen
+    api = client_internals.gapic(db)
+    listen = client_internals.transport(api).listen
     counter = RpcCounter(db)
     with pytest.raises(RuntimeError, match="already counted"):
         RpcCounter(db)
@@ -192,7 +193,7 @@ def test_closing_puts_the_client_back(
     assert counter.snapshot().documents_read == 0
     assert "batch_get_documents" not in vars(api)
     assert "commit" not in vars(api)
-    assert api._transport.listen is listen
+    assert client_internals.transport(api).listen is listen
 
 
 def test_a_single_read_through_get_document_is_one_read_found_or_missing(

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from emulator import RunningEmulator, free_port, start_firestore
-from emulator.tokens import emulator_id_token
+from devkit.emulators import RunningEmulator, free_port, start_firestore
+from devkit.emulators.tokens import emulator_id_token
 from tests.support.stack import PROJECT, RULES
 
 pytestmark = pytest.mark.emulator

@@ -13,8 +13,8 @@ import pytest
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
-from scripts.support.firestore_rpcs import RpcCounter
-from shared.gcp import writes
+from devkit.firestore_rpcs import RpcCounter
+from shared.gcp import client_internals, writes
 
 pytestmark = pytest.mark.emulator
 
@@ -58,7 +58,7 @@ def test_raw_and_library_writes_commit_together(
     assert counts.writes == 3
     assert counts.calls == {"commit": 1}
     assert counts.writes_by_collection == {collection.id: 3}
-    assert batch._write_pbs == []
+    assert client_internals.batch_writes(batch) == []
     assert collection.document("new").get().to_dict() == {
         "code": "A",
         "at": NOW,
@@ -148,7 +148,7 @@ def test_a_commit_sent_through_the_stub_is_counted_as_any_commit(
     db: firestore.Client, collection: firestore.CollectionReference
 ) -> None:
     prefix = writes.document_prefix(collection)
-    stub = db._firestore_api._transport.commit
+    stub = client_internals.transport(client_internals.gapic(db)).commit
     with RpcCounter(db) as counter:
         writes.send_commit(
             db, [writes.create(prefix + "a", {"n": 1}), writes.create(prefix + "b", {"n": 1})]
@@ -162,4 +162,4 @@ def test_a_commit_sent_through_the_stub_is_counted_as_any_commit(
     assert counts.writes_by_collection == {collection.id: 3}
     assert counts.errors == {"commit: AlreadyExists": 1}
     assert counts.rejected_commits == {f"AlreadyExists: {collection.id}": 1}
-    assert db._firestore_api._transport.commit is stub  # put back
+    assert client_internals.transport(client_internals.gapic(db)).commit is stub  # put back

@@ -1,6 +1,6 @@
 """Holds under real concurrency on the emulator: threads racing a release against a redemption
 and against claims on the same coupons, round after round, and holds expiring while a sale runs.
-Every invariant is read back from Firestore (scripts/support/audit.py), never taken from what the
+Every invariant is read back from Firestore (devkit/audit.py), never taken from what the
 threads were told."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pytest
 from google.cloud import firestore
 
-from scripts.support.audit import AuditReport, audit_campaign
+from devkit.audit import AuditReport, audit_campaign
 from shared.claims.engine import ClaimEngine
 from shared.claims.holds import HoldReleaser
 from shared.claims.redemption import RedemptionService

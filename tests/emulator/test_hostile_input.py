@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,10 +23,12 @@ from werkzeug.test import TestResponse
 from shared.clock import utcnow
 from shared.container import instance_services
 from shared.gcp.firestore import campaign_ref
+from shared.http import entry_points
+from shared.http.entry_points import Kind
 from shared.http.routing import MAX_BODY_BYTES, MAX_PROBLEMS
-from tests.support.api import ADMIN, auth
-from tests.support.cloudevents import finalized_event, published_event
-from tests.support.stack import BUCKET, MakeCampaign
+from tests.support.api import ADMIN, auth, function_client
+from tests.support.cloudevents import PUSH_KEYS, finalized_event, published_event
+from tests.support.stack import BUCKET, MAIN, MakeCampaign
 
 pytestmark = pytest.mark.emulator
 
@@ -109,38 +113,75 @@ def test_many_unknown_keys_get_a_short_answer_naming_a_few(
     assert f"(and {4_000 - MAX_PROBLEMS} more)" in message
 
 
-@pytest.mark.parametrize("function", ["count_usage", "import_codes"])
+# Every function main.py declares with @functions_framework.cloud_event, read where it is declared.
+EVENT_FUNCTIONS = sorted(
+    name for name, kind in entry_points.entry_points(Path(MAIN)).items() if kind is Kind.CLOUD_EVENT
+)
+
+
+def test_the_event_functions_are_read_from_main_py() -> None:
+    assert {"count_usage", "import_codes", "deliver_webhooks"} <= set(EVENT_FUNCTIONS)
+
+
+def delivery(function: str) -> dict[str, Any]:
+    """A well-formed envelope of the kind `function` is triggered by."""
+    if function == "import_codes":
+        return finalized_event(bucket=BUCKET, name="imports/x/y.csv", generation=1)
+    return published_event(b"{}")
+
+
+def acknowledged(
+    caplog: pytest.LogCaptureFixture, response: TestResponse, message: str
+) -> logging.LogRecord:
+    """The delivery was acknowledged (2xx, so Pub/Sub or Eventarc never redeliver it) and logged
+    once as an error with `message`."""
+    assert response.status_code == 204, response.get_data()[:200]
+    (record,) = [r for r in caplog.records if r.getMessage() == message]
+    assert record.levelno == logging.ERROR
+    return record
+
+
+@pytest.mark.parametrize("function", EVENT_FUNCTIONS)
 def test_a_huge_event_delivery_is_acknowledged_unread(
-    usage_client: FlaskClient, import_client: FlaskClient, function: str
+    function: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    client = usage_client if function == "count_usage" else import_client
-    envelope = (
-        published_event(b"{}")
-        if function == "count_usage"
-        else finalized_event(bucket=BUCKET, name="imports/x/y.csv", generation=1)
-    )
+    envelope = delivery(function)
     envelope["padding"] = "x" * (2 * MAX_BODY_BYTES)
 
-    response = client.post(
-        "/", data=json.dumps(envelope), content_type="application/cloudevents+json"
-    )
+    with caplog.at_level(logging.ERROR):
+        response = function_client(function).post(
+            "/",
+            data=json.dumps(envelope),
+            content_type="application/cloudevents+json",
+            headers=PUSH_KEYS.authorization(),
+        )
 
-    assert response.status_code == 204  # acknowledged: it can never be processed
+    record = acknowledged(caplog, response, "event body over the size limit acknowledged unread")
+    assert record.__dict__["limit_bytes"] == MAX_BODY_BYTES
 
 
-@pytest.mark.parametrize("function", ["count_usage", "import_codes"])
-def test_a_delivery_that_is_not_an_event_is_acknowledged(
-    usage_client: FlaskClient, import_client: FlaskClient, function: str
-) -> None:
-    client = usage_client if function == "count_usage" else import_client
-    for body, content_type in [
+@pytest.mark.parametrize("function", EVENT_FUNCTIONS)
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
         ("{", "application/cloudevents+json"),
         ('{"hello": "world"}', "application/json"),
         ("\x00\x01", "text/plain"),
         ("{}", "text/plain"),
-    ]:
-        response = client.post("/", data=body, content_type=content_type)
-        assert response.status_code in (200, 204), (body, response.get_data()[:200])
+    ],
+)
+def test_a_delivery_that_is_not_an_event_is_acknowledged(
+    function: str, body: str, content_type: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Signed as the push subscription signs (the pushed functions check it; import_codes, which
+    # Eventarc calls, ignores it).
+    with caplog.at_level(logging.ERROR):
+        response = function_client(function).post(
+            "/", data=body, content_type=content_type, headers=PUSH_KEYS.authorization()
+        )
+
+    record = acknowledged(caplog, response, "undeliverable event acknowledged")
+    assert record.__dict__["reason"].startswith("not a")
 
 
 # --- finding 5: nesting, huge numbers, calendar edges, reserved ids --------------------------
@@ -227,7 +268,7 @@ def test_event_functions_answer_json_too(
 ) -> None:
     client = usage_client if function == "count_usage" else import_client
 
-    response = client.get("/")
+    response = client.get("/", headers=PUSH_KEYS.authorization())
 
     assert_error(response, 405, "METHOD_NOT_ALLOWED")
     assert "POST" in response.headers["Allow"]
@@ -267,6 +308,7 @@ def test_a_crash_in_an_event_function_is_json_500_so_pubsub_retries(
         "/",
         data=json.dumps(published_event(json.dumps(event).encode())),
         content_type="application/cloudevents+json",
+        headers=PUSH_KEYS.authorization(),
     )
 
     body = assert_error(response, 500, "INTERNAL")

@@ -14,7 +14,7 @@ import pytest
 from flask.testing import FlaskClient
 from google.cloud import firestore
 
-from scripts.support.audit import audit_campaign, holder_of
+from devkit.audit import audit_campaign, holder_of
 from shared.claims.engine import ClaimEngine
 from shared.claims.identity import IdentityKind, identity_key
 from shared.claims.policy import Shopper, holder_key

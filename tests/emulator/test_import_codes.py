@@ -4,6 +4,7 @@ the object-finalized CloudEvent as Cloud Storage sends it (tests/fixtures)."""
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import textwrap
@@ -19,12 +20,12 @@ from google.cloud import firestore
 from google.cloud.storage import Client as StorageClient
 
 from shared.clock import utcnow
+from shared.codes import CODE_ALPHABET
 from shared.container import Services
 from shared.coupons.store import coupon_id_for
-from shared.gcp.firestore import coupons_collection
+from shared.gcp.firestore import coupons_collection, jobs_collection
 from shared.intake import jobs as job_store
 from shared.intake import service as import_service
-from shared.intake.models import CODE_ALPHABET
 from shared.intake.write_rate import RampLimiter
 from shared.settings import get_settings
 from tests.support.api import ADMIN, auth
@@ -219,23 +220,48 @@ def test_unknown_campaign_is_acknowledged_with_a_failed_job(
 
 
 @pytest.mark.parametrize(
-    "data",
+    ("data", "logged"),
     [
-        {"bucket": BUCKET, "name": "elsewhere/readme.txt", "generation": "1"},
-        {"bucket": BUCKET, "name": "imports/only-two-parts.csv", "generation": "1"},
-        {"bucket": "someone-elses-bucket", "name": "imports/x/y.csv", "generation": "1"},
-        {"bucket": BUCKET, "name": "imports/x/y.csv", "generation": "not-a-number"},
-        {"bucket": BUCKET, "name": "imports/x/" + "y" * 2000 + ".csv", "generation": "1"},
-        {"no": "bucket"},
+        (
+            {"bucket": BUCKET, "name": "elsewhere/readme.txt", "generation": "1"},
+            "object is not an import; ignored",
+        ),
+        (
+            {"bucket": BUCKET, "name": "imports/only-two-parts.csv", "generation": "1"},
+            "object under imports/ names no campaign; ignored",
+        ),
+        (
+            {"bucket": "someone-elses-bucket", "name": "imports/x/y.csv", "generation": "1"},
+            "object in an unexpected bucket ignored",
+        ),
+        (
+            {"bucket": BUCKET, "name": "imports/x/y.csv", "generation": "not-a-number"},
+            "malformed storage event acknowledged",
+        ),
+        (
+            {"bucket": BUCKET, "name": "imports/x/" + "y" * 2000 + ".csv", "generation": "1"},
+            "malformed storage event acknowledged",
+        ),
+        ({"no": "bucket"}, "malformed storage event acknowledged"),
     ],
 )
 def test_objects_that_are_not_imports_are_acknowledged(
-    import_client: FlaskClient, data: dict[str, str]
+    import_client: FlaskClient,
+    db: firestore.Client,
+    caplog: pytest.LogCaptureFixture,
+    data: dict[str, str],
+    logged: str,
 ) -> None:
     event = finalized_event(bucket=BUCKET, name="placeholder", generation=1)
     event["data"] = data
+    jobs_before = {job.id for job in jobs_collection(db).select([]).stream()}
 
-    assert deliver(import_client, event) == 200
+    with caplog.at_level(logging.INFO):
+        assert deliver(import_client, event) == 200
+
+    assert [r.getMessage() for r in caplog.records if r.getMessage() == logged] == [logged]
+    jobs_after = {job.id for job in jobs_collection(db).select([]).stream()}
+    assert jobs_after == jobs_before  # no job started, none failed
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import pytest
 from flask.testing import FlaskClient
 from google.cloud import firestore
 
-from scripts.support.audit import audit_campaign
+from devkit.audit import audit_campaign
 from shared.container import instance_services
 from shared.http.shopify import SIGNATURE_HEADER, TOPIC_HEADER, signature
 from tests.support.api import ADMIN, REDEEMER, auth

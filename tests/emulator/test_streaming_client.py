@@ -10,8 +10,9 @@ import pytest
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import firestore
 
-from scripts.support.firestore_rpcs import RpcCounter
+from devkit.firestore_rpcs import RpcCounter
 from shared.coupons.store import stream_unassigned
+from shared.gcp import client_internals
 from shared.gcp.firestore import _CallingThreadStreams
 from tests.support.stack import MakeCampaign
 
@@ -26,7 +27,7 @@ def streams() -> firestore.Client:
 
 
 def _reads_on_the_calling_thread(client: firestore.Client) -> bool:
-    channel: Any = client._firestore_api._transport.grpc_channel
+    channel: Any = client_internals.transport(client_internals.gapic(client)).grpc_channel
     return bool(channel._single_threaded_unary_stream)
 
 

@@ -128,9 +128,16 @@ def test_a_ticket_older_than_the_threshold_is_admitted(
     assert response.status_code == 201
 
 
-@pytest.mark.parametrize("case", ["forged", "borrowed", "other-campaign"])
-def test_forged_or_borrowed_tickets_are_400_and_never_admit(
-    claim_client: FlaskClient, make_campaign: MakeCampaign, case: str
+@pytest.mark.parametrize(
+    ("case", "status", "error_code"),
+    [
+        ("forged", 400, "INVALID_TICKET"),
+        ("borrowed", 403, "TICKET_NOT_YOURS"),
+        ("other-campaign", 400, "INVALID_TICKET"),
+    ],
+)
+def test_forged_or_borrowed_tickets_are_refused_and_never_admit(
+    claim_client: FlaskClient, make_campaign: MakeCampaign, case: str, status: int, error_code: str
 ) -> None:
     campaign_id = make_campaign(codes=5, waiting_room_enabled=True, admissions_per_second=0.1)
     signer = instance_services().room.signer
@@ -142,8 +149,8 @@ def test_forged_or_borrowed_tickets_are_400_and_never_admit(
 
     response = claim(claim_client, campaign_id, "mallory", ticket)
 
-    assert response.status_code == 400
-    assert response.get_json()["error_code"] == "INVALID_TICKET"
+    assert response.status_code == status
+    assert response.get_json()["error_code"] == error_code
 
 
 def test_a_new_room_lets_shoppers_straight_through_once_it_has_heard_the_others(

@@ -51,7 +51,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from functions_framework import create_app
 
-from emulator import EmulatorStack
+from devkit.emulators import EmulatorStack
 from shared.container import instance_services
 from shared.http.claim_api import TICKET_HEADER
 from shared.settings import get_settings

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 from typing import Any
 
 import flask
 from flask.testing import FlaskClient
 
-from emulator.tokens import emulator_id_token
+from devkit.emulators.tokens import emulator_id_token
 from tests.support.stack import PROJECT
 
 
@@ -45,11 +46,14 @@ def router_client(router: Any, services: Any) -> FlaskClient:
     return app.test_client()
 
 
-def function_client(target: str, signature_type: str = "http") -> FlaskClient:
-    """A test client of functions/main.py's `target`, served by the real functions-framework."""
+def function_client(target: str) -> FlaskClient:
+    """A test client of functions/main.py's `target`, served by the real functions-framework as
+    the kind its decorator declares."""
     from functions_framework import create_app
 
+    from shared.http.entry_points import entry_points
     from tests.support.stack import MAIN
 
-    app: flask.Flask = create_app(target, MAIN, signature_type)  # type: ignore[no-untyped-call]
+    kind = entry_points(Path(MAIN))[target]
+    app: flask.Flask = create_app(target, MAIN, str(kind))  # type: ignore[no-untyped-call]
     return app.test_client()

@@ -11,11 +11,14 @@ from typing import Any
 
 from flask.testing import FlaskClient
 
+from devkit.standins.push_auth import DevPushKeys
 from tests.support.stack import EVENTS_TOPIC, PROJECT, PUMP_SUBSCRIPTION, ROOT
 
 FINALIZED_EVENT = json.loads(
     (ROOT / "tests" / "fixtures" / "storage_object_finalized.json").read_text()
 )
+# The run's push key set (served by the `push_keys` fixture): every delivery is signed with it.
+PUSH_KEYS = DevPushKeys()
 PUBLISHED_EVENT = json.loads(
     (ROOT / "tests" / "fixtures" / "pubsub_message_published.json").read_text()
 )
@@ -50,5 +53,12 @@ def published_event(payload: bytes, *, message_id: str | None = None) -> dict[st
 
 
 def deliver(client: FlaskClient, event: dict[str, Any]) -> int:
-    response = client.post("/", data=json.dumps(event), content_type="application/cloudevents+json")
+    """Post the event signed as the push subscription signs it (count_usage and deliver_webhooks
+    check the token; import_codes ignores it)."""
+    response = client.post(
+        "/",
+        data=json.dumps(event),
+        content_type="application/cloudevents+json",
+        headers=PUSH_KEYS.authorization(),
+    )
     return response.status_code

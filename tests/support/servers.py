@@ -5,29 +5,31 @@ tools that talk to them over HTTP."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
 from google.cloud.storage import Client as StorageClient
 
-from emulator import free_port
+from devkit.emulators import free_port
+from devkit.standins.storage_notifier import StorageNotifier
 from scripts.localstack.config import Function
 from scripts.localstack.errors import StackError
 from scripts.localstack.functions import FunctionProcess, function_env, start_function
-from scripts.localstack.storage_notifier import StorageNotifier
-from tests.support.stack import BUCKET
+from shared.http.entry_points import entry_points
+from tests.support.stack import BUCKET, MAIN
 
 
 @contextlib.contextmanager
-def function_servers(specs: dict[str, str], *, run_dir: Path) -> Iterator[dict[str, str]]:
-    """Servers for {target: signature_type} with this process's environment (the emulators
-    fixture's), started side by side; their URLs by target."""
+def function_servers(targets: Iterable[str], *, run_dir: Path) -> Iterator[dict[str, str]]:
+    """Servers for main.py's `targets` with this process's environment (the emulators
+    fixture's), started side by side as the kind main.py declares; their URLs by target."""
     env = function_env({})
     servers: list[FunctionProcess] = []
+    kinds = entry_points(Path(MAIN))
     try:
-        for target, kind in specs.items():
-            function = Function(target, kind, workers=1, threads=4)
+        for target in targets:
+            function = Function(target, workers=1, threads=4, kind=kinds[target])
             servers.append(
                 start_function(
                     function, port=free_port(), env=env, log_dir=run_dir, run_dir=run_dir

@@ -1,4 +1,4 @@
-"""Fixtures of the operator-tool tests (upload_codes, assign_codes)."""
+"""Fixtures of the operator-tool tests (upload_codes, assign_codes, reconcile)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pytest
 from google.cloud.storage import Client as StorageClient
 
-from emulator import EmulatorStack
-from scripts.localstack.storage_notifier import StorageNotifier, running
+from devkit.emulators import EmulatorStack
+from devkit.standins.storage_notifier import StorageNotifier, running
 from tests.support.servers import fast_notifier, function_servers
 
 
@@ -18,7 +18,7 @@ def servers(
 ) -> Iterator[dict[str, str]]:
     """admin_api and import_codes over HTTP, as the local stack serves them."""
     with function_servers(
-        {"admin_api": "http", "import_codes": "cloudevent"},
+        ["admin_api", "import_codes"],
         run_dir=tmp_path_factory.mktemp("servers"),
     ) as urls:
         yield urls

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from google.cloud.storage import Client as StorageClient
 
-from scripts.localstack.storage_notifier import StorageNotifier
+from devkit.standins.storage_notifier import StorageNotifier
 from scripts.tools import assign_codes
 from shared.assignments.service import assignment_job_id
 from shared.intake.service import StoredObject

@@ -21,10 +21,12 @@ import pytest
 from uv import find_uv_bin
 
 from scripts.deployment import DeployError, cli, functions, gcloud, staging
+from shared.http import entry_points
+from shared.http.entry_points import Kind
 
 REPO = Path(__file__).resolve().parents[2]
 
-DEFINED = functions.defined_entry_points(REPO / "functions" / "main.py")
+DEFINED = entry_points.declared(REPO / "functions" / "main.py")
 SPECS = {spec.service: spec for spec in functions.FUNCTIONS}
 
 
@@ -391,7 +393,7 @@ def test_only_deploys_one_function_and_nothing_else(build_dir: Path) -> None:
 
 
 def test_a_function_missing_from_main_fails_the_deploy() -> None:
-    defined = {"claim_api": "http", "admin_api": "http"}
+    defined = {"claim_api": Kind.HTTP, "admin_api": Kind.HTTP}
     with pytest.raises(DeployError, match="sweep"):
         functions.select_functions(defined)
     with pytest.raises(DeployError, match="count_usage"):
@@ -409,7 +411,7 @@ def test_entry_point_with_the_wrong_decorator_is_refused(tmp_path: Path) -> None
         "@functions_framework.http\n"
         "def import_codes(request): ...\n"
     )
-    defined = functions.defined_entry_points(main_py)
+    defined = entry_points.declared(main_py)
     assert defined == {
         "functions_framework": None,
         "count_usage": None,

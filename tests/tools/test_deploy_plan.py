@@ -104,6 +104,8 @@ def _outcome(line: str, env: dict[str, str]) -> tuple[str, str]:
     return "other", f"exit {result.returncode}: {result.stderr.strip()}"
 
 
+# Runs the real gcloud once per line of the plan: minutes on a busy machine.
+@pytest.mark.timeout(900)
 def test_every_command_of_the_plan_fails_at_authentication_never_at_parsing(
     plan: list[str], gcloud_env: dict[str, str]
 ) -> None:
@@ -268,3 +270,39 @@ def test_every_secret_a_function_reads_exists_with_a_value_before_the_functions(
         and admin in line
         for line in plan
     )
+
+
+@pytest.mark.parametrize(
+    ("function", "subscription"),
+    [
+        ("count-usage", "coupon-events-count-usage"),
+        ("deliver-webhooks", "coupon-events-deliver-webhooks"),
+    ],
+)
+def test_a_pushed_function_checks_the_token_its_subscription_signs(
+    plan: list[str], function: str, subscription: str
+) -> None:
+    """The audience and account a pushed function accepts are the ones its subscription signs
+    its OIDC tokens with (shared/gcp/push_auth.py)."""
+    create = _line(plan, f"gcloud pubsub subscriptions create {subscription} ")
+    audience = _flag_value(create, "--push-auth-token-audience")
+    account = _flag_value(create, "--push-auth-service-account")
+    deploy = _line(plan, f"gcloud functions deploy {function} ")
+    env = _flag_value(deploy, "--set-env-vars")
+
+    assert f"CODEDROP_PUSH_AUDIENCE={audience}" in env
+    assert f"CODEDROP_PUSH_SERVICE_ACCOUNT={account}" in env
+
+
+def _flag_value(command: list[str], flag: str) -> str:
+    (value,) = [arg.split("=", 1)[1] for arg in command if arg.startswith(f"{flag}=")]
+    return value
+
+
+def test_the_functions_that_check_push_tokens_are_the_ones_pushed_to() -> None:
+    from shared.http.wsgi import PUSHED_FUNCTIONS
+
+    pushed = {
+        s.name for s in functions.FUNCTIONS if s.trigger is functions.Trigger.PUSH_SUBSCRIPTION
+    }
+    assert set(PUSHED_FUNCTIONS) == pushed

@@ -1,4 +1,4 @@
-"""Tests for emulator/: starting, readiness, reset and stopping of the local emulators."""
+"""Tests for devkit/emulators/: starting, readiness, reset and stopping of the local emulators."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from emulator import (
+from devkit import http
+from devkit.emulators import (
     EmulatorFailed,
     EmulatorStack,
     EmulatorUnavailable,
@@ -32,8 +33,7 @@ from emulator import (
     start_pubsub,
     start_storage,
 )
-from emulator.__main__ import main
-from scripts.support import http
+from devkit.emulators.__main__ import main
 
 PROJECT = "demo-test"
 BUCKET = "codedrop-imports-test"
@@ -202,7 +202,7 @@ def test_cli_start_prints_exports_and_stops_on_sigterm(tmp_path: Path) -> None:
             [
                 sys.executable,
                 "-m",
-                "emulator",
+                "devkit.emulators",
                 "start",
                 "--firestore-port",
                 str(ports[0]),

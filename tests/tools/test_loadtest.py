@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from emulator import EmulatorUnavailable, check_prerequisites
+from devkit.audit import AuditReport
+from devkit.emulators import EmulatorUnavailable, check_prerequisites
 from scripts.load_test import report
 from scripts.load_test.audit import Truth, audit_sale
-from scripts.support.audit import AuditReport
 from tests.support.processes import run_module
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,6 +43,7 @@ def _clean_env() -> dict[str, str]:
 
 
 @pytest.mark.emulator
+@pytest.mark.timeout(2 * TIMEOUT)  # a whole stack, a sale and its audit
 @pytest.mark.parametrize("client", ["locust", "threads"])
 def test_small_sale_has_no_violation_and_issues_every_code(tmp_path: Path, client: str) -> None:
     try:

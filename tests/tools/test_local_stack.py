@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from emulator import RunningEmulator, free_port
-from emulator import start_pubsub as start_pubsub_emulator
+from devkit.emulators import RunningEmulator, free_port
+from devkit.emulators import start_pubsub as start_pubsub_emulator
 from scripts.localstack import config, functions, resources
 from tests.support.processes import run_module
 
@@ -75,10 +75,14 @@ def test_check_starts_everything_claims_once_and_stops(tmp_path: Path) -> None:
     assert any(line.startswith("check: claim answered 201 with code ") for line in lines), (
         diagnostics
     )
+    assert any(
+        line.startswith("check: count_usage counted the claim from a signed push") for line in lines
+    ), diagnostics
     assert "check: development App Check tokens are served" in lines, diagnostics
     assert "local stack check passed" in lines, diagnostics
-    page = f"http://127.0.0.1:{env['CODEDROP_WEB_PORT']}/?campaign=demo"
-    assert page in [line.strip() for line in lines], diagnostics
+    page = f"http://127.0.0.1:{env['CODEDROP_WEB_PORT']}/"
+    assert f"check: the landing page answers at {page}" in lines, diagnostics
+    assert not any("demo users" in line for line in lines), "--check prints no banner"
     for name in ("firestore", "pubsub", "storage", "auth", "claim_api", "admin_api", "local_stack"):
         assert (log_dir / f"{name}.log").is_file(), name
 
@@ -103,7 +107,7 @@ def test_functions_are_found_in_main_py_without_importing_it(tmp_path: Path) -> 
     )
     found = functions.defined_functions(main_py)
     assert [f.name for f in found] == ["claim_api", "count_usage"]
-    assert [f.signature_type for f in found] == ["http", "cloudevent"]
+    assert [f.kind for f in found] == ["http", "cloudevent"]
 
 
 def test_the_real_main_py_has_the_http_entry_points() -> None:

@@ -21,9 +21,8 @@ import pytest
 from google.cloud import firestore
 from google.cloud.storage import Client as StorageClient
 
-from emulator import EmulatorStack, free_port
-from scripts.localstack import stack
-from scripts.localstack.storage_notifier import (
+from devkit.emulators import EmulatorStack, free_port
+from devkit.standins.storage_notifier import (
     EVENT_TYPE,
     StorageNotifier,
     backoff_delays,
@@ -31,6 +30,7 @@ from scripts.localstack.storage_notifier import (
     finalized_event,
     object_resource,
 )
+from scripts.localstack import stack
 from shared.intake import jobs as job_store
 from shared.intake.models import JobRecord
 from shared.intake.service import StoredObject, import_job_id
@@ -45,7 +45,7 @@ def import_codes_url(
     emulators: EmulatorStack, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     run_dir = tmp_path_factory.mktemp("servers")
-    with function_servers({"import_codes": "cloudevent"}, run_dir=run_dir) as urls:
+    with function_servers(["import_codes"], run_dir=run_dir) as urls:
         yield urls["import_codes"]
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from google.cloud.storage import Client as StorageClient
 
-from emulator import free_port
-from scripts.localstack.storage_notifier import StorageNotifier
+from devkit.emulators import free_port
+from devkit.standins.storage_notifier import StorageNotifier
 from scripts.tools import upload_codes
 from shared.intake.service import StoredObject, import_job_id
 from tests.support.stack import BUCKET, PROJECT, ROOT, MakeCampaign

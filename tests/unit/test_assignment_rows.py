@@ -126,6 +126,11 @@ def test_result_cells_are_safe_in_a_spreadsheet_but_phone_numbers_keep_their_plu
     assert result_cell("+15550100123") == "+15550100123"
     assert result_cell("+1 555 0100") == "'+1 555 0100"
     assert result_cell("plain") == "plain"
+    # Spreadsheets skip leading spaces and read full-width forms as ASCII.
+    assert result_cell(" =1+1") == "' =1+1"
+    assert result_cell("\uff1dHYPERLINK(1)") == "'\uff1dHYPERLINK(1)"
+    assert result_cell("\u200b@SUM(A1)") == "'\u200b@SUM(A1)"
+    assert result_cell(" plain") == " plain"
 
 
 def test_results_are_never_lists_again() -> None:
@@ -332,3 +337,21 @@ def test_closing_while_a_prefetch_reads_a_query_leaves_it_to_the_prefetch() -> N
     while not closed and time.monotonic() < deadline:
         time.sleep(0.01)
     assert closed == [True]
+
+
+def test_aliases_of_one_inbox_are_one_recipient_keyed_as_the_claim_path_keys_them() -> None:
+    rows = list(read("recipient\njohn.doe@gmail.com\nJohnDoe+news@googlemail.com\n"))
+
+    keys = {r.key for r in rows if isinstance(r, RecipientRow)}
+    assert keys == {identity_key(IdentityKind.EMAIL, "johndoe@gmail.com")}
+    assert [r.identity for r in rows if isinstance(r, RecipientRow)] == ["johndoe@gmail.com"] * 2
+
+
+def test_a_phone_number_in_another_script_is_an_invalid_row() -> None:
+    (row,) = read(
+        "recipient\n+\u0661\u0665\u0665\u0665\u0665\u0665\u0665\u0660\u0661\u0660\u0660\n",
+        IdentityKind.PHONE,
+    )
+
+    assert isinstance(row, InvalidRow)
+    assert row.reason.startswith("not a phone number in international format")

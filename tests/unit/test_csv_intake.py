@@ -6,6 +6,7 @@ import io
 
 import pytest
 
+from shared.codes import CODE_ALPHABET, legacy_format
 from shared.intake.csv_rows import (
     MAX_CODE_LENGTH,
     CodeRow,
@@ -16,7 +17,6 @@ from shared.intake.csv_rows import (
     spreadsheet_safe,
 )
 from shared.intake.generator import generate_codes
-from shared.intake.models import CODE_ALPHABET
 
 
 def rows(text: str | bytes) -> list[CodeRow | InvalidRow]:
@@ -98,7 +98,7 @@ def test_valid_codes(code: str) -> None:
 
 
 def test_generated_codes_use_the_unambiguous_alphabet() -> None:
-    codes = list(generate_codes(5000, length=12, prefix="BF-"))
+    codes = list(generate_codes(5000, code_format=legacy_format(length=12, prefix="BF-")))
 
     assert len(codes) == 5000
     assert all(c.startswith("BF-") and len(c) == 15 for c in codes)

@@ -12,7 +12,8 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud.firestore_v1.base_query import FieldFilter
 from google.cloud.firestore_v1.client import Client
 
-from scripts.support.firestore_indexes import IndexConfig, QueryShape, Recorder, shape_of
+from devkit.firestore_indexes import IndexConfig, QueryShape, Recorder, shape_of
+from shared.gcp import client_internals
 from tests.conftest import HOT_COLLECTIONS, production_index_problems
 from tests.support.stack import INDEXES
 
@@ -22,7 +23,7 @@ def _config() -> IndexConfig:
 
 
 def _shape(query: object) -> QueryShape:
-    return shape_of(query._to_protobuf())  # type: ignore[attr-defined]
+    return shape_of(client_internals.structured_query(query))  # type: ignore[arg-type]
 
 
 def _client() -> Client:

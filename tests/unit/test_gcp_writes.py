@@ -11,7 +11,7 @@ from google.cloud import firestore
 from google.cloud.firestore_v1 import _helpers
 from google.protobuf import timestamp_pb2
 
-from shared.gcp import writes
+from shared.gcp import client_internals, writes
 
 PATH = "projects/demo-x/databases/(default)/documents/campaigns/c/coupons/abc"
 NANOS = DatetimeWithNanoseconds.from_timestamp_pb(  # type: ignore[no-untyped-call]
@@ -75,11 +75,15 @@ def test_guarded_update_equals_the_librarys(db: firestore.Client, read_at: datet
 def test_writes_go_into_a_batch_as_the_librarys_do(db: firestore.Client) -> None:
     ref = db.document("campaigns/c/coupons/abc")
     ours, theirs = db.batch(), db.batch()
-    writes.add_writes(ours, [writes.create(ref._document_path, {"a": 1})])
+    writes.add_writes(ours, [writes.create(writes.document_name(ref), {"a": 1})])
     theirs.create(ref, {"a": 1})
-    assert [_as_raw(w) for w in ours._write_pbs] == [_as_raw(w) for w in theirs._write_pbs]
+    assert [_as_raw(w) for w in client_internals.batch_writes(ours)] == [
+        _as_raw(w) for w in client_internals.batch_writes(theirs)
+    ]
     prefix = writes.document_prefix(db.collection("campaigns/c/coupons"))
-    assert prefix + "abc" == writes.document_name(ref) == ref._document_path
+    assert prefix + "abc" == writes.document_name(ref)
+    assert ref.path == "campaigns/c/coupons/abc"
+    assert writes.document_name(ref).endswith("/documents/campaigns/c/coupons/abc")
 
 
 def _as_raw(write: Any) -> Any:

@@ -25,7 +25,11 @@ def _path(route: RouteInfo) -> str:
 def services(monkeypatch: pytest.MonkeyPatch) -> Services:
     # Unsigned emulator-format tokens are accepted only with this switch (demo- projects only).
     monkeypatch.setenv("FIREBASE_AUTH_EMULATOR_HOST", "127.0.0.1:9")
-    return Services(Settings(project_id="demo-codedrop-test", auth_emulator_host="127.0.0.1:9"))
+    # Its tokens name no account: the revocation check has its own tests (test_revocation.py).
+    settings = Settings(
+        project_id="demo-codedrop-test", auth_emulator_host="127.0.0.1:9", check_revoked=False
+    )
+    return Services(settings)
 
 
 CHECKOUT = {
@@ -52,10 +56,18 @@ def test_every_admin_route_is_for_admins_but_checkout_the_webhook_and_the_descri
     assert len(by_access[Access.ADMIN]) >= 10
 
 
-def test_only_the_campaign_view_and_the_api_description_of_claim_api_are_public() -> None:
+def test_only_the_campaign_view_its_fairness_proofs_and_the_api_description_are_public() -> None:
     routes = claim_api.router.routes()
     public = sorted((r.methods, r.rule) for r in routes if r.access is Access.PUBLIC)
-    assert public == [(("GET",), "/openapi.json"), (("GET",), "/v1/campaigns/<campaign_id>")]
+    campaign = "/v1/campaigns/<campaign_id>"
+    assert public == [
+        (("GET",), "/openapi.json"),
+        (("GET",), campaign),
+        (("GET",), f"{campaign}/fairness"),
+        (("GET",), f"{campaign}/fairness/admissions"),
+        (("GET",), f"{campaign}/fairness/entries"),
+        (("GET",), f"{campaign}/transparency"),
+    ]
     assert {r.access for r in routes if r.access is not Access.PUBLIC} == {Access.SHOPPER}
 
 
@@ -138,6 +150,8 @@ def test_outside_demo_projects_the_webhook_needs_its_secret(
     for name in (
         "FIREBASE_AUTH_EMULATOR_HOST",
         "CODEDROP_APP_CHECK_JWKS_URL",
+        "CODEDROP_PUSH_JWKS_URL",
+        "CODEDROP_CHECK_REVOKED",
         "CODEDROP_TICKET_SECRET",
         "CODEDROP_SHOPIFY_WEBHOOK_SECRET",
     ):

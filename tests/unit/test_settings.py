@@ -28,6 +28,8 @@ def test_production_project_without_emulators_is_fine(monkeypatch: pytest.Monkey
     monkeypatch.setenv("CODEDROP_TICKET_SECRET", "s" * 40)
     monkeypatch.delenv("FIREBASE_AUTH_EMULATOR_HOST", raising=False)
     monkeypatch.delenv("CODEDROP_APP_CHECK_JWKS_URL", raising=False)
+    monkeypatch.delenv("CODEDROP_PUSH_JWKS_URL", raising=False)
+    monkeypatch.delenv("CODEDROP_CHECK_REVOKED", raising=False)
 
     assert not Settings().is_local
 
@@ -39,6 +41,8 @@ def test_production_needs_a_real_ticket_secret(
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "acme-prod")
     monkeypatch.delenv("FIREBASE_AUTH_EMULATOR_HOST", raising=False)
     monkeypatch.delenv("CODEDROP_APP_CHECK_JWKS_URL", raising=False)
+    monkeypatch.delenv("CODEDROP_PUSH_JWKS_URL", raising=False)
+    monkeypatch.delenv("CODEDROP_CHECK_REVOKED", raising=False)
     if secret is None:
         monkeypatch.delenv("CODEDROP_TICKET_SECRET", raising=False)
     else:

@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 
 from scripts.bench.waiting_room import Config, FairPolicy, make_arrivals, measure, simulate
+from shared.errors import TicketNotYours
 from shared.waiting_room.admission import (
     HEARD_WITHIN_SECONDS,
     SLOT_SECONDS,
@@ -19,6 +20,7 @@ from shared.waiting_room.admission import (
     Ticket,
     TicketSigner,
     UnreadableShare,
+    start_place,
 )
 from shared.waiting_room.service import LIVE_SECONDS
 
@@ -66,13 +68,18 @@ def test_a_ticket_round_trips_and_keeps_its_first_attempt() -> None:
 
 
 @pytest.mark.parametrize(
-    ("campaign", "user", "message"),
-    [("other-sale", "ann", "another campaign"), ("sale", "bob", "another shopper")],
+    ("campaign", "user", "error", "message"),
+    [
+        ("other-sale", "ann", InvalidTicket, "another campaign"),
+        ("sale", "bob", TicketNotYours, "another shopper"),
+    ],
 )
-def test_a_borrowed_ticket_is_refused(campaign: str, user: str, message: str) -> None:
+def test_a_borrowed_ticket_is_refused(
+    campaign: str, user: str, error: type[Exception], message: str
+) -> None:
     token = signer().issue(Ticket("sale", "ann", first_attempt=1.0))
 
-    with pytest.raises(InvalidTicket, match=message):
+    with pytest.raises(error, match=message):
         signer().verify(token, campaign_id=campaign, user_id=user)
 
 
@@ -406,3 +413,20 @@ def test_a_heartbeat_of_another_version_is_unreadable_not_a_crash() -> None:
         RoomShare.from_fields(fields)
     with pytest.raises(UnreadableShare):
         RoomShare.from_fields({**room.share(0.0).fields(), "tickets": b"not zlib"})
+
+
+def test_places_in_a_sales_first_seconds_do_not_follow_who_polled_first() -> None:
+    start, window = 1_000.0, 2.0
+
+    def place(now: float, draw: float) -> float:
+        return start_place(now, starts_at=start, window=window, draw=draw)
+
+    first_poller, last_of_window = place(start + 0.01, 0.9), place(start + 1.99, 0.1)
+    after_window, much_later = place(start + 2.5, 0.0), place(start + 9.0, 0.5)
+
+    assert last_of_window < first_poller  # the draw decides, not the poll
+    assert start + window <= last_of_window < first_poller < start + 2 * window
+    assert after_window == start + 2 * window  # behind the whole window, never in the past
+    assert much_later == start + 9.0  # past the start, arrival order again
+    assert place(start - 5.0, 0.3) == start - 5.0  # before the start (never in a room)
+    assert start_place(start + 0.5, starts_at=start, window=0.0, draw=0.3) == start + 0.5

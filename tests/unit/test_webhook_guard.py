@@ -6,7 +6,7 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from scripts.support.receiver import Received, Receiver
+from devkit.receiver import Received, Receiver
 from shared.webhooks import guard
 from shared.webhooks.delivery import Endpoint, attempt
 from shared.webhooks.guard import AddressPolicy, AddressRefused, GuardedBackend
@@ -47,6 +47,12 @@ def resolver(table: dict[str, list[str]]) -> guard.Resolver:
         "https://[fd00::1]/",  # unique local
         "https://[::ffff:127.0.0.1]/",  # IPv4-mapped loopback
         "https://[2002:a00:1::]/",  # 6to4 of 10.0.0.1
+        "https://[::7f00:1]/",  # IPv4-compatible 127.0.0.1
+        "https://[64:ff9b::a9fe:a9fe]/",  # NAT64 of 169.254.169.254
+        "https://[64:ff9b:1::a9fe:a9fe]/",  # local-use NAT64
+        "https://[fec0::1]/",  # site-local
+        "https://[2001:0:4136:e378:8000:63bf:f5ff:fffe]/",  # Teredo of 10.0.0.1
+        "https://[100::1]/",  # discard-only
         "https://mixed.example/",  # one public and one private answer
         "https://nowhere.example/",  # resolves to nothing
     ],
@@ -70,6 +76,7 @@ def test_production_refuses(url: str) -> None:
         "https://hooks.example/codedrop?shop=1",
         f"https://{PUBLIC}:8443/",
         "https://[2606:4700::1111]/",
+        "https://[64:ff9b::5db8:d822]/",  # NAT64 of a public address
     ],
 )
 def test_production_accepts_https_to_public_addresses(url: str) -> None:

@@ -1,4 +1,4 @@
-"""The webhook signature (DESIGN.md's scheme), the README's verification snippet, and the sealed
+"""The webhook signature (DESIGN.md's scheme), the docs' verification snippet, and the sealed
 secrets."""
 
 from __future__ import annotations
@@ -48,13 +48,14 @@ def test_malformed_headers_never_verify(header: str) -> None:
     assert not verify(SECRET, header, BODY, now=NOW)
 
 
-def test_the_readme_snippet_verifies_what_deliveries_sign() -> None:
-    """The README's few lines are the receivers' reference: they must agree with the sender."""
-    readme = (ROOT / "README.md").read_text()
+def test_the_documented_snippet_verifies_what_deliveries_sign() -> None:
+    """docs/architecture.md's few lines are the receivers' reference: they must agree with the
+    sender."""
+    readme = (ROOT / "docs" / "architecture.md").read_text()
     match = re.search(r"```python\n(# Verifying a codedrop webhook.*?)```", readme, re.DOTALL)
-    assert match, "README.md has no verification snippet"
+    assert match, "docs/architecture.md has no verification snippet"
     namespace: dict[str, object] = {}
-    exec(compile(match.group(1), "README.md", "exec"), namespace)  # noqa: S102 (our own README)
+    exec(compile(match.group(1), "architecture.md", "exec"), namespace)  # noqa: S102 (our docs)
     check = namespace["verify_codedrop_signature"]
     assert callable(check)
     header = signature(SECRET, BODY, timestamp=NOW)

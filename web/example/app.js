@@ -12,6 +12,7 @@
 
 import { createCodedrop } from "./codedrop.js";
 import { createShopperAuth } from "./auth.js";
+import { createKeeper } from "./keep.js";
 import { createPhoneSignIn } from "./phone.js";
 
 const $ = (selector) => document.querySelector(selector);
@@ -49,6 +50,14 @@ function show(status) {
   }
 }
 
+const HOLDER = { uid: "shopper", phone: "phone number", email: "email address" };
+
+function describeLimit(campaign) {
+  const holder = HOLDER[campaign.identity] ?? "shopper";
+  const count = campaign.max_per_user === 1 ? "One code" : `Up to ${campaign.max_per_user} codes`;
+  return `${count} per ${holder}.`;
+}
+
 function setText(element, text) {
   if (element.textContent !== text) element.textContent = text;
 }
@@ -82,7 +91,10 @@ function describeWait(seconds) {
 
 let lastStatus = null;
 let lastState = null;
+let client = null; // codedrop.js's client, once the page is configured
+let entryAskedAt = 0;
 let phone = null; // phone sign-in, once the page is configured
+let keeper = null; // keeping the code on another device, once the page is configured
 
 /** Whether a campaign counts phone numbers, or refuses the anonymous sign-in this page offers
  * otherwise. */
@@ -101,6 +113,7 @@ function render(state) {
 
   if (campaign) {
     setText($("#title"), campaign.title);
+    setText($("#limit"), describeLimit(campaign));
     document.title = `${campaign.title} – get your code`;
     const opens = new Date(campaign.starts_at);
     setText($("#starts-at"), `Opens ${opens.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" })}`);
@@ -118,12 +131,50 @@ function render(state) {
     if (lastStatus !== "claimed" && lastStatus !== null) copyButton.focus();
   }
 
+  // A sale that counts phone numbers keeps the code with the number already.
+  keeper?.render(status === "claimed", { offered: !needsPhone(campaign) });
+  renderFairDrop(state);
+
   if (phone?.open) button.hidden = true; // the sign-in form's buttons lead the way meanwhile
   const [label, enabled] = BUTTON[status] ?? ["Get my code", false];
   setText(button, label);
-  button.disabled = !enabled || (status === "error" && state.error?.code === "CAMPAIGN_NOT_FOUND");
+  // A sale that does not exist: nothing to retry and no stock to show.
+  const unknown = status === "error" && state.error?.code === "CAMPAIGN_NOT_FOUND";
+  button.hidden ||= unknown;
+  if (unknown) $(".stock").hidden = true;
+  button.disabled = !enabled || unknown;
   button.setAttribute("aria-busy", String(status === "claiming"));
   lastStatus = status;
+}
+
+/** A fair drop's panel: join before the start; the entry, its drawn place and the proof. */
+function renderFairDrop(state) {
+  const { status, campaign, entry } = state;
+  const panel = $("#fair-drop");
+  panel.hidden = !campaign?.pre_queue_opens_at || !client;
+  if (panel.hidden) return;
+  $("#proof-link").href = client.proofUrl;
+  const open = status === "not_started" && Date.now() >= Date.parse(campaign.pre_queue_opens_at);
+  $("#join").hidden = Boolean(entry) || !open;
+  $("#entry").hidden = !entry;
+  if (!entry) return;
+  setText($("#entry-id"), entry.entryId);
+  setText($("#place"), entry.place == null ? "drawn at the start" : `#${numbers.format(entry.place)}`);
+  // After the start, ask for the drawn place (joining again answers it), every few seconds.
+  const started = Date.now() >= Date.parse(campaign.starts_at);
+  if (entry.place == null && started && Date.now() - entryAskedAt > 2000) {
+    entryAskedAt = Date.now();
+    client.join().catch(() => {}); // not drawn yet: the next render asks again
+  }
+}
+
+async function joinDrop() {
+  try {
+    await client.join();
+    void client.claim(); // the claim waits for the start, then queues with the drawn place
+  } catch (error) {
+    setText($("#fair-hint"), error.message ?? "Could not join the drop.");
+  }
 }
 
 function fail(message) {
@@ -178,8 +229,14 @@ async function main_() {
     getAppCheckToken: shopper.getAppCheckToken,
     refreshIntervalMs: config.refreshIntervalMs ?? 5000,
   });
+  keeper = createKeeper(shopper.auth);
+  await keeper.start();
+  // Signed in here as the shopper who holds a code elsewhere: start afresh as them.
+  keeper.listen(() => location.reload());
+  client = drop;
   drop.subscribe(render);
   button.addEventListener("click", () => drop.claim());
+  $("#join").addEventListener("click", joinDrop);
   copyButton.addEventListener("click", copyCode);
   addEventListener("pagehide", () => drop.stop());
   await drop.start();

@@ -739,3 +739,76 @@ describe("helpers", () => {
     assert.throws(() => createCodedrop({ apiBase: API, campaignId: "x" }), /getIdToken/);
   });
 });
+
+describe("a fair drop", () => {
+  const ENTRIES = "POST /entries";
+
+  it("joins the pre-queue and keeps the entry; joining again answers the same one", async () => {
+    const api = new FakeApi({
+      GET: json(200, campaign({ status: "scheduled", pre_queue_opens_at: "2030-03-01T09:00:00.000Z" })),
+      [ME]: NOT_HELD,
+      [ENTRIES]: [json(201, { entry_id: "e1" }), json(200, { entry_id: "e1", place: null })],
+    });
+    const { drop } = client(api);
+    await drop.start();
+    const first = await drop.join();
+    const again = await drop.join();
+    drop.stop();
+    assert.deepEqual(first, { entryId: "e1", place: null });
+    assert.deepEqual(again, first);
+    assert.deepEqual(drop.state.entry, first);
+    assert.ok(api.sent(ENTRIES)[0].headers.Authorization.startsWith("Bearer "));
+    assert.equal(drop.proofUrl, `${API}/v1/campaigns/${CAMPAIGN}/fairness`);
+  });
+
+  it("outside the pre-queue, join rejects with the API's error", async () => {
+    const api = new FakeApi({
+      GET: json(200, campaign()),
+      [ME]: NOT_HELD,
+      [ENTRIES]: apiError(409, "CAMPAIGN_NOT_ACTIVE", { error_message: "The pre-queue closed at the start." }),
+    });
+    const { drop } = client(api);
+    await drop.start();
+    await assert.rejects(drop.join(), (error) => error.code === "CAMPAIGN_NOT_ACTIVE" && error.status === 409);
+    drop.stop();
+    assert.equal(drop.state.entry, null);
+  });
+
+  it("shows the entry's drawn place while waiting, a null ticket keeps none", async () => {
+    const api = new FakeApi({
+      GET: json(200, campaign()),
+      [ME]: NOT_HELD,
+      [CLAIMS]: [
+        apiError(429, "WAITING_ROOM", { ticket: null, retry_after_ms: 1000, estimated_wait_seconds: null }),
+        apiError(429, "WAITING_ROOM", { ticket: "T1", retry_after_ms: 500, estimated_wait_seconds: 4, entry_id: "e1", place: 7 }),
+        json(201, claimBody()),
+      ],
+    });
+    const { drop, seen } = client(api);
+    const state = await drop.claim();
+    drop.stop();
+    assert.equal(state.status, "claimed");
+    assert.equal(api.sent(CLAIMS)[1].headers["X-Waiting-Room-Ticket"], undefined);
+    assert.equal(api.sent(CLAIMS)[2].headers["X-Waiting-Room-Ticket"], "T1");
+    const waiting = seen.filter((s) => s.status === "waiting" && s.entry);
+    assert.deepEqual(waiting.at(-1).entry, { entryId: "e1", place: 7 });
+    assert.equal(waiting.at(-1).waiting.estimatedWaitSeconds, 4);
+  });
+
+  it("another account's ticket (TICKET_NOT_YOURS) is dropped once, as an invalid one is", async () => {
+    const api = new FakeApi({
+      GET: json(200, campaign()),
+      [ME]: NOT_HELD,
+      [CLAIMS]: [
+        apiError(429, "WAITING_ROOM", { ticket: "BOBS", retry_after_ms: 100 }),
+        apiError(403, "TICKET_NOT_YOURS"),
+        json(201, claimBody()),
+      ],
+    });
+    const { drop } = client(api);
+    const state = await drop.claim();
+    drop.stop();
+    assert.equal(state.status, "claimed");
+    assert.equal(api.sent(CLAIMS)[2].headers["X-Waiting-Room-Ticket"], undefined);
+  });
+});

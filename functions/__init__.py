@@ -1,0 +1,1 @@
+"""The Cloud Functions entry points (main.py); deployed as the staged folder's main.py."""

@@ -1,0 +1,177 @@
+"""Guessing benchmark: a caller sending code look-ups at a steady rate through several admin_api
+instances gets no more through than the per-caller limit (shared/ratelimit).
+
+    .venv/bin/python -m scripts.bench.guessing [--instances 4] [--per-minute 1000]
+        [--seconds 120] [--limit 60] [--firestore HOST:PORT]
+
+`--instances` engine instances (each its own service container: its own buckets and heartbeat)
+share one Firestore emulator in this process, as function instances share the database. They
+first serve a look-up each and exchange heartbeats until every one counts them all (a guesser
+meets a service already running). Then one caller (one token uid, one address) sends
+`--per-minute` look-ups a minute for `--seconds`, round-robin over the instances as a load
+balancer spreads them, each through admin_api's router (auth, limit, format, read). Prints one
+JSON object: requests sent, passed (answered as look-ups), refused (429), the limit for the
+duration, the ratio passed / limit, and the bound the design guarantees, max(burst, instances)
++ limit * seconds / 60. Exit status 1 when more than the limit + 10% got through. Starts its
+own Firestore emulator on a free port unless `--firestore` names one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from devkit.emulators import RunningEmulator, free_port, reset_firestore, start_firestore
+from devkit.emulators.tokens import emulator_id_token
+
+PROJECT = "demo-codedrop-bench"
+CAMPAIGN = "guessing"
+SLACK = 1.1
+
+
+@contextmanager
+def firestore_emulator(given: str | None) -> Iterator[str]:
+    if given:
+        yield given
+        return
+    log_dir = Path(tempfile.mkdtemp(prefix="bench-guessing-"))
+    emulator: RunningEmulator | None = None
+    try:
+        emulator = start_firestore(port=free_port(), project=PROJECT, log_dir=log_dir)
+        yield emulator.host_port
+    finally:
+        if emulator is not None:
+            emulator.stop()
+        shutil.rmtree(log_dir, ignore_errors=True)
+
+
+def instance_client(limit: int) -> Any:
+    """One function instance: its own container behind admin_api's router."""
+    import flask
+
+    from scripts.bench.holds import MemoryPublisher
+    from shared.container import Services
+    from shared.http.admin_api import router
+    from shared.settings import Settings
+
+    # Look-ups publish nothing; the publisher only completes the container without Pub/Sub.
+    services = Services(
+        Settings(project_id=PROJECT, code_lookups_per_minute=limit), publisher=MemoryPublisher()
+    )
+    app = flask.Flask("bench-guessing")
+
+    @app.route("/<path:path>", methods=["GET", "POST"])
+    def entry(path: str) -> Any:
+        return router.dispatch(flask.request, services)
+
+    return app.test_client(), services
+
+
+def seed_campaign() -> None:
+    from devkit.codes import add_codes
+    from shared.campaigns.models import CampaignCreate
+    from shared.campaigns.service import create_campaign
+    from shared.clock import utcnow
+    from shared.container import Services
+    from shared.settings import Settings
+
+    now = utcnow()
+    db = Services(Settings(project_id=PROJECT)).db
+    create_campaign(
+        db,
+        data=CampaignCreate(
+            campaign_id=CAMPAIGN,
+            title="Guessing",
+            starts_at=now - timedelta(minutes=1),
+            ends_at=now + timedelta(days=1),
+        ),
+        now=now,
+    )
+    add_codes(db, campaign_id=CAMPAIGN, codes=[f"REAL-{n:04d}" for n in range(100)], now=now)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    seed_campaign()
+    instances = [instance_client(args.limit) for _ in range(args.instances)]
+    warm = {"Authorization": f"Bearer {emulator_id_token('warm-up', project=PROJECT, admin=True)}"}
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for client, _ in instances:
+            client.get(f"/v1/campaigns/{CAMPAIGN}/codes/REAL-0000", headers=warm)
+        if all(s.guess_limiter.instances() == args.instances for _, s in instances):
+            break
+        time.sleep(0.1)
+    else:
+        raise RuntimeError("the instances never counted each other")
+
+    token = emulator_id_token("guesser", project=PROJECT, admin=True)
+    headers = {"Authorization": f"Bearer {token}", "X-Forwarded-For": "203.0.113.50"}
+    sent = int(args.per_minute * args.seconds / 60)
+    interval = 60 / args.per_minute
+    statuses: Counter[int] = Counter()
+    started = time.monotonic()
+    for n in range(sent):
+        delay = started + n * interval - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        client, _ = instances[n % len(instances)]
+        # Guesses: mostly unknown codes, as a prober's are (a 404 passed the limit all the same).
+        code = f"REAL-{n % 100:04d}" if n % 10 == 0 else f"GUESS-{n:06d}"
+        statuses[
+            client.get(f"/v1/campaigns/{CAMPAIGN}/codes/{code}", headers=headers).status_code
+        ] += 1
+    elapsed = time.monotonic() - started
+    passed = sum(count for status, count in statuses.items() if status != 429)
+    limit = args.limit * args.seconds / 60
+    burst = max(1.0, args.limit * 0.1)
+    return {
+        "instances": args.instances,
+        "sent_per_minute": args.per_minute,
+        "seconds": args.seconds,
+        "elapsed_seconds": round(elapsed, 1),
+        "limit_per_minute": args.limit,
+        "sent": sent,
+        "passed": passed,
+        "refused": statuses.get(429, 0),
+        "statuses": {str(k): v for k, v in sorted(statuses.items())},
+        "limit_for_the_duration": limit,
+        "passed_over_limit": round(passed / limit, 3),
+        "design_bound": max(burst, args.instances) + limit,
+        "within_limit_plus_10_percent": passed <= limit * SLACK,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--instances", type=int, default=4)
+    parser.add_argument("--per-minute", type=int, default=1000)
+    parser.add_argument("--seconds", type=float, default=120.0)
+    parser.add_argument("--limit", type=int, default=60)
+    parser.add_argument("--firestore")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    with firestore_emulator(args.firestore) as host_port:
+        os.environ["FIRESTORE_EMULATOR_HOST"] = host_port
+        os.environ["GOOGLE_CLOUD_PROJECT"] = PROJECT
+        # Unsigned tokens in the Auth emulator's format, as the suite's (no emulator needed).
+        os.environ["FIREBASE_AUTH_EMULATOR_HOST"] = "127.0.0.1:9099"
+        reset_firestore(host_port=host_port, project=PROJECT)
+        figures = run(args)
+    print(json.dumps(figures))
+    return 0 if figures["within_limit_plus_10_percent"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
