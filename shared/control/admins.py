@@ -5,7 +5,8 @@ which admin_api checks on every ID token; `admins/{uid}` records who holds one, 
 when, so the list never walks every user of the project (shoppers included). The record and its
 audit entry are one commit, made after the claims are set: a failure in between leaves a user
 with claims and no record, and inviting them again records it. A removed admin's refresh tokens
-are revoked, so the ID token they hold (at most an hour) is their last.
+are revoked, and admin routes check revocation: the ID token they hold stops working within the
+revocation check's cache (CODEDROP_REVOCATION_CACHE_SECONDS).
 
 The first owner has nobody to invite them: `./scripts/grant_owner` (scripts/tools/grant_owner.py)
 does it with the deployer's credentials.
