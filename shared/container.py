@@ -23,6 +23,7 @@ from shared.claims.reversal import ReversalService
 from shared.claims.service import ClaimService
 from shared.claims.typed_codes import TypedCodes
 from shared.clock import utcnow
+from shared.control.admins import AdminService
 from shared.control.exports import ExportService
 from shared.control.live import LiveService
 from shared.events.bus import EventBus
@@ -197,6 +198,12 @@ class Services:
                 clock=utcnow,
                 stock_cache_seconds=self.settings.stock_cache_seconds,
             ),
+        )
+
+    @property
+    def admins(self) -> AdminService:
+        return self._once(
+            "admins", lambda: AdminService(db=self.db, project_id=self.settings.project_id)
         )
 
     @property

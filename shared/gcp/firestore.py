@@ -24,6 +24,7 @@ webhooks/{webhook_id}/deliveries/{event_id}              one event's delivery to
 campaign_webhooks/{campaign_id}                          the campaign's webhooks and their events
 redeemed_orders/{order_key}                              the coupons an order redeemed
 audit/{entry_id}                                         an admin's change: who, what, before, after
+admins/{uid}                                             who was made admin or owner, by whom
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ DELIVERIES = "deliveries"
 CAMPAIGN_WEBHOOKS = "campaign_webhooks"
 LIMITER_INSTANCES = "limiter_instances"
 AUDIT = "audit"
+ADMINS = "admins"
 
 
 def make_client(project_id: str) -> firestore.Client:
@@ -237,3 +239,7 @@ def campaign_webhooks_ref(db: firestore.Client, campaign_id: str) -> firestore.D
 
 def audit_collection(db: firestore.Client) -> firestore.CollectionReference:
     return db.collection(AUDIT)
+
+
+def admins_collection(db: firestore.Client) -> firestore.CollectionReference:
+    return db.collection(ADMINS)

@@ -33,13 +33,16 @@ from shared.claims.models import (
 )
 from shared.clock import utcnow
 from shared.control import claims_list
+from shared.control.admins import AdminInvite, AdminList, AdminView
 from shared.control.claims_list import ClaimPage, ClaimsQuery
 from shared.control.exports import ExportCreate
 from shared.errors import (
+    AdminNotFound,
     CampaignChanged,
     CampaignExists,
     CampaignNotEnded,
     CampaignNotFound,
+    CannotRemoveYourself,
     CodeAlreadyRedeemed,
     CodeExpired,
     CodeMalformed,
@@ -50,6 +53,7 @@ from shared.errors import (
     DeliveryNotFound,
     JobNotFinished,
     JobNotFound,
+    OwnerRequired,
     RateLimited,
     RedemptionNotFound,
     RequestValidationFailed,
@@ -81,7 +85,7 @@ from shared.intake.models import (
     UploadSession,
 )
 from shared.maintenance.models import SweepRequest, SweepResult
-from shared.types import JobId
+from shared.types import FirebaseUid, JobId
 from shared.usage import reconciliation
 from shared.usage.models import (
     LiveCounters,
@@ -102,6 +106,7 @@ from shared.webhooks.models import (
 _JOB_ID: TypeAdapter[str] = TypeAdapter(JobId)
 _ORDER_ID: TypeAdapter[str] = TypeAdapter(OrderId)
 _WEBHOOK_ID = re.compile(r"^wh_[a-f0-9]{16}$")
+_UID: TypeAdapter[str] = TypeAdapter(FirebaseUid)
 # An event id as events and test events spell them (never Firestore's reserved __x__).
 _EVENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,299}$")
 
@@ -508,6 +513,7 @@ def reconcile(call: Call, campaign_id: str) -> flask.Response:
         campaign_id=record.campaign_id,
         now=utcnow(),
         repair=body.repair,
+        audit=audit_context(call),
     )
     return json_response(result)
 
@@ -640,6 +646,62 @@ def rotate_webhook_secret(call: Call, campaign_id: str, webhook_id: str) -> flas
         audit=audit_context(call),
     )
     return json_response(created)
+
+
+def owner_audit(call: Call) -> AuditContext:
+    """An owner's audit context; anyone else is refused."""
+    if not call.user.is_owner:
+        raise OwnerRequired()
+    return audit_context(call)
+
+
+@router.route(
+    "/v1/admins",
+    methods=["GET"],
+    access=ADMIN,
+    summary="Who may use the console: admins and owners, who invited them and when.",
+    responses={200: AdminList},
+)
+def list_admins(call: Call) -> flask.Response:
+    return json_response(call.services.admins.list_admins())
+
+
+@router.route(
+    "/v1/admins",
+    methods=["POST"],
+    access=ADMIN,
+    summary=(
+        "Owners only: make the user with this email (created if new) an admin or an owner; "
+        "their next ID token carries the claim."
+    ),
+    body=AdminInvite,
+    responses={201: AdminView},
+    raises=[OwnerRequired],
+)
+def invite_admin(call: Call) -> flask.Response:
+    body = call.body_as(AdminInvite)
+    audit = owner_audit(call)
+    view = call.services.admins.invite(email=body.email, role=body.role, audit=audit)
+    return json_response(view, 201)
+
+
+@router.route(
+    "/v1/admins/<uid>",
+    methods=["DELETE"],
+    access=ADMIN,
+    summary="Owners only: take the admin (and owner) claim away and end the user's sessions.",
+    responses={204: None},
+    raises=[OwnerRequired, AdminNotFound, CannotRemoveYourself],
+)
+def remove_admin(call: Call, uid: str) -> flask.Response:
+    audit = owner_audit(call)
+    try:
+        _UID.validate_python(uid)
+    except ValidationError:
+        # Never a Firestore read: ids like __x__ are reserved there.
+        raise AdminNotFound(f"{shown(uid)} is not an admin.") from None
+    call.services.admins.remove(uid=uid, audit=audit)
+    return flask.Response(status=204)
 
 
 @router.route(
