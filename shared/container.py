@@ -21,6 +21,7 @@ from shared.claims.holds import HoldReleaser
 from shared.claims.redemption import RedemptionService
 from shared.claims.service import ClaimService
 from shared.clock import utcnow
+from shared.control.admins import AdminService
 from shared.control.exports import ExportService
 from shared.control.live import LiveService
 from shared.events.bus import EventBus
@@ -180,6 +181,12 @@ class Services:
                 clock=utcnow,
                 stock_cache_seconds=self.settings.stock_cache_seconds,
             ),
+        )
+
+    @property
+    def admins(self) -> AdminService:
+        return self._once(
+            "admins", lambda: AdminService(db=self.db, project_id=self.settings.project_id)
         )
 
     @property

@@ -59,6 +59,11 @@ class Forbidden(CodedropError):
     default_message = "This operation needs the admin claim."
 
 
+class OwnerRequired(Forbidden):
+    error_code = "FORBIDDEN"
+    default_message = "Only an owner (an ID token with the owner claim) may change who is admin."
+
+
 class IdentityRequired(Forbidden):
     error_code = "IDENTITY_REQUIRED"
     default_message = "This sale counts codes per verified identity your sign-in does not carry."
@@ -99,6 +104,11 @@ class InvalidSignature(Unauthenticated):
     default_message = "The webhook signature is missing or does not match the body."
 
 
+class AdminNotFound(NotFound):
+    error_code = "ADMIN_NOT_FOUND"
+    default_message = "No such admin."
+
+
 class WebhookNotFound(NotFound):
     error_code = "WEBHOOK_NOT_FOUND"
     default_message = "No such webhook."
@@ -136,6 +146,11 @@ class CampaignNotEnded(Conflict):
 class JobNotFinished(Conflict):
     error_code = "JOB_NOT_FINISHED"
     default_message = "The job has not finished: its file is not written yet."
+
+
+class CannotRemoveYourself(Conflict):
+    error_code = "CANNOT_REMOVE_YOURSELF"
+    default_message = "An owner cannot remove themselves; ask another owner."
 
 
 class TooManyWebhooks(Conflict):

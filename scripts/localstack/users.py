@@ -21,6 +21,7 @@ class DemoUser:
         return client.ensure_user(self.email, self.password, claims=self.claims)
 
 
-ADMIN = DemoUser("admin", "admin@codedrop.test", "codedrop-admin", {"admin": True})
+# An owner too: the console's demo admin may invite and remove admins.
+ADMIN = DemoUser("admin", "admin@codedrop.test", "codedrop-admin", {"admin": True, "owner": True})
 SHOPPER = DemoUser("shopper", "shopper@codedrop.test", "codedrop-shopper")
 DEMO_USERS = {user.role: user for user in (ADMIN, SHOPPER)}

@@ -26,6 +26,8 @@ class AuditAction(StrEnum):
     GENERATE = "generate"
     EXPORT = "export"
     RECONCILE = "reconcile"
+    ADMIN_INVITE = "admin.invite"
+    ADMIN_REMOVE = "admin.remove"
     WEBHOOK_CREATE = "webhook.create"
     WEBHOOK_DELETE = "webhook.delete"
     WEBHOOK_TEST = "webhook.test"

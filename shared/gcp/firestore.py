@@ -16,6 +16,7 @@ webhooks/{webhook_id}                                    a campaign's webhook an
 webhooks/{webhook_id}/deliveries/{event_id}              one event's delivery to that webhook
 campaign_webhooks/{campaign_id}                          the campaign's webhooks and their events
 audit/{entry_id}                                         an admin's change: who, what, before, after
+admins/{uid}                                             who was made admin or owner, by whom
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ WEBHOOKS = "webhooks"
 DELIVERIES = "deliveries"
 CAMPAIGN_WEBHOOKS = "campaign_webhooks"
 AUDIT = "audit"
+ADMINS = "admins"
 
 
 def make_client(project_id: str) -> firestore.Client:
@@ -180,3 +182,7 @@ def campaign_webhooks_ref(db: firestore.Client, campaign_id: str) -> firestore.D
 
 def audit_collection(db: firestore.Client) -> firestore.CollectionReference:
     return db.collection(AUDIT)
+
+
+def admins_collection(db: firestore.Client) -> firestore.CollectionReference:
+    return db.collection(ADMINS)

@@ -29,13 +29,16 @@ from shared.claims.models import (
 )
 from shared.clock import utcnow
 from shared.control import claims_list
+from shared.control.admins import AdminInvite, AdminList, AdminView
 from shared.control.claims_list import ClaimPage, ClaimsQuery
 from shared.control.exports import ExportCreate
 from shared.errors import (
+    AdminNotFound,
     CampaignChanged,
     CampaignExists,
     CampaignNotEnded,
     CampaignNotFound,
+    CannotRemoveYourself,
     CodeAlreadyRedeemed,
     CodeNotClaimed,
     CodeNotFound,
@@ -43,6 +46,7 @@ from shared.errors import (
     DeliveryNotFound,
     JobNotFinished,
     JobNotFound,
+    OwnerRequired,
     RequestValidationFailed,
     TooManyWebhooks,
     WebhookNotFound,
@@ -91,6 +95,8 @@ from shared.webhooks.models import (
 
 _JOB_ID: TypeAdapter[str] = TypeAdapter(JobId)
 _WEBHOOK_ID = re.compile(r"^wh_[a-f0-9]{16}$")
+# A Firebase Auth uid (at most 128 characters; never Firestore's reserved __x__).
+_UID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 # An event id as events and test events spell them (never Firestore's reserved __x__).
 _EVENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,299}$")
 
@@ -495,6 +501,7 @@ def reconcile(call: Call, campaign_id: str) -> flask.Response:
         campaign_id=record.campaign_id,
         now=utcnow(),
         repair=body.repair,
+        audit=audit_context(call),
     )
     return json_response(result)
 
@@ -627,6 +634,59 @@ def rotate_webhook_secret(call: Call, campaign_id: str, webhook_id: str) -> flas
         audit=audit_context(call),
     )
     return json_response(created)
+
+
+def owner_audit(call: Call) -> AuditContext:
+    """An owner's audit context; anyone else is refused."""
+    if not call.user.is_owner:
+        raise OwnerRequired()
+    return audit_context(call)
+
+
+@router.route(
+    "/v1/admins",
+    methods=["GET"],
+    access=ADMIN,
+    summary="Who may use the console: admins and owners, who invited them and when.",
+    responses={200: AdminList},
+)
+def list_admins(call: Call) -> flask.Response:
+    return json_response(call.services.admins.list_admins())
+
+
+@router.route(
+    "/v1/admins",
+    methods=["POST"],
+    access=ADMIN,
+    summary=(
+        "Owners only: make the user with this email (created if new) an admin or an owner; "
+        "their next ID token carries the claim."
+    ),
+    body=AdminInvite,
+    responses={201: AdminView},
+    raises=[OwnerRequired],
+)
+def invite_admin(call: Call) -> flask.Response:
+    body = call.body_as(AdminInvite)
+    audit = owner_audit(call)
+    view = call.services.admins.invite(email=body.email, role=body.role, audit=audit)
+    return json_response(view, 201)
+
+
+@router.route(
+    "/v1/admins/<uid>",
+    methods=["DELETE"],
+    access=ADMIN,
+    summary="Owners only: take the admin (and owner) claim away and end the user's sessions.",
+    responses={204: None},
+    raises=[OwnerRequired, AdminNotFound, CannotRemoveYourself],
+)
+def remove_admin(call: Call, uid: str) -> flask.Response:
+    audit = owner_audit(call)
+    if not _UID.match(uid):
+        raise AdminNotFound(f"{shown(uid)} is not an admin.")
+    call.services.admins.remove(uid=uid, audit=audit)
+    return flask.Response(status=204)
 
 
 @router.route(

@@ -24,6 +24,8 @@ _APP_NAME = "codedrop"
 class Principal:
     user_id: str
     is_admin: bool
+    # May invite and remove admins (the `owner` custom claim, given with `admin`).
+    is_owner: bool = False
     # A shop's checkout: may look codes up and redeem them (admins may too).
     is_redeemer: bool = False
     # What campaigns may count or require (shared/claims/policy.py).
@@ -77,6 +79,7 @@ def authenticate(authorization: str | None, *, settings: Settings) -> Principal:
     return Principal(
         user_id=user_id,
         is_admin=is_admin,
+        is_owner=is_admin and claims.get("owner") is True,
         is_redeemer=is_admin or claims.get("redeemer") is True,
         sign_in_provider=_text(firebase.get("sign_in_provider"))
         if isinstance(firebase, dict)

@@ -33,6 +33,8 @@ from typing import Any
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
+from shared.audit import store as audit_store
+from shared.audit.models import AuditEntry
 from shared.events import models as events
 from shared.gcp.firestore import counter_config_ref, counter_shards_collection, processed_event_ref
 from shared.settings import Settings
@@ -218,10 +220,18 @@ class ShardedCounters:
             return True
         raise CounterContended(f"counters of {campaign_id!r} stayed contended")
 
-    def add_correction(self, campaign_id: str, fields: dict[str, Any]) -> None:
-        """Reconciliation writes its corrections into shard 0 as plain increments."""
-        shard = counter_shards_collection(self._db, campaign_id).document("0")
-        shard.set(fields, merge=True)
+    def add_correction(
+        self, campaign_id: str, fields: dict[str, Any], *, audit: AuditEntry | None = None
+    ) -> None:
+        """Reconciliation writes its corrections into shard 0 as plain increments (with the
+        admin's audit entry, in one commit)."""
+        batch = self._db.batch()
+        batch.set(
+            counter_shards_collection(self._db, campaign_id).document("0"), fields, merge=True
+        )
+        if audit is not None:
+            audit_store.add(batch, self._db, audit)
+        batch.commit()
 
     # --- reading ------------------------------------------------------------------------------
     def totals(self, campaign_id: str) -> CounterTotals:

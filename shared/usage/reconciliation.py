@@ -20,6 +20,7 @@ from typing import Any
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
+from shared.audit.models import AuditAction, AuditContext
 from shared.coupons.store import CouponState
 from shared.gcp.firestore import (
     claims_collection,
@@ -42,6 +43,7 @@ def reconcile(
     campaign_id: str,
     now: datetime,
     repair: bool,
+    audit: AuditContext | None = None,
 ) -> ReconciliationReport:
     coupons: Any = coupons_collection(db, campaign_id)
     imported = _count(coupons)
@@ -75,7 +77,17 @@ def reconcile(
     if hour_fixes:
         corrections["claimed_by_hour"] = {k: firestore.Increment(v) for k, v in hour_fixes.items()}
     if repair and corrections:
-        counters.add_correction(campaign_id, corrections)
+        entry = None
+        if audit is not None:
+            differ = {n: c for n, c in checks.items() if c.difference}
+            entry = audit.entry(
+                AuditAction.RECONCILE,
+                campaign_id=campaign_id,
+                target=campaign_id,
+                before={n: c.counters for n, c in differ.items()} | {"hours": len(hour_fixes)},
+                after={n: c.counted for n, c in differ.items()},
+            )
+        counters.add_correction(campaign_id, corrections, audit=entry)
     return ReconciliationReport(
         campaign_id=campaign_id,
         checked_at=now,

@@ -270,3 +270,28 @@ def test_who_claimed_what_is_listed_page_after_page(
     assert listed == held
     assert all(c["state"] == "claimed" and c["claimed_at"] for p in pages for c in p)
     assert unknown.status_code == 404
+
+
+def test_a_repair_of_the_counters_is_audited_with_what_it_changed(
+    admin_client: FlaskClient,
+    claim_client: FlaskClient,
+    make_campaign: MakeCampaign,
+    db: firestore.Client,
+    cleanup: list[Callable[[], object]],
+) -> None:
+    campaign_id = make_campaign(codes=3)
+    query = audit_collection(db).where(filter=FieldFilter("campaign_id", "==", campaign_id))
+    cleanup.append(lambda: [s.reference.delete() for s in query.stream()])
+    # Claimed, but its event never counted: the counters say 0.
+    claim_client.post(f"/v1/campaigns/{campaign_id}/claims", headers=auth("r-1"))
+
+    repaired = admin_client.post(
+        f"/v1/campaigns/{campaign_id}/reconcile", json={"repair": True}, headers=ALICE
+    )
+
+    assert repaired.status_code == 200
+    assert repaired.get_json()["repaired"] is True
+    (entry,) = _audit(admin_client, campaign_id)
+    assert entry["action"] == "reconcile"
+    assert entry["before"]["claimed"] == 0
+    assert entry["after"]["claimed"] == 1
