@@ -474,6 +474,40 @@ def test_a_sale_ended_now_then_archived_leaves_the_list(
     expect(row).to_have_count(0)
 
 
+def test_owners_invite_and_remove_admins(
+    browser: Browser, console_stack: ConsoleStack, auth_users: AuthEmulatorClient
+) -> None:
+    owner = f"owner-{secrets.token_hex(3)}@codedrop.test"
+    auth_users.ensure_user(owner, ADMIN_PASSWORD, claims={"admin": True, "owner": True})
+    invited = f"colleague-{secrets.token_hex(3)}@codedrop.test"
+    with open_console(browser, viewport=DESKTOP) as who:
+        page = who.page
+        page.on("dialog", lambda dialog: dialog.accept())
+        sign_in(page, console_stack, owner)
+        page.get_by_role("link", name="Admins").click()
+        admins = page.get_by_test_id("admins")
+        admins.get_by_label("Email").fill(invited)
+        admins.get_by_role("button", name="Invite").click()
+        row = admins.locator("tbody tr", has_text=invited)
+        expect(row).to_contain_text(f"by {owner}")
+        [user] = [u for u in auth_users.users() if u.get("email") == invited]
+        assert '"admin":true' in user.get("customAttributes", "").replace(" ", "")
+
+        row.get_by_role("button", name=f"Remove {invited}").click()
+        expect(row).to_have_count(0)
+        [user] = [u for u in auth_users.users() if u.get("email") == invited]
+        assert '"admin"' not in user.get("customAttributes", "")
+        assert who.console_errors == []
+    # An admin who is not an owner sees who the admins are, and no way to change them.
+    with open_console(browser, viewport=DESKTOP) as who:
+        page = who.page
+        sign_in(page, console_stack)
+        page.get_by_role("link", name="Admins").click()
+        admins = page.get_by_test_id("admins")
+        expect(admins).to_contain_text("Only owners invite and remove admins.")
+        expect(admins.get_by_role("button", name="Invite")).to_have_count(0)
+
+
 # --- accessibility, phone, screenshots ------------------------------------------------------
 
 

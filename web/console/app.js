@@ -8,6 +8,7 @@
 
 import { createApi, explain } from "./api.js";
 import { createAdminAuth } from "./auth.js";
+import { renderAdmins } from "./admins.js";
 import { renderAudit } from "./audit.js";
 import { renderCodes } from "./codes.js";
 import { fmt, fromLocalInput, h, toLocalInput, field, announce } from "./dom.js";
@@ -373,7 +374,12 @@ async function route() {
   const [, first, id, tab] = location.hash.split("/");
   try {
     if (first === "c" && id) await openCampaign(decodeURIComponent(id), tab);
-    else if (first === "audit") {
+    else if (first === "admins") {
+      show("admins");
+      const slot = document.getElementById("admins-slot");
+      slot.replaceChildren();
+      await renderAdmins(ctx, slot);
+    } else if (first === "audit") {
       show("audit");
       const slot = document.getElementById("audit-slot");
       slot.replaceChildren();
@@ -467,12 +473,13 @@ async function start() {
       expired = false;
       return;
     }
-    if (!(await auth.isAdmin())) {
+    const roles = await auth.roles();
+    if (!roles.admin) {
       document.getElementById("not-allowed-email").textContent = user.email ?? user.uid;
       show("not-allowed");
       return;
     }
-    ctx.admin = true;
+    Object.assign(ctx, { admin: true, owner: roles.owner, uid: user.uid });
     route();
   });
 }
