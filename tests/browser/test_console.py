@@ -399,6 +399,12 @@ def test_a_marketer_runs_a_drop(
     stored = [s.to_dict() or {} for s in claims_collection(db, campaign_id).stream()]
     assert sorted(r["code"] for r in exported) == sorted(str(c["code"]) for c in stored)
     assert len(exported) == SHOPPERS + 1
+    # Who claimed what, in the console too.
+    page.locator(".tabs").get_by_role("link", name="Claims").click()
+    listed = page.get_by_test_id("claims").locator("tbody tr")
+    expect(listed).to_have_count(SHOPPERS + 1)
+    codes = listed.locator("td:first-child").all_inner_texts()
+    assert sorted(codes) == sorted(str(c["code"]) for c in stored)
 
     # Every one of those actions is in the audit log, newest first.
     page.locator(".tabs").get_by_role("link", name="Audit log").click()
@@ -541,7 +547,7 @@ def test_no_serious_accessibility_violation_on_desktop_and_phone(
             assert axe_violations(page) == [], name
             if shots:
                 page.screenshot(path=str(REPO / shots / f"{name}.png"), full_page=True)
-            for tab in ("Settings", "Codes", "Exports", "Webhooks", "Audit log"):
+            for tab in ("Settings", "Codes", "Claims", "Exports", "Webhooks", "Audit log"):
                 page.locator(".tabs").get_by_role("link", name=tab).click()
                 expect(page.locator(".tabs [aria-current=page]")).to_have_text(tab)
                 assert axe_violations(page) == [], f"{name}: {tab}"

@@ -10,6 +10,7 @@ import { createApi, explain } from "./api.js";
 import { createAdminAuth } from "./auth.js";
 import { renderAdmins } from "./admins.js";
 import { renderAudit } from "./audit.js";
+import { renderClaims } from "./claims.js";
 import { renderCodes } from "./codes.js";
 import { fmt, fromLocalInput, h, toLocalInput, field, announce } from "./dom.js";
 import { renderExports } from "./exports.js";
@@ -23,6 +24,7 @@ const TABS = {
   live: renderLive,
   settings: renderSettings,
   codes: renderCodes,
+  claims: renderClaims,
   exports: renderExports,
   webhooks: renderWebhooks,
   audit: (ctx, slot, campaign) => renderAudit(ctx, slot, campaign.campaign_id),
