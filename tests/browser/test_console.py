@@ -454,8 +454,9 @@ def test_webhooks_show_their_secret_once(
     expect(webhooks).to_contain_text("No webhooks yet.")
 
     page.locator(".tabs").get_by_role("link", name="Audit log").click()
-    log = page.get_by_test_id("audit-log")
-    actions = log.locator("li").evaluate_all("items => items.map(i => i.dataset.action)")
+    entries = page.get_by_test_id("audit-log").locator("li")
+    expect(entries).to_have_count(4)
+    actions = entries.evaluate_all("items => items.map(i => i.dataset.action)")
     assert actions == ["webhook.delete", "webhook.rotate_secret", "webhook.test", "webhook.create"]
     assert marketer.console_errors == []
 
@@ -551,6 +552,10 @@ def test_no_serious_accessibility_violation_on_desktop_and_phone(
                 page.locator(".tabs").get_by_role("link", name=tab).click()
                 expect(page.locator(".tabs [aria-current=page]")).to_have_text(tab)
                 assert axe_violations(page) == [], f"{name}: {tab}"
+            for view, ready in (("admins", "admins"), ("audit", "audit-log")):
+                page.goto(f"{console_stack.url}#/{view}")
+                expect(page.get_by_test_id(ready)).to_be_visible()
+                assert axe_violations(page) == [], f"{name}: {view}"
             assert who.console_errors == []
 
 

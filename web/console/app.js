@@ -35,10 +35,17 @@ let cleanup = () => {};
 // A confirmation to show once the next view is open (set before changing the hash).
 let pending = null;
 
+// Where each view draws what it loads; emptied when another view shows, so no hidden copy of
+// a view (its test ids, its timers' targets) stays behind.
+const SLOTS = { campaign: "tab", audit: "audit-slot", admins: "admins-slot", campaigns: "campaign-form-slot" };
+
 function show(view) {
   main.dataset.view = view;
   for (const element of main.querySelectorAll("[data-show]")) {
     element.hidden = element.dataset.show !== view;
+  }
+  for (const [owner, slot] of Object.entries(SLOTS)) {
+    if (owner !== view) document.getElementById(slot).replaceChildren();
   }
 }
 
