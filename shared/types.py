@@ -23,6 +23,8 @@ from pydantic import (
 CampaignId = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")]
 # Job ids are generated ("imp-…", "gen-…"); a document id starting with "__" is Firestore's.
 JobId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")]
+# A Firebase Auth uid (at most 128 characters) as admin routes take it.
+FirebaseUid = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")]
 
 # Times a caller may send: a campaign window, an event's moment. Far enough apart for any sale,
 # and far from the ends of the calendar, where converting to UTC overflows.

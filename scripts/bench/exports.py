@@ -32,7 +32,7 @@ from typing import Any
 
 from google.cloud import firestore
 
-from scripts.bench.harness import BUCKET, Emulators, level, setup_logging
+from scripts.bench.harness import BUCKET, Emulators, level, setup_logging, stop_on_sigterm
 from scripts.support.measure import cpu_seconds, peak_rss_bytes, rss_bytes
 from shared.campaigns import service as campaign_service
 from shared.campaigns.models import CampaignCreate
@@ -156,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child is not None:
         args.child.write_text(json.dumps(child_main(args.page_size)))
         return 0
+    stop_on_sigterm()  # a stopped run still stops its emulators
     sizes = [int(n) for n in args.rows.split(",") if n.strip()]
     results: list[dict[str, Any]] = []
     with Emulators(storage=True) as emulators:

@@ -75,7 +75,7 @@ from shared.intake.models import (
     UploadSession,
 )
 from shared.maintenance.models import SweepRequest, SweepResult
-from shared.types import JobId
+from shared.types import FirebaseUid, JobId
 from shared.usage import reconciliation
 from shared.usage.models import (
     LiveCounters,
@@ -95,8 +95,7 @@ from shared.webhooks.models import (
 
 _JOB_ID: TypeAdapter[str] = TypeAdapter(JobId)
 _WEBHOOK_ID = re.compile(r"^wh_[a-f0-9]{16}$")
-# A Firebase Auth uid (at most 128 characters; never Firestore's reserved __x__).
-_UID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+_UID: TypeAdapter[str] = TypeAdapter(FirebaseUid)
 # An event id as events and test events spell them (never Firestore's reserved __x__).
 _EVENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,299}$")
 
@@ -683,8 +682,11 @@ def invite_admin(call: Call) -> flask.Response:
 )
 def remove_admin(call: Call, uid: str) -> flask.Response:
     audit = owner_audit(call)
-    if not _UID.match(uid):
-        raise AdminNotFound(f"{shown(uid)} is not an admin.")
+    try:
+        _UID.validate_python(uid)
+    except ValidationError:
+        # Never a Firestore read: ids like __x__ are reserved there.
+        raise AdminNotFound(f"{shown(uid)} is not an admin.") from None
     call.services.admins.remove(uid=uid, audit=audit)
     return flask.Response(status=204)
 

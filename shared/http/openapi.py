@@ -16,7 +16,7 @@ from shared import errors
 from shared.http.routing import MAX_BODY_BYTES, Access, ErrorBody, RouteInfo, Router
 from shared.http.shopify import SIGNATURE_HEADER
 from shared.intake.csv_rows import MAX_CODE_LENGTH
-from shared.types import CampaignId, JobId
+from shared.types import CampaignId, FirebaseUid, JobId
 
 OPENAPI_VERSION = "3.1.0"
 REF = "#/components/schemas/{model}"
@@ -27,6 +27,7 @@ SHOPIFY = "shopifyHmac"
 _PATH_PARAMETERS: dict[str, dict[str, Any]] = {
     "campaign_id": TypeAdapter(CampaignId).json_schema(),
     "job_id": TypeAdapter(JobId).json_schema(),
+    "uid": TypeAdapter(FirebaseUid).json_schema(),
     "code": {"type": "string", "minLength": 1, "maxLength": MAX_CODE_LENGTH},
 }
 _RULE_PARAMETER = re.compile(r"<(?:[a-z_]+:)?([a-z_]+)>")
