@@ -399,6 +399,12 @@ def test_a_marketer_runs_a_drop(
     stored = [s.to_dict() or {} for s in claims_collection(db, campaign_id).stream()]
     assert sorted(r["code"] for r in exported) == sorted(str(c["code"]) for c in stored)
     assert len(exported) == SHOPPERS + 1
+    # Who claimed what, in the console too.
+    page.locator(".tabs").get_by_role("link", name="Claims").click()
+    listed = page.get_by_test_id("claims").locator("tbody tr")
+    expect(listed).to_have_count(SHOPPERS + 1)
+    codes = listed.locator("td:first-child").all_inner_texts()
+    assert sorted(codes) == sorted(str(c["code"]) for c in stored)
 
     # Every one of those actions is in the audit log, newest first.
     page.locator(".tabs").get_by_role("link", name="Audit log").click()
@@ -448,8 +454,9 @@ def test_webhooks_show_their_secret_once(
     expect(webhooks).to_contain_text("No webhooks yet.")
 
     page.locator(".tabs").get_by_role("link", name="Audit log").click()
-    log = page.get_by_test_id("audit-log")
-    actions = log.locator("li").evaluate_all("items => items.map(i => i.dataset.action)")
+    entries = page.get_by_test_id("audit-log").locator("li")
+    expect(entries).to_have_count(4)
+    actions = entries.evaluate_all("items => items.map(i => i.dataset.action)")
     assert actions == ["webhook.delete", "webhook.rotate_secret", "webhook.test", "webhook.create"]
     assert marketer.console_errors == []
 
@@ -472,6 +479,40 @@ def test_a_sale_ended_now_then_archived_leaves_the_list(
     expect(page.locator("#notice")).to_have_text("“Over soon” is archived.")
     expect(page.get_by_test_id("campaign-list")).to_be_visible()
     expect(row).to_have_count(0)
+
+
+def test_owners_invite_and_remove_admins(
+    browser: Browser, console_stack: ConsoleStack, auth_users: AuthEmulatorClient
+) -> None:
+    owner = f"owner-{secrets.token_hex(3)}@codedrop.test"
+    auth_users.ensure_user(owner, ADMIN_PASSWORD, claims={"admin": True, "owner": True})
+    invited = f"colleague-{secrets.token_hex(3)}@codedrop.test"
+    with open_console(browser, viewport=DESKTOP) as who:
+        page = who.page
+        page.on("dialog", lambda dialog: dialog.accept())
+        sign_in(page, console_stack, owner)
+        page.get_by_role("link", name="Admins").click()
+        admins = page.get_by_test_id("admins")
+        admins.get_by_label("Email").fill(invited)
+        admins.get_by_role("button", name="Invite").click()
+        row = admins.locator("tbody tr", has_text=invited)
+        expect(row).to_contain_text(f"by {owner}")
+        [user] = [u for u in auth_users.users() if u.get("email") == invited]
+        assert '"admin":true' in user.get("customAttributes", "").replace(" ", "")
+
+        row.get_by_role("button", name=f"Remove {invited}").click()
+        expect(row).to_have_count(0)
+        [user] = [u for u in auth_users.users() if u.get("email") == invited]
+        assert '"admin"' not in user.get("customAttributes", "")
+        assert who.console_errors == []
+    # An admin who is not an owner sees who the admins are, and no way to change them.
+    with open_console(browser, viewport=DESKTOP) as who:
+        page = who.page
+        sign_in(page, console_stack)
+        page.get_by_role("link", name="Admins").click()
+        admins = page.get_by_test_id("admins")
+        expect(admins).to_contain_text("Only owners invite and remove admins.")
+        expect(admins.get_by_role("button", name="Invite")).to_have_count(0)
 
 
 # --- accessibility, phone, screenshots ------------------------------------------------------
@@ -507,10 +548,14 @@ def test_no_serious_accessibility_violation_on_desktop_and_phone(
             assert axe_violations(page) == [], name
             if shots:
                 page.screenshot(path=str(REPO / shots / f"{name}.png"), full_page=True)
-            for tab in ("Settings", "Codes", "Exports", "Webhooks", "Audit log"):
+            for tab in ("Settings", "Codes", "Claims", "Exports", "Webhooks", "Audit log"):
                 page.locator(".tabs").get_by_role("link", name=tab).click()
                 expect(page.locator(".tabs [aria-current=page]")).to_have_text(tab)
                 assert axe_violations(page) == [], f"{name}: {tab}"
+            for view, ready in (("admins", "admins"), ("audit", "audit-log")):
+                page.goto(f"{console_stack.url}#/{view}")
+                expect(page.get_by_test_id(ready)).to_be_visible()
+                assert axe_violations(page) == [], f"{name}: {view}"
             assert who.console_errors == []
 
 

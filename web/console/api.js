@@ -24,6 +24,8 @@ const EXPLAINED = {
   WEBHOOK_URL_NOT_ALLOWED: "That webhook address is not allowed: use a public https:// address.",
   TOO_MANY_WEBHOOKS: "This campaign has as many webhooks as it may have: delete one first.",
   CONTENDED: "codedrop is busy right now. Wait a moment and try again.",
+  ADMIN_NOT_FOUND: "That person is no longer an admin.",
+  CANNOT_REMOVE_YOURSELF: "You cannot remove yourself: ask another owner.",
 };
 
 // Firebase Auth's answers to renewing an ID token that mean the admin must sign in again.

@@ -8,7 +8,9 @@
 
 import { createApi, explain } from "./api.js";
 import { createAdminAuth } from "./auth.js";
+import { renderAdmins } from "./admins.js";
 import { renderAudit } from "./audit.js";
+import { renderClaims } from "./claims.js";
 import { renderCodes } from "./codes.js";
 import { fmt, fromLocalInput, h, toLocalInput, field, announce } from "./dom.js";
 import { renderExports } from "./exports.js";
@@ -22,6 +24,7 @@ const TABS = {
   live: renderLive,
   settings: renderSettings,
   codes: renderCodes,
+  claims: renderClaims,
   exports: renderExports,
   webhooks: renderWebhooks,
   audit: (ctx, slot, campaign) => renderAudit(ctx, slot, campaign.campaign_id),
@@ -32,10 +35,17 @@ let cleanup = () => {};
 // A confirmation to show once the next view is open (set before changing the hash).
 let pending = null;
 
+// Where each view draws what it loads; emptied when another view shows, so no hidden copy of
+// a view (its test ids, its timers' targets) stays behind.
+const SLOTS = { campaign: "tab", audit: "audit-slot", admins: "admins-slot", campaigns: "campaign-form-slot" };
+
 function show(view) {
   main.dataset.view = view;
   for (const element of main.querySelectorAll("[data-show]")) {
     element.hidden = element.dataset.show !== view;
+  }
+  for (const [owner, slot] of Object.entries(SLOTS)) {
+    if (owner !== view) document.getElementById(slot).replaceChildren();
   }
 }
 
@@ -373,7 +383,12 @@ async function route() {
   const [, first, id, tab] = location.hash.split("/");
   try {
     if (first === "c" && id) await openCampaign(decodeURIComponent(id), tab);
-    else if (first === "audit") {
+    else if (first === "admins") {
+      show("admins");
+      const slot = document.getElementById("admins-slot");
+      slot.replaceChildren();
+      await renderAdmins(ctx, slot);
+    } else if (first === "audit") {
       show("audit");
       const slot = document.getElementById("audit-slot");
       slot.replaceChildren();
@@ -467,12 +482,13 @@ async function start() {
       expired = false;
       return;
     }
-    if (!(await auth.isAdmin())) {
+    const roles = await auth.roles();
+    if (!roles.admin) {
       document.getElementById("not-allowed-email").textContent = user.email ?? user.uid;
       show("not-allowed");
       return;
     }
-    ctx.admin = true;
+    Object.assign(ctx, { admin: true, owner: roles.owner, uid: user.uid });
     route();
   });
 }

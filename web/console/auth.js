@@ -50,12 +50,13 @@ export function createAdminAuth(config) {
       const user = auth.currentUser;
       return user ? user.getIdToken(forceRefresh) : null;
     },
-    /** Whether the token carries the `admin` claim admin_api requires. */
-    async isAdmin() {
+    /** The console roles the ID token carries: `admin` (admin_api requires it) and `owner`
+     * (may invite and remove admins). */
+    async roles() {
       const user = auth.currentUser;
-      if (!user) return false;
-      const result = await user.getIdTokenResult();
-      return result.claims.admin === true;
+      if (!user) return { admin: false, owner: false };
+      const { claims } = await user.getIdTokenResult();
+      return { admin: claims.admin === true, owner: claims.owner === true };
     },
   };
 }
