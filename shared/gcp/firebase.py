@@ -115,5 +115,6 @@ def set_claims(uid: str, claims: dict[str, Any], *, project_id: str) -> None:
 
 
 def revoke_sessions(uid: str, *, project_id: str) -> None:
-    """End the user's refresh tokens: no new ID token after the one they hold (an hour)."""
+    """End the user's refresh tokens: no new ID token, and the admin and redeemer routes refuse
+    the one they hold once their revocation check's cache expires (Revocations)."""
     firebase_auth.revoke_refresh_tokens(uid, app=firebase_app(project_id))
