@@ -78,9 +78,15 @@ def function_env(base: Mapping[str, str]) -> dict[str, str]:
 
 
 def start_function(
-    function: Function, *, port: int, env: Mapping[str, str], log_dir: Path, run_dir: Path
+    function: Function,
+    *,
+    port: int,
+    env: Mapping[str, str],
+    log_dir: Path,
+    run_dir: Path,
+    source: Path = MAIN_PY,
 ) -> FunctionProcess:
-    """Start serving `function` on `port` (not waiting for it); its output goes to
+    """Start serving `function` of `source` on `port` (not waiting for it); its output goes to
     log_dir/NAME.log and its runtime files to run_dir/NAME/."""
     executable = Path(sys.executable).parent / "functions-framework"
     if not executable.is_file():
@@ -93,7 +99,7 @@ def start_function(
         "--target",
         function.name,
         "--source",
-        str(MAIN_PY),
+        str(source),
         "--port",
         str(port),
         "--host",
