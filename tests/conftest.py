@@ -176,6 +176,8 @@ def emulators(
         mp.setenv("CODEDROP_IMPORTS_BUCKET", BUCKET)
         # Tests pause and resume campaigns and expect the next claim to see it at once.
         mp.setenv("CODEDROP_CAMPAIGN_CACHE_SECONDS", "0")
+        # ... and a new webhook to be told of the next event (no wait for publishers' reads).
+        mp.setenv("CODEDROP_WEBHOOK_ROUTES_SECONDS", "0")
         reset_instance()
         _create_topic_and_pump_subscription()
         yield stack

@@ -29,6 +29,7 @@ from scripts.deployment.gcloud import (
     secrets_of,
 )
 from scripts.deployment.plan import Step
+from shared.webhooks import routes
 
 APIS = (
     "firestore.googleapis.com",
@@ -450,6 +451,7 @@ class Subscription:
     function: str  # the FunctionSpec's name
     retry: tuple[str, str]  # min and max backoff between redeliveries
     max_delivery_attempts: int  # then the dead-letter topic
+    message_filter: str | None = None  # only the messages whose attributes match
 
 
 # count_usage: a failure is Firestore having a bad moment, so back off far and retry long.
@@ -457,7 +459,13 @@ class Subscription:
 # so a push that keeps failing is dead-lettered sooner.
 SUBSCRIPTIONS = (
     Subscription("count_usage", PUSH_RETRY, MAX_DELIVERY_ATTEMPTS),
-    Subscription("deliver_webhooks", ("--min-retry-delay=5s", "--max-retry-delay=300s"), 5),
+    # Only the events of campaigns with a webhook for them (shared/webhooks/routes.py).
+    Subscription(
+        "deliver_webhooks",
+        ("--min-retry-delay=5s", "--max-retry-delay=300s"),
+        5,
+        message_filter=routes.FILTER,
+    ),
 )
 
 
@@ -474,19 +482,33 @@ def subscription_steps(target: Target, spec: FunctionSpec, sub: Subscription) ->
         f"--max-delivery-attempts={sub.max_delivery_attempts}",
     ]
     name = target.subscription_for(spec)
+    steps = []
+    create = [f"--topic={target.events_topic}", "--expiration-period=never", *settings]
+    if sub.message_filter is not None:
+        create.append(f"--message-filter={sub.message_filter}")
+        # A subscription's filter is set when it is created and never changed: one made
+        # without it (or with another) is replaced. Events published between the delete and
+        # the create, and those it had not delivered yet, are not pushed to the function:
+        # deploy such a change between sales.
+        steps.append(
+            Step(
+                f"{spec.name}'s push subscription without its filter is deleted",
+                _gcloud("pubsub", "subscriptions", "delete", name, "--quiet", target=target),
+                when=_gcloud(
+                    "pubsub",
+                    "subscriptions",
+                    "list",
+                    f"--filter=name~/subscriptions/{name}$ AND NOT filter={sub.message_filter!r}",
+                    "--format=value(name)",
+                    target=target,
+                ),
+            )
+        )
     return [
+        *steps,
         Step(
             f"{spec.name}'s push subscription",
-            _gcloud(
-                "pubsub",
-                "subscriptions",
-                "create",
-                name,
-                f"--topic={target.events_topic}",
-                "--expiration-period=never",
-                *settings,
-                target=target,
-            ),
+            _gcloud("pubsub", "subscriptions", "create", name, *create, target=target),
             exists_ok=True,
         ),
         Step(
