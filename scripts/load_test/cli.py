@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from emulator.tokens import emulator_id_token
-from scripts.load_test import SetupError, say
+from scripts.load_test import SetupError, operations, say
 from scripts.load_test.audit import Truth, audit_sale, read_truth, settle_counters, targets
 from scripts.load_test.cpu import EVENT_FUNCTIONS, SALE, CpuSampler
 from scripts.load_test.options import Options, parse_options
@@ -138,6 +138,7 @@ class Sold:
     records: list[dict[str, Any]]
     truth: Truth
     counters: dict[str, Any]
+    operations: dict[str, dict[str, Any]]  # by function, counted where they happened
 
 
 def _sell(options: Options, directory: Path) -> Sold | None:
@@ -161,6 +162,7 @@ def sell_on(
     say(f"campaign {campaign_id} created through admin_api")
     intake = load_pool(options, target, campaign_id, token, directory)
     wait_until_claimable(target, campaign_id, options.codes)
+    counted_before = operations.reading(target.operations)
     if options.prepare_only:
         say("run the shoppers in locust's web UI with:")
         say(
@@ -184,6 +186,7 @@ def sell_on(
         sampler.wait_quiet(EVENT_FUNCTIONS, timeout=options.settle_seconds)
     finally:
         sampler.stop()
+    counted = operations.difference(operations.reading(target.operations), counted_before)
     if stack is not None and (reason := stack.died()) is not None:
         raise SetupError(f"the local stack stopped during the sale ({reason})")
     records = load_records(run.records_path)
@@ -200,7 +203,7 @@ def sell_on(
         "client_cpu_seconds_rusage": run.cpu_seconds,
         "with_counting": sampler.summary(options.shoppers),
     }
-    return Sold(target, campaign_id, intake, run, cpu, records, truth, counters)
+    return Sold(target, campaign_id, intake, run, cpu, records, truth, counters, counted)
 
 
 def _scenario(options: Options, sold: Sold) -> dict[str, Any]:
@@ -227,6 +230,11 @@ def _scenario(options: Options, sold: Sold) -> dict[str, Any]:
         "stack": "started by loadtest" if target.started else "already running",
         **target.settings,
     }
+
+
+def _ms_per_shopper(cpu: Mapping[str, Any]) -> dict[str, float]:
+    components = cpu.get("components") or {}
+    return {name: float(c["ms_per_shopper"]) for name, c in components.items()}
 
 
 def _summary(options: Options, sold: Sold, started_at: datetime) -> dict[str, Any]:
@@ -262,6 +270,12 @@ def _summary(options: Options, sold: Sold, started_at: datetime) -> dict[str, An
         "counters": sold.counters,
         "figures": figures,
         "cpu": sold.cpu,
+        "operations": operations.per_claim(
+            sold.operations,
+            _ms_per_shopper(sold.cpu["with_counting"]),
+            claims=audit.claims,
+            shoppers=options.shoppers,
+        ),
         "client": {
             "name": sold.run.client,
             "exit_code": sold.run.exit_code,

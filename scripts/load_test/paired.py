@@ -31,8 +31,9 @@ from typing import Any
 from google.cloud import firestore
 
 from emulator import free_port
-from scripts.load_test import SetupError, say
-from scripts.load_test.cli import Sold, _stack, _summary, sell_on
+from scripts.bench import cost
+from scripts.load_test import SetupError, operations, say
+from scripts.load_test.cli import Sold, _ms_per_shopper, _stack, _summary, sell_on
 from scripts.load_test.cpu import EVENT_FUNCTIONS, REST, SALE, CpuSampler
 from scripts.load_test.options import REPO, Options
 from scripts.load_test.report import analyse, load_records, write_report
@@ -77,6 +78,8 @@ def _start_floor(
             "CODEDROP_FLOOR_CODES": str(options.codes),
         }
     )
+    if target.operations is not None:
+        env = operations.environment(target.operations, env)
     run_dir = Path(tempfile.mkdtemp(prefix="codedrop-floor-"))
     running = start_function(
         floor, port=free_port(), env=env, log_dir=log_dir, run_dir=run_dir, source=FLOOR_SOURCE
@@ -116,6 +119,7 @@ def _sell_floor(
 ) -> dict[str, Any]:
     campaign_id = f"floor-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
     at_floor = replace(target, claim_url=floor.url)
+    counted_before = operations.reading(target.operations)
     sampler = CpuSampler(
         stack_pid=target.stack_pid,
         stack_ports=target.ports(),
@@ -129,6 +133,7 @@ def _sell_floor(
         sampler.wait_quiet(EVENT_FUNCTIONS, timeout=options.settle_seconds)
     finally:
         sampler.stop()
+    counted = operations.difference(operations.reading(target.operations), counted_before)
     records = load_records(run.records_path)
     if not records:
         raise SetupError(f"the floor's client recorded nothing (exit {run.exit_code})")
@@ -145,6 +150,12 @@ def _sell_floor(
         "cpu": sampler.summary(options.shoppers, upto=SALE),
         "cpu_with_counting": sampler.summary(options.shoppers),
     }
+    summary["operations"] = operations.per_claim(
+        counted,
+        _ms_per_shopper(summary["cpu_with_counting"]),
+        claims=audit["claims"],
+        shoppers=options.shoppers,
+    )
     (directory / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary
 
@@ -162,6 +173,7 @@ def _codedrop_summary(
         "cpu": sold.cpu,
         "cpu_with_counting": sold.cpu["with_counting"],
         "counters_settled": sold.counters.get("settled"),
+        "operations": summary["operations"],
     }
 
 
@@ -192,6 +204,8 @@ def _run_line(run: Mapping[str, Any]) -> dict[str, Any]:
         "rest_of_machine_ms_per_shopper": _per_shopper(run["cpu_with_counting"]).get(REST),
         "cpu_ms_per_shopper_with_counting": _per_shopper(run["cpu_with_counting"]),
         "cpu_ms_per_shopper_sale": _per_shopper(run["cpu"]),
+        "per_claim": run["operations"]["per_claim"],
+        "dollars_per_10000_claims": run["operations"][f"dollars_per_{cost.PER_CLAIMS}_claims"],
     }
 
 
@@ -351,3 +365,91 @@ def run_paired(options: Options, argv: Sequence[str]) -> int:
     _print(comparison)
     say(f"comparison: {directory / 'floor.json'}")
     return 1 if any(r["violations"] for r in runs) else 0
+
+
+# --- docs/benchmarks.md, generated from the comparison ----------------------------------------
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.2f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def render_markdown(comparison: Mapping[str, Any], source: str) -> str:
+    """The comparison as docs/benchmarks.md shows it: ratios, each run, each process."""
+    scenario = comparison["scenario"]
+    machine = comparison["machine"]
+    lines = [
+        "## codedrop / floor: the load test beside the least a claim service must do",
+        "",
+        f"Generated from `{source}` by `python -m scripts.load_test.paired {source}`; "
+        f"the runs: `{' '.join(comparison['command'])}` (started "
+        f"{comparison['started_at']}, commit {comparison['commit']}, {machine['nproc']} cores, "
+        f"load average {' / '.join(str(x) for x in machine['load_average_at_start'])} at the "
+        "start).",
+        "",
+        f"{scenario['shoppers']:,} shoppers ({scenario['pattern']}, the {scenario['client']} "
+        f"client, {scenario['threads']} threads, {scenario['double_click_share']:.0%} double "
+        f"clicks) for {scenario['codes']:,} codes; claim_api and the floor "
+        f"{scenario['claim_workers_x_threads'][0]} workers x "
+        f"{scenario['claim_workers_x_threads'][1]} threads; the runs alternate on one stack, "
+        "Firestore emptied before each. CPU is sampled by process from the first shopper until "
+        "the event functions rest (codedrop's counting is part of its sale).",
+        "",
+        "| codedrop / floor (medians) | ratio |",
+        "|---|---|",
+    ]
+    lines += [f"| {name} | {_cell(r)} |" for name, r in comparison["codedrop / floor"].items()]
+    lines += [
+        "",
+        "| run | side | sale answered in (s) | claim p50 / p95 (ms) | violations | "
+        "service CPU ms / shopper | reads / writes per claim | messages per claim | "
+        "invocations per claim | $ per 10,000 claims |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for number, run in enumerate(comparison["runs"], start=1):
+        per = run["per_claim"]
+        invocations = ", ".join(f"{k} {v:g}" for k, v in per["invocations"].items())
+        cpu = run["cpu_ms_per_shopper_with_counting"]["stack (every process of the service)"]
+        lines.append(
+            f"| {(number + 1) // 2} | {run['side']} | {_cell(run['sale_seconds'])} | "
+            f"{_cell(run['claim_p50_ms'])} / {_cell(run['claim_p95_ms'])} | "
+            f"{run['violations']} | {cpu:.2f} | {per['firestore_documents_read']:g} / "
+            f"{per['firestore_documents_written']:g} | {per['pubsub_messages_published']:g} "
+            f"published, {per['pubsub_messages_pushed']:g} pushed | {invocations} | "
+            f"{run['dollars_per_10000_claims']['total']:.4f} (64 instances "
+            f"{run['dollars_per_10000_claims']['total_at_64_instances']:.4f}) |"
+        )
+    lines += [
+        "",
+        "CPU per shopper by process (ms, medians, counting included):",
+        "",
+        "| process | codedrop | floor | codedrop / floor |",
+        "|---|---|---|---|",
+    ]
+    rows = comparison["by_process_ms_per_shopper"]["cpu_ms_per_shopper_with_counting"]
+    for name, row in rows.items():
+        if row["codedrop"] or row["floor"]:
+            lines.append(
+                f"| {name} | {row['codedrop']:.2f} | {row['floor']:.2f} | "
+                f"{_cell(row['codedrop / floor'])} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print docs/benchmarks.md's comparison section from a floor.json."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1:
+        sys.stderr.write("usage: python -m scripts.load_test.paired FLOOR_JSON\n")
+        return 2
+    comparison = json.loads(Path(args[0]).read_text())
+    sys.stdout.write(render_markdown(comparison, args[0]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
