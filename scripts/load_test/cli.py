@@ -53,7 +53,14 @@ from typing import IO, Any
 
 from emulator.tokens import emulator_id_token
 from scripts.load_test import SetupError, operations, say
-from scripts.load_test.audit import Truth, audit_sale, read_truth, settle_counters, targets
+from scripts.load_test.audit import (
+    Truth,
+    audit_sale,
+    read_truth,
+    settle_counters,
+    targets,
+    wait_counted,
+)
 from scripts.load_test.cpu import EVENT_FUNCTIONS, SALE, CpuSampler
 from scripts.load_test.options import Options, parse_options
 from scripts.load_test.report import analyse, load_records, write_report
@@ -182,7 +189,11 @@ def sell_on(
     try:
         run = run_shoppers(options, target, campaign_id, directory, sampler)
         sampler.mark(SALE)
-        # What the sale left to the event functions is its cost too: sampled until they rest.
+        # What the sale left to the event functions is its cost too: sampled until the
+        # counters hold every code sold (a push Pub/Sub is backing off leaves count_usage
+        # idle meanwhile), then until they rest.
+        sold = sum(1 for r in load_records(run.records_path) if r.get("status") == 201)
+        wait_counted(target, campaign_id, token, sold, options.settle_seconds)
         sampler.wait_quiet(EVENT_FUNCTIONS, timeout=options.settle_seconds)
     finally:
         sampler.stop()

@@ -307,6 +307,7 @@ def run_paired(options: Options, argv: Sequence[str]) -> int:
     directory.mkdir(parents=True, exist_ok=True)
     started_at = datetime.now(UTC)
     load = os.getloadavg()
+    commit = _commit()
     runs: list[dict[str, Any]] = []
     try:
         with _stack(options, directory / "logs") as (target, stack):
@@ -336,7 +337,7 @@ def run_paired(options: Options, argv: Sequence[str]) -> int:
     comparison = {
         "schema": 1,
         "started_at": started_at.isoformat(timespec="seconds"),
-        "commit": _commit(),
+        "commit": commit,
         "machine": {
             "host": os.uname().nodename,
             "nproc": os.cpu_count(),
