@@ -42,6 +42,7 @@ from shared.settings import Settings, get_settings
 from shared.usage.counters import ShardedCounters
 from shared.usage.service import UsageService
 from shared.waiting_room.service import WaitingRoomService
+from shared.webhooks.routes import WebhookRoutes
 from shared.webhooks.service import WebhookService
 
 T = TypeVar("T")
@@ -106,7 +107,15 @@ class Services:
                 publisher=self.publisher,
                 project_id=self.settings.project_id,
                 topic=self.settings.events_topic,
+                attributes=self.webhook_routes.attributes,
             ),
+        )
+
+    @property
+    def webhook_routes(self) -> WebhookRoutes:
+        return self._once(
+            "webhook_routes",
+            lambda: WebhookRoutes(db=self.db, max_age=self.settings.webhook_routes_seconds),
         )
 
     @property

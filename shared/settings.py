@@ -242,6 +242,11 @@ class Settings(BaseSettings):
     webhook_linger_seconds: float = Field(
         default=1.0, ge=0, le=30, validation_alias="CODEDROP_WEBHOOK_LINGER_SECONDS"
     )
+    # How long a publisher trusts its read of a campaign's webhooks (shared/webhooks/routes.py);
+    # a new webhook's 201 waits twice this.
+    webhook_routes_seconds: float = Field(
+        default=1.0, ge=0, le=10, validation_alias="CODEDROP_WEBHOOK_ROUTES_SECONDS"
+    )
 
     @property
     def ticket_signing_key(self) -> str:

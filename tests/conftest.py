@@ -228,6 +228,8 @@ def emulators(
         # sets the limits it tests).
         mp.setenv("CODEDROP_CODE_LOOKUPS_PER_MINUTE", "1000000")
         mp.setenv("CODEDROP_CODE_LOOKUPS_PER_MINUTE_PER_ADDRESS", "1000000")
+        # ... and a new webhook to be told of the next event (no wait for publishers' reads).
+        mp.setenv("CODEDROP_WEBHOOK_ROUTES_SECONDS", "0")
         reset_instance()
         _create_topic_and_pump_subscription()
         yield stack

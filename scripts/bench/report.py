@@ -18,6 +18,8 @@ REPO = Path(__file__).resolve().parents[2]
 FIGURES = REPO / "docs" / "bench"
 PAGE = REPO / "docs" / "benchmarks.md"
 PROVENANCE = ("command", "measured_at", "commit", "machine")
+# `./scripts/loadtest --floor --floor-json docs/bench/loadtest-floor*.json` writes these.
+FLOOR_COMPARISON = "loadtest-floor"
 # Nested objects deeper than this are shown as JSON in their cell.
 MAX_DEPTH = 2
 
@@ -28,7 +30,8 @@ by hand. Each benchmark prints its figures and, given `--json docs/bench/NAME.js
 with the command, the date, the commit and the machine it ran on; re-run it that way and
 regenerate this page. Each benchmark compares codedrop with a floor or a ceiling measured in the
 same run on the same stack, so the ratios hold on a machine of any speed; absolute times on a
-shared two-core machine move with its load (shown with each run).
+shared two-core machine move with its load (shown with each run). How the load test compares
+codedrop with its floor, and where the cost above the floor goes: [load-test.md](load-test.md).
 """
 
 
@@ -36,7 +39,13 @@ def render(files: Iterable[Path]) -> str:
     sections = [HEADER]
     for path in sorted(files):
         document = json.loads(path.read_text(encoding="utf-8"))
-        sections.append(_section(path.stem, document))
+        if path.stem.startswith(FLOOR_COMPARISON):
+            # The load test's codedrop-against-floor runs have a renderer of their own.
+            from scripts.load_test import paired
+
+            sections.append(paired.render_markdown(document, f"docs/bench/{path.name}"))
+        else:
+            sections.append(_section(path.stem, document))
     if len(sections) == 1:
         sections.append("No benchmark has written its figures yet.\n")
     return "\n".join(sections)

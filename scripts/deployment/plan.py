@@ -84,6 +84,7 @@ class Step:
     exists_ok: bool = False  # a create: finding the resource there already is success
     stdin: Callable[[], bytes] | None = None  # what the command reads (a secret's value)
     unless: Sequence[str] | str | None = None  # skip when this command prints something
+    when: Sequence[str] | None = None  # run only when this command prints something
     lookups: tuple[Lookup, ...] = ()
 
     @property
@@ -165,6 +166,16 @@ def _run(step: Step, sleep: Callable[[float], None]) -> int:
     if _present(step):
         LOG.info("%s: already there", step.what)
         return 0
+    if step.when is not None:
+        probe = subprocess.run(
+            list(step.when), capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL
+        )
+        if probe.returncode != 0:
+            sys.stderr.write(probe.stderr)
+            return probe.returncode
+        if not probe.stdout.strip():
+            LOG.info("%s: nothing to do", step.what)
+            return 0
     waits = iter(BACKOFF)
     while True:
         returncode, errors = _attempt(step)

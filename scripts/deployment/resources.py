@@ -35,6 +35,7 @@ from scripts.deployment.gcloud import (
     secrets_of,
 )
 from scripts.deployment.plan import Lookup, Step
+from shared.webhooks import routes
 
 APIS = (
     "firestore.googleapis.com",
@@ -452,6 +453,7 @@ class Subscription:
     function: str  # the FunctionSpec's name
     retry: tuple[str, str]  # min and max backoff between redeliveries
     max_delivery_attempts: int  # then the dead-letter topic
+    message_filter: str | None = None  # only the messages whose attributes match
 
 
 # count_usage: a failure is Firestore having a bad moment, so back off far and retry long.
@@ -459,7 +461,13 @@ class Subscription:
 # so a push that keeps failing is dead-lettered sooner.
 SUBSCRIPTIONS = (
     Subscription("count_usage", PUSH_RETRY, MAX_DELIVERY_ATTEMPTS),
-    Subscription("deliver_webhooks", ("--min-retry-delay=5s", "--max-retry-delay=300s"), 5),
+    # Only the events of campaigns with a webhook for them (shared/webhooks/routes.py).
+    Subscription(
+        "deliver_webhooks",
+        ("--min-retry-delay=5s", "--max-retry-delay=300s"),
+        5,
+        message_filter=routes.FILTER,
+    ),
 )
 
 
@@ -476,19 +484,33 @@ def subscription_steps(target: Target, spec: FunctionSpec, sub: Subscription) ->
         f"--max-delivery-attempts={sub.max_delivery_attempts}",
     ]
     name = target.subscription_for(spec)
+    steps = []
+    create = [f"--topic={target.events_topic}", "--expiration-period=never", *settings]
+    if sub.message_filter is not None:
+        create.append(f"--message-filter={sub.message_filter}")
+        # A subscription's filter is set when it is created and never changed: one made
+        # without it (or with another) is replaced. Events published between the delete and
+        # the create, and those it had not delivered yet, are not pushed to the function:
+        # deploy such a change between sales.
+        steps.append(
+            Step(
+                f"{spec.name}'s push subscription without its filter is deleted",
+                gcloud_command("pubsub", "subscriptions", "delete", name, "--quiet", target=target),
+                when=gcloud_command(
+                    "pubsub",
+                    "subscriptions",
+                    "list",
+                    f"--filter=name~/subscriptions/{name}$ AND NOT filter={sub.message_filter!r}",
+                    "--format=value(name)",
+                    target=target,
+                ),
+            )
+        )
     return [
+        *steps,
         Step(
             f"{spec.name}'s push subscription",
-            gcloud_command(
-                "pubsub",
-                "subscriptions",
-                "create",
-                name,
-                f"--topic={target.events_topic}",
-                "--expiration-period=never",
-                *settings,
-                target=target,
-            ),
+            gcloud_command("pubsub", "subscriptions", "create", name, *create, target=target),
             exists_ok=True,
             unless=_describes("pubsub", "subscriptions", "describe", name, target=target),
             lookups=(uri,),

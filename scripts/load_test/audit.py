@@ -49,6 +49,19 @@ def read_truth(target: Target, campaign_id: str) -> Truth:
     return Truth(audit=audit, codes_by_user=dict(codes_by_user), claimed_at=sorted(claimed_at))
 
 
+def wait_counted(target: Target, campaign_id: str, token: str, claims: int, seconds: float) -> None:
+    """Poll the admin stats until `claimed` reaches `claims`, or `seconds` pass."""
+    url = f"{target.admin_url}/v1/campaigns/{campaign_id}"
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            status, body = http.call_json("GET", url, token=token)
+            stats = body.get("stats") if status == 200 and isinstance(body, dict) else None
+            if isinstance(stats, dict) and (stats.get("claimed") or 0) >= claims:
+                return
+        time.sleep(0.5)
+
+
 def settle_counters(
     target: Target, campaign_id: str, token: str, truth: Truth, seconds: float
 ) -> dict[str, Any]:

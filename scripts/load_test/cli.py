@@ -6,6 +6,7 @@
         [--claim-workers W] [--claim-threads T] [--free-ports | --claim-port P ...]
         [--target-claim URL --target-admin URL [--storage-host URL] [--firestore-host H:P]]
         [--report-dir DIR] [--settle-seconds 30] [--require-targets] [--prepare-only]
+        [--floor [--floor-runs N] [--floor-json PATH]]
 
 1. Starts the local stack (`python -m scripts.localstack`, on the ports of its CODEDROP_*_PORT
    variables, the --<name>-port flags, or free ones with --free-ports) and waits for its ready
@@ -30,6 +31,11 @@
 5. Writes reports/loadtest-<stamp>/ (report.html, summary.json, responses.jsonl, the client's
    log, locust.html, the stack's logs) and prints the figures.
 
+With --floor, the same sale runs --floor-runs times against codedrop and as many times against
+the floor (scripts/load_test/floor.py: the least any claim service must do), alternating, on one
+stack; the comparison, codedrop / floor by process, goes to floor.json
+(scripts/load_test/paired.py).
+
 Exit status: 0 no violation; 1 a violation; 2 the run could not be made (setup failed);
 3 no violation but a target missed, with --require-targets.
 """
@@ -46,9 +52,16 @@ from pathlib import Path
 from typing import IO, Any
 
 from devkit.emulators.tokens import emulator_id_token
-from scripts.load_test import SetupError, say
-from scripts.load_test.audit import Truth, audit_sale, read_truth, settle_counters, targets
-from scripts.load_test.cpu import CpuSampler
+from scripts.load_test import SetupError, operations, say
+from scripts.load_test.audit import (
+    Truth,
+    audit_sale,
+    read_truth,
+    settle_counters,
+    targets,
+    wait_counted,
+)
+from scripts.load_test.cpu import EVENT_FUNCTIONS, SALE, CpuSampler
 from scripts.load_test.options import Options, parse_options
 from scripts.load_test.report import analyse, load_records, write_report
 from scripts.load_test.sale import (
@@ -132,47 +145,76 @@ class Sold:
     records: list[dict[str, Any]]
     truth: Truth
     counters: dict[str, Any]
+    operations: dict[str, dict[str, Any]]  # by function, counted where they happened
 
 
 def _sell(options: Options, directory: Path) -> Sold | None:
     """Stage and run the sale, read it back; None with --prepare-only. SetupError when the run
     could not be made."""
     with _stack(options, directory / "logs") as (target, stack):
-        token = emulator_id_token(ADMIN_USER, project=target.project, admin=True)
-        campaign_id = create_campaign(options, target, token)
-        say(f"campaign {campaign_id} created through admin_api")
-        intake = load_pool(options, target, campaign_id, token, directory)
-        wait_until_claimable(target, campaign_id, options.codes)
-        if options.prepare_only:
-            say("run the shoppers in locust's web UI with:")
-            say(
-                f"  .venv/bin/locust -f scripts/load_test/locustfile.py "
-                f"--host {target.claim_url} --campaign {campaign_id} --project {target.project}"
-            )
-            say("or with the threads client:")
-            say("  " + " ".join(threads_command(options, target, campaign_id, None)))
-            return None
-        sampler = CpuSampler(
-            stack_pid=target.stack_pid, stack_ports=target.ports(), cores=os.cpu_count() or 1
+        return sell_on(options, target, stack, directory)
+
+
+def sell_on(
+    options: Options,
+    target: Target,
+    stack: StartedStack | None,
+    directory: Path,
+    *,
+    also_sampled: Sequence[int] = (),
+) -> Sold | None:
+    """The sale on a stack that runs; `also_sampled`: more processes whose CPU is the stack's."""
+    token = emulator_id_token(ADMIN_USER, project=target.project, admin=True)
+    campaign_id = create_campaign(options, target, token)
+    say(f"campaign {campaign_id} created through admin_api")
+    intake = load_pool(options, target, campaign_id, token, directory)
+    wait_until_claimable(target, campaign_id, options.codes)
+    counted_before = operations.reading(target.operations)
+    if options.prepare_only:
+        say("run the shoppers in locust's web UI with:")
+        say(
+            f"  .venv/bin/locust -f scripts/load_test/locustfile.py "
+            f"--host {target.claim_url} --campaign {campaign_id} --project {target.project}"
         )
-        sampler.start()
-        try:
-            run = run_shoppers(options, target, campaign_id, directory, sampler)
-        finally:
-            sampler.stop()
-        if stack is not None and (reason := stack.died()) is not None:
-            raise SetupError(f"the local stack stopped during the sale ({reason})")
-        records = load_records(run.records_path)
-        if not records:
-            raise SetupError(
-                f"{run.client} recorded nothing (exit {run.exit_code}); "
-                f"see {directory / (run.client + '.log')}"
-            )
-        say("auditing: reading the campaign back from Firestore …")
-        truth = read_truth(target, campaign_id)
-        counters = settle_counters(target, campaign_id, token, truth, options.settle_seconds)
-    cpu = {**sampler.summary(options.shoppers), "client_cpu_seconds_rusage": run.cpu_seconds}
-    return Sold(target, campaign_id, intake, run, cpu, records, truth, counters)
+        say("or with the threads client:")
+        say("  " + " ".join(threads_command(options, target, campaign_id, None)))
+        return None
+    sampler = CpuSampler(
+        stack_pid=target.stack_pid,
+        stack_ports=target.ports(),
+        cores=os.cpu_count() or 1,
+        also=also_sampled,
+    )
+    sampler.start()
+    try:
+        run = run_shoppers(options, target, campaign_id, directory, sampler)
+        sampler.mark(SALE)
+        # What the sale left to the event functions is its cost too: sampled until the
+        # counters hold every code sold (a push Pub/Sub is backing off leaves count_usage
+        # idle meanwhile), then until they rest.
+        sold = sum(1 for r in load_records(run.records_path) if r.get("status") == 201)
+        wait_counted(target, campaign_id, token, sold, options.settle_seconds)
+        sampler.wait_quiet(EVENT_FUNCTIONS, timeout=options.settle_seconds)
+    finally:
+        sampler.stop()
+    counted = operations.difference(operations.reading(target.operations), counted_before)
+    if stack is not None and (reason := stack.died()) is not None:
+        raise SetupError(f"the local stack stopped during the sale ({reason})")
+    records = load_records(run.records_path)
+    if not records:
+        raise SetupError(
+            f"{run.client} recorded nothing (exit {run.exit_code}); "
+            f"see {directory / (run.client + '.log')}"
+        )
+    say("auditing: reading the campaign back from Firestore …")
+    truth = read_truth(target, campaign_id)
+    counters = settle_counters(target, campaign_id, token, truth, options.settle_seconds)
+    cpu = {
+        **sampler.summary(options.shoppers, upto=SALE),
+        "client_cpu_seconds_rusage": run.cpu_seconds,
+        "with_counting": sampler.summary(options.shoppers),
+    }
+    return Sold(target, campaign_id, intake, run, cpu, records, truth, counters, counted)
 
 
 def _scenario(options: Options, sold: Sold) -> dict[str, Any]:
@@ -199,6 +241,11 @@ def _scenario(options: Options, sold: Sold) -> dict[str, Any]:
         "stack": "started by loadtest" if target.started else "already running",
         **target.settings,
     }
+
+
+def _ms_per_shopper(cpu: Mapping[str, Any]) -> dict[str, float]:
+    components = cpu.get("components") or {}
+    return {name: float(c["ms_per_shopper"]) for name, c in components.items()}
 
 
 def _summary(options: Options, sold: Sold, started_at: datetime) -> dict[str, Any]:
@@ -234,6 +281,12 @@ def _summary(options: Options, sold: Sold, started_at: datetime) -> dict[str, An
         "counters": sold.counters,
         "figures": figures,
         "cpu": sold.cpu,
+        "operations": operations.per_claim(
+            sold.operations,
+            _ms_per_shopper(sold.cpu["with_counting"]),
+            claims=audit.claims,
+            shoppers=options.shoppers,
+        ),
         "client": {
             "name": sold.run.client,
             "exit_code": sold.run.exit_code,
@@ -252,6 +305,11 @@ def _summary(options: Options, sold: Sold, started_at: datetime) -> dict[str, An
 
 def main(argv: Sequence[str] | None = None) -> int:
     options = parse_options(argv, __doc__)
+    if options.floor:
+        # Imported here: the paired runs are built from this module's pieces.
+        from scripts.load_test.paired import run_paired
+
+        return run_paired(options, sys.argv[1:] if argv is None else argv)
     directory = options.report_dir
     directory.mkdir(parents=True, exist_ok=True)
     started_at = datetime.now(UTC)

@@ -46,6 +46,9 @@ class Options:
     sale_target_seconds: float
     require_targets: bool
     prepare_only: bool
+    floor: bool
+    floor_runs: int
+    floor_json: Path | None
 
     @property
     def spawn_rate(self) -> float:
@@ -177,6 +180,22 @@ def _parser(description: str | None) -> argparse.ArgumentParser:
     out.add_argument(
         "--require-targets", action="store_true", help="exit 3 when a target is missed"
     )
+
+    floor = parser.add_argument_group(
+        "the floor: the same shoppers against the least a claim service must do "
+        "(scripts/load_test/floor.py), on the same stack and emulators"
+    )
+    floor.add_argument(
+        "--floor",
+        action="store_true",
+        help="run codedrop and the floor alternately and report codedrop / floor",
+    )
+    floor.add_argument(
+        "--floor-runs", type=int, default=1, help="runs of each (default %(default)s)"
+    )
+    floor.add_argument(
+        "--floor-json", type=Path, help="also write the comparison here (e.g. docs/bench/...)"
+    )
     return parser
 
 
@@ -197,6 +216,10 @@ def parse_options(argv: Sequence[str] | None, description: str | None = None) ->
         parser.error("--prepare-only needs a running stack (--target-claim, --target-admin)")
     if args.threads < 1:
         parser.error("--threads must be positive")
+    if args.floor and (args.target_claim or args.prepare_only):
+        parser.error("--floor starts a stack of its own (no --target-claim, --prepare-only)")
+    if args.floor_runs < 1:
+        parser.error("--floor-runs must be positive")
     if args.processes == 0 or args.processes < -1:
         parser.error("--processes must be positive or -1")
     ports = {

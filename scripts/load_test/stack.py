@@ -13,7 +13,7 @@ from typing import Any
 
 from devkit.emulators import free_port
 from devkit.emulators.processes import GroupProcess, ProcessFailed, spawn
-from scripts.load_test import SetupError, say
+from scripts.load_test import SetupError, operations, say
 from scripts.load_test.options import REPO, Options
 from scripts.localstack.config import FUNCTIONS, PORTS, READY_LINE, env_int
 
@@ -32,6 +32,8 @@ class Target:
     started: bool
     stack_pid: int | None = None
     settings: dict[str, Any] = field(default_factory=dict)
+    # where its functions write the operations they count (scripts/load_test/operations.py)
+    operations: Path | None = None
 
     def ports(self) -> list[int]:
         """The ports of the stack's servers that these URLs name."""
@@ -57,6 +59,7 @@ class StartedStack:
         self.options = options
         self.log_dir = log_dir
         self.log_path = log_dir / "local_stack.out"
+        self.operations = log_dir / "operations"
         self.group: GroupProcess | None = None
         self.exports: dict[str, str] = {}
         self.ports: dict[str, int] = {}
@@ -80,7 +83,7 @@ class StartedStack:
         if self.options.claim_threads:
             env["CODEDROP_CLAIM_API_THREADS"] = str(self.options.claim_threads)
         env["CODEDROP_IMPORTS_BUCKET"] = self.options.bucket
-        return env
+        return operations.environment(self.operations, env)
 
     def _ready(self) -> bool:
         """Whether the stack printed its ready line; the variables it exported meanwhile."""
@@ -93,6 +96,7 @@ class StartedStack:
 
     def start(self) -> Target:
         self.ports = self._choose_ports()
+        self.operations.mkdir(parents=True, exist_ok=True)
         env = self._environment()
         command = [sys.executable, "-m", "scripts.localstack", "--project", self.options.project]
         command += ["--log-dir", str(self.log_dir)]
@@ -118,6 +122,7 @@ class StartedStack:
             bucket=self.options.bucket,
             started=True,
             stack_pid=process.pid,
+            operations=self.operations,
             settings={
                 "ports": self.ports,
                 "claim_api_workers": int(env.get(claim_api.workers_env) or claim_api.workers),

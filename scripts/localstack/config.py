@@ -144,6 +144,16 @@ def environment_table() -> tuple[EnvVar, ...]:
     return ports + tuning + other
 
 
+# The emulator ignores subscription filters: deliver_webhooks' filter is a watcher pulling this
+# subscription of the events topic into the webhooks topic (scripts/localstack/message_filter.py).
+FILTER_SUBSCRIPTION = "deliver-webhooks-filter"
+
+
+def webhooks_topic(events_topic: str) -> str:
+    """The local topic of the events deliver_webhooks' filter passes."""
+    return f"{events_topic}-webhooks"
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
     project: str
@@ -159,6 +169,10 @@ class Config:
     @property
     def dead_letter_topic(self) -> str:
         return f"{self.topic}-dead-letter"
+
+    @property
+    def webhooks_topic(self) -> str:
+        return webhooks_topic(self.topic)
 
     def url(self, function: str) -> str:
         """Where `function` (a functions/main.py name, or `auth`, `app-check`, `web`) answers."""

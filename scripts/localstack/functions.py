@@ -66,9 +66,15 @@ def function_env(base: Mapping[str, str]) -> dict[str, str]:
 
 
 def start_function(
-    function: Function, *, port: int, env: Mapping[str, str], log_dir: Path, run_dir: Path
+    function: Function,
+    *,
+    port: int,
+    env: Mapping[str, str],
+    log_dir: Path,
+    run_dir: Path,
+    source: Path = MAIN_PY,
 ) -> FunctionProcess:
-    """Start serving `function` on `port` (not waiting for it); its output goes to
+    """Start serving `function` of `source` on `port` (not waiting for it); its output goes to
     log_dir/NAME.log and its runtime files to run_dir/NAME/."""
     if function.kind is None:
         raise StackError(f"{function.name} is not declared in {MAIN_PY}")
@@ -83,7 +89,7 @@ def start_function(
         "--target",
         function.name,
         "--source",
-        str(MAIN_PY),
+        str(source),
         "--port",
         str(port),
         "--host",

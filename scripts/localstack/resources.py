@@ -11,8 +11,9 @@ from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
 from google.cloud.storage import Client as StorageClient
 from google.protobuf import duration_pb2
 
-from scripts.localstack.config import Config
+from scripts.localstack.config import FILTER_SUBSCRIPTION, Config
 from scripts.localstack.errors import StackError
+from shared.webhooks import routes
 
 log = logging.getLogger("local_stack")
 
@@ -22,7 +23,8 @@ def create_pubsub_resources(
 ) -> list[str]:
     """The events topic and, for count_usage and deliver_webhooks once they exist, a push
     subscription each with retries and a dead-letter topic (with a pull subscription to inspect
-    dead letters). Returns their names. Resources already there are left as they are."""
+    dead letters); deliver_webhooks' reads the events its filter passes (see below). Returns
+    their names. Resources already there are left as they are."""
     created: list[str] = []
     publisher = PublisherClient()
     with SubscriberClient() as subscriber:
@@ -64,13 +66,19 @@ def create_pubsub_resources(
                 },
             )
         if deliver_webhooks_url is not None:
+            # Only the events of campaigns with a webhook for them (shared/webhooks/routes.py):
+            # the emulator ignores a subscription's filter, so a watcher pulls the events into
+            # the webhooks topic where they pass it (scripts/localstack/message_filter.py).
+            subscription(FILTER_SUBSCRIPTION, {"topic": events, "ack_deadline_seconds": 60})
+            passed = topic(config.webhooks_topic)
             # Its own subscription: a slow endpoint never holds back count_usage's messages.
             # A push that drains an endpoint answers after up to the drain budget (20 s),
             # its linger (1 s) and the last requests' timeouts (5 s): 60 s to acknowledge.
             subscription(
                 "deliver-webhooks-push",
                 {
-                    "topic": events,
+                    "topic": passed,
+                    "filter": routes.FILTER,
                     "push_config": {"push_endpoint": f"{deliver_webhooks_url}/"},
                     "ack_deadline_seconds": 60,
                     "retry_policy": {

@@ -21,11 +21,13 @@ from devkit.standins.scheduler import SweepScheduler
 from devkit.standins.storage_notifier import StorageNotifier, emulator_client
 from scripts.localstack.config import (
     EMULATOR_PORTS,
+    FILTER_SUBSCRIPTION,
     FUNCTIONS,
     HOST,
     PORTS,
     Config,
     Function,
+    webhooks_topic,
 )
 from scripts.localstack.errors import StackError
 from scripts.localstack.functions import (
@@ -34,6 +36,7 @@ from scripts.localstack.functions import (
     function_env,
     start_function,
 )
+from scripts.localstack.message_filter import MessageFilter
 from scripts.localstack.output import say
 from scripts.localstack.pages import ConsoleConfig, PageConfig, PageServer, PagesUnavailable
 from scripts.localstack.resources import create_pubsub_resources, verify_bucket
@@ -89,8 +92,22 @@ def sweep_scheduler(info: StackInfo) -> Watcher | None:
     return None if url is None else SweepScheduler(url=f"{url}/")
 
 
+def message_filter(info: StackInfo) -> Watcher | None:
+    """deliver_webhooks' subscription filter, which the Pub/Sub emulator ignores."""
+    if "deliver_webhooks" not in info.function_urls:
+        return None
+    return MessageFilter(
+        subscription=f"projects/{info.project}/subscriptions/{FILTER_SUBSCRIPTION}",
+        topic=f"projects/{info.project}/topics/{webhooks_topic(info.topic)}",
+    )
+
+
 # Factories of the helpers that run beside the functions, in start order.
-WATCHERS: list[Callable[[StackInfo], Watcher | None]] = [storage_notifier, sweep_scheduler]
+WATCHERS: list[Callable[[StackInfo], Watcher | None]] = [
+    storage_notifier,
+    sweep_scheduler,
+    message_filter,
+]
 
 
 # --- the stack --------------------------------------------------------------------------------

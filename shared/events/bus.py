@@ -16,7 +16,7 @@ change, and deleted once the event is published.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -50,14 +50,21 @@ class EventBus:
         publisher: Any,
         project_id: str,
         topic: str,
+        attributes: Callable[[events.Event], Mapping[str, str]] = lambda _: {},
     ) -> None:
         self._db = db
         self._publisher = publisher
         self._topic = topic_path(project_id, topic)
+        # More message attributes for an event: what the subscriptions' filters select on.
+        self._attributes = attributes
 
     def _publish(self, event: events.Event) -> Any:
         return self._publisher.publish(
-            self._topic, events.encode_event(event), event_id=event.event_id, type=event.type.value
+            self._topic,
+            events.encode_event(event),
+            event_id=event.event_id,
+            type=event.type.value,
+            **self._attributes(event),
         )
 
     def send(self, event: events.Event, *, timeout: float = PUBLISH_TIMEOUT_SECONDS) -> None:

@@ -29,7 +29,7 @@ from shared.events.models import Event
 from shared.gcp.batched_reads import ReadCoalescer
 from shared.settings import Settings
 from shared.types import rfc3339
-from shared.webhooks import guard, store
+from shared.webhooks import guard, routes, store
 from shared.webhooks.delivery import DrainRun, Endpoint, RetryPolicy, RunReport
 from shared.webhooks.models import (
     MAX_WEBHOOKS_PER_CAMPAIGN,
@@ -120,6 +120,9 @@ class WebhookService:
             raise TooManyWebhooks(
                 f"A campaign has at most {MAX_WEBHOOKS_PER_CAMPAIGN} webhooks; delete one first."
             )
+        # Until every publisher's read of the list has the webhook, its events might not be
+        # marked for deliver_webhooks (shared/webhooks/routes.py): answer after that.
+        time.sleep(routes.settle_seconds(self._settings.webhook_routes_seconds))
         log.info("webhook created", extra={"webhook_id": webhook_id, "campaign_id": campaign_id})
         return WebhookCreated(**WebhookView.of(record).model_dump(), secret=secret)
 

@@ -79,7 +79,7 @@ def console_stack(
             mp.setenv("FIREBASE_AUTH_EMULATOR_HOST", auth_emulator.host_port)
             urls = stack.enter_context(
                 function_servers(
-                    {"admin_api": "http", "claim_api": "http", "import_codes": "cloudevent"},
+                    ["admin_api", "claim_api", "import_codes"],
                     run_dir=tmp_path_factory.mktemp("console-functions"),
                 )
             )

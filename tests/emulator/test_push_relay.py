@@ -28,9 +28,7 @@ pytestmark = pytest.mark.emulator
 def count_usage_url(
     emulators: EmulatorStack, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
-    with function_servers(
-        {"count_usage": "cloudevent"}, run_dir=tmp_path_factory.mktemp("pushed")
-    ) as urls:
+    with function_servers(["count_usage"], run_dir=tmp_path_factory.mktemp("pushed")) as urls:
         yield urls["count_usage"]
 
 

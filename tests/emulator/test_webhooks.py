@@ -9,6 +9,7 @@ functions/main.py's deliver_webhooks as Pub/Sub push calls it.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import uuid
@@ -18,17 +19,22 @@ from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
+from google.api_core.exceptions import DeadlineExceeded
 from google.cloud import firestore
+from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
 from pydantic import SecretStr
 
 from devkit.firestore_rpcs import RpcCounter
 from devkit.receiver import Received, Receiver
+from scripts.localstack.message_filter import MessageFilter, passes
 from shared.claims.policy import Shopper
 from shared.claims.redemption import order_key
 from shared.clock import utcnow
 from shared.container import Services, instance_services
 from shared.coupons.store import coupon_id_for
 from shared.errors import TooManyWebhooks, WebhookUrlNotAllowed
+from shared.events import models as events
+from shared.events.bus import EventBus
 from shared.events.models import (
     CouponClaimed,
     CouponReversed,
@@ -49,6 +55,7 @@ from shared.gcp.firestore import (
 )
 from shared.settings import get_settings
 from shared.types import OnCancel
+from shared.webhooks import routes
 from shared.webhooks.guard import resolve_host
 from shared.webhooks.models import (
     MAX_WEBHOOKS_PER_CAMPAIGN,
@@ -806,3 +813,66 @@ def test_a_sale_is_delivered_exactly_once_to_a_deduplicating_receiver(
     stored = deliveries(db, created["webhook_id"])
     assert len(stored) == 300
     assert {d["state"] for d in stored.values()} == {DeliveryState.DELIVERED.value}
+
+
+def test_only_events_a_webhook_lists_are_pushed_to_deliver_webhooks(
+    db: firestore.Client,
+    make_campaign: MakeCampaign,
+    receiver: Receiver,
+    webhooks: WebhookService,
+    subscribe: Subscribe,
+    cleanup: list[Callable[[], object]],
+) -> None:
+    """Events carry `webhooks: "1"` when a webhook of their campaign lists their type, and
+    deliver_webhooks' subscription filter passes only those: a campaign without webhooks costs
+    deliver_webhooks no push. The emulator ignores filters; the local stack's stand-in for it
+    (scripts/localstack/message_filter.py) is what passes them here, as the local stack runs it."""
+    hooked, plain = make_campaign(), make_campaign()
+    subscribe(webhooks, hooked, receiver.url())  # coupon.claimed only
+    name = f"routes-{uuid.uuid4().hex[:8]}"
+    events_topic, passed_topic = (f"projects/{PROJECT}/topics/{name}-{t}" for t in ("e", "w"))
+    pulled_by_filter, pushed = (f"projects/{PROJECT}/subscriptions/{name}-{s}" for s in "fp")
+    publisher = PublisherClient()
+    subscriber = SubscriberClient()
+    cleanup.append(subscriber.close)
+    for topic in (events_topic, passed_topic):
+        cleanup.append(functools.partial(publisher.delete_topic, topic=topic))
+        publisher.create_topic(name=topic)
+    for path, topic in ((pulled_by_filter, events_topic), (pushed, passed_topic)):
+        cleanup.append(functools.partial(subscriber.delete_subscription, subscription=path))
+        subscriber.create_subscription(request={"name": path, "topic": topic})
+    stand_in = MessageFilter(subscription=pulled_by_filter, topic=passed_topic)
+    cleanup.append(stand_in.stop)
+    stand_in.start()
+    bus = EventBus(
+        db=db,
+        publisher=publisher,
+        project_id=PROJECT,
+        topic=f"{name}-e",
+        attributes=_services(db).webhook_routes.attributes,
+    )
+    sent: list[events.Event] = [
+        claimed(hooked, 1),
+        claimed(plain, 2),
+        events.sold_out(campaign_id=hooked, codes_total=1, now=utcnow()),
+        claimed(hooked, 3),
+    ]
+    for event in sent:
+        bus.send(event)
+
+    arrived: list[str] = []
+    deadline = time.monotonic() + 20
+    while len(arrived) < 2 and time.monotonic() < deadline:
+        try:
+            answer = subscriber.pull(
+                request={"subscription": pushed, "max_messages": 10}, timeout=1
+            )
+        except DeadlineExceeded:
+            continue
+        arrived += [m.message.attributes["event_id"] for m in answer.received_messages]
+    assert sorted(arrived) == sorted([sent[0].event_id, sent[3].event_id])
+    assert [passes(routes.MARKED), passes({}), passes({routes.ATTRIBUTE: "0"})] == [
+        True,
+        False,
+        False,
+    ]

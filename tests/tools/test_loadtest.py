@@ -103,6 +103,47 @@ def test_small_sale_has_no_violation_and_issues_every_code(tmp_path: Path, clien
     assert "<svg" in page
 
 
+@pytest.mark.emulator
+def test_the_floor_comparison_runs_both_sides_and_counts_their_operations(tmp_path: Path) -> None:
+    """--floor: codedrop and the floor on one stack, each audited, side by side; a campaign
+    without webhooks shows no webhook invocation, and every code sold one counted event."""
+    try:
+        check_prerequisites()
+    except EmulatorUnavailable as exc:
+        pytest.fail(f"the load test cannot run here: {exc}", pytrace=False)
+    out = tmp_path / "report"
+    env = _clean_env()
+    env["CODEDROP_CLAIM_API_WORKERS"] = "1"
+    finished = run_module(
+        "scripts.load_test",
+        [
+            *("--floor", "--shoppers", "200", "--codes", "100", "--pattern", "burst"),
+            *("--client", "threads", "--threads", "16", "--free-ports"),
+            *("--report-dir", str(out), "--floor-json", str(tmp_path / "floor.json")),
+        ],
+        env=env,
+        timeout=TIMEOUT,
+        stop_with=signal.SIGINT,
+    )
+    output = finished.stdout + finished.stderr
+
+    assert finished.returncode == 0, output
+    comparison = json.loads((tmp_path / "floor.json").read_text())
+    assert comparison == json.loads((out / "floor.json").read_text())
+    codedrop, floor = comparison["runs"]
+    assert (codedrop["side"], floor["side"]) == ("codedrop", "floor")
+    assert codedrop["violations"] == floor["violations"] == 0, output
+    assert codedrop["claim_status"].get("201") == floor["claim_status"].get("201") == 100
+    # One push a claim, and the announcements (low stock, sold out).
+    assert 1.0 <= codedrop["per_claim"]["invocations"]["count_usage"] <= 1.05
+    assert "deliver_webhooks" not in codedrop["per_claim"]["invocations"]
+    assert codedrop["per_claim"]["pubsub_messages_published"] >= 1.0
+    assert floor["per_claim"]["pubsub_messages_published"] == 0
+    assert floor["per_claim"]["firestore_documents_written"] >= 1.0
+    assert comparison["codedrop / floor"]["wall time (sale answered in)"] > 0
+    assert comparison["machine"]["nproc"] == os.cpu_count()
+
+
 # --- the audit catches each violation ---------------------------------------------------------
 
 T0 = 1_800_000_000.0

@@ -231,7 +231,12 @@ def test_deliver_webhooks_gets_a_push_subscription_of_its_own(
         push = subscriber.get_subscription(
             subscription=f"{project}/subscriptions/deliver-webhooks-push"
         )
-    assert push.topic == f"{project}/topics/coupon-events"
+        filtered = subscriber.get_subscription(
+            subscription=f"{project}/subscriptions/{config.FILTER_SUBSCRIPTION}"
+        )
+    # The emulator ignores filters: a watcher passes the events into the webhooks topic.
+    assert filtered.topic == f"{project}/topics/coupon-events"
+    assert push.topic == f"{project}/topics/coupon-events-webhooks"
     assert push.push_config.push_endpoint == "http://127.0.0.1:18005/"
     assert push.ack_deadline_seconds == 60
     assert push.retry_policy.minimum_backoff.total_seconds() == 5
