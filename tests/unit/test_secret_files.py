@@ -15,7 +15,7 @@ from google.cloud.firestore import Client
 from shared import settings as settings_module
 from shared.container import Services
 from shared.http import admin_api
-from shared.http.shopify import SIGNATURE_HEADER, signature
+from shared.http.shopify import SHOP_HEADER, SIGNATURE_HEADER, signature
 from shared.settings import SecretFiles, Settings
 from tests.support.api import router_client
 
@@ -43,7 +43,10 @@ def test_a_warm_instance_verifies_with_the_rotated_secret(tmp_path: Path, clock:
     mounted = tmp_path / "webhook-secret"
     mounted.write_bytes(FIRST + b"\n")
     settings = Settings(
-        project_id="shop-prod", ticket_secret="t" * 32, shopify_webhook_secret_file=mounted
+        project_id="shop-prod",
+        ticket_secret="t" * 32,
+        shopify_webhook_secret_file=mounted,
+        shopify_shop_domain="codedrop-test.myshopify.com",
     )
     offline = Client(project="shop-prod", credentials=AnonymousCredentials())  # type: ignore[no-untyped-call]
     client = router_client(admin_api.router, Services(settings, db=offline, publisher=object()))
@@ -53,7 +56,10 @@ def test_a_warm_instance_verifies_with_the_rotated_secret(tmp_path: Path, clock:
         return client.post(
             WEBHOOK,
             data=body,
-            headers={SIGNATURE_HEADER: signature(body, key)},
+            headers={
+                SIGNATURE_HEADER: signature(body, key),
+                SHOP_HEADER: "codedrop-test.myshopify.com",
+            },
             content_type="application/json",
         )
 
@@ -87,6 +93,9 @@ def test_a_missing_or_short_file_refuses_every_delivery(
     if content is not None:
         mounted.write_bytes(content)
     settings = Settings(
-        project_id="shop-prod", ticket_secret="t" * 32, shopify_webhook_secret_file=mounted
+        project_id="shop-prod",
+        ticket_secret="t" * 32,
+        shopify_webhook_secret_file=mounted,
+        shopify_shop_domain="codedrop-test.myshopify.com",
     )
     assert settings.shopify_webhook_key is None
