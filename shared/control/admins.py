@@ -105,6 +105,12 @@ class AdminService:
         )
         return view
 
+    def sign_out(self, *, uid: str) -> None:
+        """The console's sign-out: the admin's sessions end everywhere, not only in this browser
+        (its refresh tokens are revoked; the ID token it held is refused within the revocation
+        check's bound)."""
+        firebase.revoke_sessions(uid, project_id=self._project)
+
     def remove(self, *, uid: str, audit: AuditContext) -> None:
         if uid == audit.actor.uid:
             raise CannotRemoveYourself()

@@ -705,6 +705,21 @@ def remove_admin(call: Call, uid: str) -> flask.Response:
 
 
 @router.route(
+    "/v1/me:sign_out",
+    methods=["POST"],
+    access=ADMIN,
+    summary=(
+        "Sign the caller out everywhere: their sessions are revoked, and the token that made "
+        "this call is refused within the revocation check's bound."
+    ),
+    responses={204: None},
+)
+def sign_out(call: Call) -> flask.Response:
+    call.services.admins.sign_out(uid=call.user.user_id)
+    return flask.Response(status=204)
+
+
+@router.route(
     "/v1/maintenance/sweep",
     methods=["POST"],
     access=ADMIN,

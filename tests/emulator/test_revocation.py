@@ -98,3 +98,25 @@ def test_a_revoked_account_is_refused_within_the_bound(
 
     assert before in (200, 404)  # the redeemer's lookup of an unknown code: 404, not 401
     assert took <= BOUND_SECONDS
+
+
+def test_signing_out_of_the_console_ends_the_session_within_the_bound(
+    admin_url: str, auth_users: AuthEmulatorClient
+) -> None:
+    email = f"signs-out-{time.monotonic_ns()}@example.com"
+    signed_in = auth_users.ensure_user(email, "secret-123", claims={"admin": True})
+    url = f"{admin_url}/v1/campaigns"
+    assert status(url, signed_in) == 200
+    # Revocation counts in whole seconds: a token issued in the second it is revoked stays good
+    # (Firebase's rule), so the sign-out comes in a later second, as a real one does.
+    while int(time.time()) <= issued_at(signed_in.id_token):
+        time.sleep(0.1)
+
+    answer = httpx.post(
+        f"{admin_url}/v1/me:sign_out",
+        headers={"Authorization": f"Bearer {signed_in.id_token}"},
+        timeout=30,
+    )
+
+    assert answer.status_code == 204
+    assert refused_within(url, signed_in, until_then=200) <= BOUND_SECONDS

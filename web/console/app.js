@@ -449,7 +449,11 @@ async function start() {
       button.disabled = false;
     }
   });
-  document.getElementById("sign-out").addEventListener("click", () => auth.signOut());
+  // Signing out ends the admin's sessions on the server too (revoked there, not only forgotten
+  // here); the browser signs out whatever that call answers.
+  document.getElementById("sign-out").addEventListener("click", () =>
+    api.call("POST", "/v1/me:sign_out").catch(() => null).finally(() => auth.signOut()),
+  );
   document.getElementById("new-campaign").addEventListener("click", () => {
     const slot = document.getElementById("campaign-form-slot");
     if (slot.firstChild) return slot.querySelector("input")?.focus();
