@@ -15,6 +15,7 @@ from shared.http.routing import Access, RouteInfo, Router
 from shared.http.shopify import SIGNATURE_HEADER, signature
 from shared.settings import Settings
 from tests.support.api import REDEEMER, auth, router_client
+from tests.unit.conftest import LOCAL_SWITCHES
 
 
 def _path(route: RouteInfo) -> str:
@@ -149,14 +150,7 @@ def test_outside_demo_projects_the_webhook_needs_its_secret(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # A production project: none of the suite's local switches or secrets may leak in.
-    for name in (
-        "FIREBASE_AUTH_EMULATOR_HOST",
-        "CODEDROP_APP_CHECK_JWKS_URL",
-        "CODEDROP_PUSH_JWKS_URL",
-        "CODEDROP_CHECK_REVOKED",
-        "CODEDROP_TICKET_SECRET",
-        "CODEDROP_SHOPIFY_WEBHOOK_SECRET",
-    ):
+    for name in (*LOCAL_SWITCHES, "CODEDROP_TICKET_SECRET", "CODEDROP_SHOPIFY_WEBHOOK_SECRET"):
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(ValueError, match="TICKET_SECRET"):
         Settings(project_id="shop-prod")

@@ -23,6 +23,9 @@ WEBHOOK = "/v1/webhooks/shopify/orders"
 FIRST = b"first-shopify-secret-0123456789"
 ROTATED = b"rotated-shopify-secret-987654321"
 
+# Production settings: none of the emulator tier's local switches.
+pytestmark = pytest.mark.usefixtures("production_env")
+
 
 class Clock:
     def __init__(self) -> None:

@@ -23,26 +23,20 @@ def test_demo_project_may_use_emulator_tokens(monkeypatch: pytest.MonkeyPatch) -
     assert Settings().is_local
 
 
+@pytest.mark.usefixtures("production_env")
 def test_production_project_without_emulators_is_fine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "acme-prod")
     monkeypatch.setenv("CODEDROP_TICKET_SECRET", "s" * 40)
-    monkeypatch.delenv("FIREBASE_AUTH_EMULATOR_HOST", raising=False)
-    monkeypatch.delenv("CODEDROP_APP_CHECK_JWKS_URL", raising=False)
-    monkeypatch.delenv("CODEDROP_PUSH_JWKS_URL", raising=False)
-    monkeypatch.delenv("CODEDROP_CHECK_REVOKED", raising=False)
 
     assert not Settings().is_local
 
 
+@pytest.mark.usefixtures("production_env")
 @pytest.mark.parametrize(("secret", "message"), [(None, "required"), ("short", "32 characters")])
 def test_production_needs_a_real_ticket_secret(
     monkeypatch: pytest.MonkeyPatch, secret: str | None, message: str
 ) -> None:
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "acme-prod")
-    monkeypatch.delenv("FIREBASE_AUTH_EMULATOR_HOST", raising=False)
-    monkeypatch.delenv("CODEDROP_APP_CHECK_JWKS_URL", raising=False)
-    monkeypatch.delenv("CODEDROP_PUSH_JWKS_URL", raising=False)
-    monkeypatch.delenv("CODEDROP_CHECK_REVOKED", raising=False)
     if secret is None:
         monkeypatch.delenv("CODEDROP_TICKET_SECRET", raising=False)
     else:
