@@ -228,6 +228,13 @@ class Contended(CodedropError):
     default_message = "Too many shoppers at once; retry shortly."
 
 
+class AuthUnavailable(CodedropError):
+    """Firebase Auth did not answer a change to an account: nothing was changed."""
+
+    error_code = "AUTH_UNAVAILABLE"
+    default_message = "Signing in and out is not reachable right now; retry shortly."
+
+
 class MethodNotAllowed(CodedropError):
     error_code = "METHOD_NOT_ALLOWED"
     default_message = "Method not allowed on this path."

@@ -14,7 +14,7 @@ from firebase_admin.exceptions import FirebaseError
 from google.auth.credentials import AnonymousCredentials
 
 from shared.cache import RecentReads
-from shared.errors import Unauthenticated
+from shared.errors import AuthUnavailable, Unauthenticated
 
 log = logging.getLogger(__name__)
 
@@ -116,5 +116,11 @@ def set_claims(uid: str, claims: dict[str, Any], *, project_id: str) -> None:
 
 def revoke_sessions(uid: str, *, project_id: str) -> None:
     """End the user's refresh tokens: no new ID token, and the admin and redeemer routes refuse
-    the one they hold once their revocation check's cache expires (Revocations)."""
-    firebase_auth.revoke_refresh_tokens(uid, app=firebase_app(project_id))
+    the one they hold once their revocation check's cache expires (Revocations). A user that
+    no longer exists has no session left to end."""
+    try:
+        firebase_auth.revoke_refresh_tokens(uid, app=firebase_app(project_id))
+    except firebase_auth.UserNotFoundError:
+        return
+    except FirebaseError as exc:
+        raise AuthUnavailable() from exc

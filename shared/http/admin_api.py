@@ -38,6 +38,7 @@ from shared.control.claims_list import ClaimPage, ClaimsQuery
 from shared.control.exports import ExportCreate
 from shared.errors import (
     AdminNotFound,
+    AuthUnavailable,
     CampaignChanged,
     CampaignExists,
     CampaignNotEnded,
@@ -713,6 +714,7 @@ def remove_admin(call: Call, uid: str) -> flask.Response:
         "this call is refused within the revocation check's bound."
     ),
     responses={204: None},
+    raises=[AuthUnavailable],
 )
 def sign_out(call: Call) -> flask.Response:
     call.services.admins.sign_out(uid=call.user.user_id)

@@ -48,6 +48,7 @@ _STATUS: dict[type[errors.CodedropError], int] = {
     errors.WaitingRoom: 429,
     errors.RateLimited: 429,
     errors.Contended: 503,
+    errors.AuthUnavailable: 503,
 }
 
 M = TypeVar("M", bound=BaseModel)
