@@ -34,7 +34,6 @@ DocumentId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.
 UserId = Annotated[str, StringConstraints(min_length=1, max_length=128)]
 # A time in an event: RFC 3339 in UTC, within the calendar bounds of InputTime.
 EventTime = Annotated[InputTime, PlainSerializer(rfc3339, return_type=str)]
-T = TypeVar("T")
 # More than any import or generation job can hold, and inside Firestore's int64.
 MAX_EVENT_COUNT = 1_000_000_000
 
@@ -161,6 +160,9 @@ def parse_event(payload: bytes) -> Event:
     """An event from the topic, strictly typed: a count of 1e20 or "5", an epoch number for a
     time, or a time at the ends of the calendar is malformed, never coerced."""
     return _strictly(_EVENT, payload)
+
+
+T = TypeVar("T")
 
 
 def _strictly(adapter: TypeAdapter[T], payload: bytes) -> T:
