@@ -76,6 +76,7 @@ class EventBus:
         return self._publisher.publish(
             self._topic,
             events.encode_batch(claims),
+            event_id=events.batch_event_id(claims),
             type=events.CLAIMED_BATCH,
             **self._attributes(claims[0]),
         )

@@ -7,6 +7,7 @@ deduplicate on it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -198,15 +199,22 @@ def _distinct_members(claims: tuple[CouponClaimed, ...]) -> tuple[CouponClaimed,
     return claims
 
 
-class ClaimedBatch(BaseModel):
+def batch_event_id(claims: Sequence[CouponClaimed]) -> str:
+    """A batch's id, derived from its members' ids as theirs from their claims: the same claims
+    make the same batch id. Consumers still deduplicate on each member's own id."""
+    digest = hashlib.sha256("\n".join(c.event_id for c in claims).encode()).hexdigest()[:32]
+    return f"claimed_batch.{claims[0].campaign_id}.{digest}"
+
+
+class ClaimedBatch(_Event):
     """`coupon.claimed` events of one campaign published as one message (shared/events/batch.py):
     each member is the very event a single publish would carry, checked and counted on its own
-    terms. Not an event type: nothing subscribes to it, webhooks receive its members."""
+    terms. `occurred_at` is the first member's. Not an event type: nothing subscribes to it,
+    webhooks receive its members."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     type: Literal["coupon.claimed.batch"] = CLAIMED_BATCH
-    campaign_id: CampaignId
     claims: Annotated[
         tuple[CouponClaimed, ...],
         Field(min_length=1, max_length=MAX_BATCH_CLAIMS),
@@ -214,21 +222,31 @@ class ClaimedBatch(BaseModel):
     ]
 
     @model_validator(mode="after")
-    def _one_campaign(self) -> ClaimedBatch:
+    def _consistent(self) -> ClaimedBatch:
         # Routing (the webhook attribute) and counting are per campaign.
         if any(c.campaign_id != self.campaign_id for c in self.claims):
             raise ValueError("every claim of a batch is of its campaign")
+        if self.event_id != batch_event_id(self.claims):
+            raise ValueError("a batch's id derives from its claims' ids")
+        if self.occurred_at != self.claims[0].occurred_at:
+            raise ValueError("a batch's time is its first claim's")
         return self
+
+    @classmethod
+    def of(cls, claims: Sequence[CouponClaimed]) -> ClaimedBatch:
+        return cls(
+            event_id=batch_event_id(claims),
+            campaign_id=claims[0].campaign_id,
+            occurred_at=claims[0].occurred_at,
+            claims=tuple(claims),
+        )
 
 
 def encode_batch(claims: Sequence[CouponClaimed]) -> bytes:
     """The batch message of `claims` (one campaign's): members encoded as encode_event does."""
-    batch = {
-        "type": CLAIMED_BATCH,
-        "campaign_id": claims[0].campaign_id,
-        "claims": [c.model_dump(mode="json") for c in claims],
-    }
-    return json.dumps(batch, separators=(",", ":")).encode()
+    return json.dumps(
+        ClaimedBatch.of(claims).model_dump(mode="json"), separators=(",", ":")
+    ).encode()
 
 
 Message = Annotated[Event | ClaimedBatch, Field(discriminator="type")]

@@ -68,7 +68,7 @@ def test_a_batch_is_counted_in_one_read_and_one_commit(
     campaign_id = make_campaign()
     batch = claims_of(db, campaign_id, range(7))
     services = Services(get_settings(), db=firestore.Client(project=db.project))
-    message = events.ClaimedBatch(campaign_id=campaign_id, claims=batch)
+    message = events.ClaimedBatch.of(batch)
 
     with RpcCounter(services.db) as rpcs:
         services.usage.verified_claims(message)
@@ -161,7 +161,11 @@ def malformed_batches(campaign_id: str, claims: list[events.CouponClaimed]) -> l
     empty = {**good, "claims": []}
     unknown_field = {**good, "count": 2}
     loose = {**good, "claims": [{**good["claims"][0], "occurred_at": 1764290000}]}
-    return [json.dumps(b).encode() for b in (too_many, twice, foreign, empty, unknown_field, loose)]
+    relabelled = {**good, "event_id": f"claimed_batch.{campaign_id}.{'0' * 32}"}
+    return [
+        json.dumps(b).encode()
+        for b in (too_many, twice, foreign, empty, unknown_field, loose, relabelled)
+    ]
 
 
 @pytest.mark.parametrize("function", ["count_usage", "deliver_webhooks"])
@@ -178,9 +182,9 @@ def test_a_malformed_or_oversized_batch_is_acknowledged_and_nothing_counted(
     with caplog.at_level(logging.ERROR, logger="shared"):
         statuses = [push(client, b) for b in malformed_batches(campaign_id, claims)]
 
-    assert statuses == [200] * 6
+    assert statuses == [200] * 7
     malformed = [r for r in caplog.records if r.getMessage() == "malformed message acknowledged"]
-    assert len(malformed) == 6
+    assert len(malformed) == 7
     assert "at most 100 items" in getattr(malformed[0], "reason", "")
     assert claimed(campaign_id) == 0
 

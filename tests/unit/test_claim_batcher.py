@@ -119,8 +119,11 @@ def test_concurrent_claims_of_a_campaign_share_one_message_and_all_are_acknowled
 
     assert results == [True] * 20
     assert [sorted(m) for m in publisher.claims()] == [sorted(f"c{n}" for n in range(20))]
-    [(_, attributes)] = publisher.messages
-    assert attributes == {"type": "coupon.claimed.batch"}  # no webhooks: not marked
+    [(data, attributes)] = publisher.messages
+    batch = events.parse_message(data)
+    assert batch.event_id.startswith("claimed_batch.sale.")
+    # Its id and type; no webhooks, so not marked for deliver_webhooks.
+    assert attributes == {"event_id": batch.event_id, "type": "coupon.claimed.batch"}
     assert outbox.kept == {}
 
 
@@ -134,6 +137,12 @@ def test_batches_are_per_campaign_and_keep_their_campaigns_routing() -> None:
     routes = {
         events.parse_message(data).campaign_id: attributes
         for data, attributes in publisher.messages
+    }
+    assert {
+        campaign: attributes.pop("event_id")[:20] for campaign, attributes in routes.items()
+    } == {
+        "hooked": "claimed_batch.hooked",
+        "quiet": "claimed_batch.quiet.",
     }
     assert routes == {
         "hooked": {"type": "coupon.claimed.batch", "webhooks": "1"},
