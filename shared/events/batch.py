@@ -33,21 +33,14 @@ class _Batch:
     error: BaseException | None = None
 
 
+@dataclass(eq=False)
 class ClaimBatcher:
-    def __init__(
-        self,
-        bus: EventBus,
-        *,
-        window_seconds: float,
-        max_claims: int = MAX_BATCH_CLAIMS,
-        max_bytes: int = MAX_BATCH_BYTES,
-    ) -> None:
-        self._bus = bus
-        self._window = window_seconds
-        self._max_claims = max_claims
-        self._max_bytes = max_bytes
-        self._lock = threading.Lock()
-        self._open: dict[str, _Batch] = {}
+    bus: EventBus
+    window_seconds: float
+    max_claims: int = MAX_BATCH_CLAIMS
+    max_bytes: int = MAX_BATCH_BYTES
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    _open: dict[str, _Batch] = field(default_factory=dict, init=False)  # by campaign
 
     def publish(self, event: CouponClaimed, *, now: datetime, timeout: float) -> bool:
         """True when the message holding `event` was acknowledged within `timeout`; False when
@@ -57,7 +50,7 @@ class ClaimBatcher:
         with self._lock:
             batch = self._open.get(event.campaign_id)
             if batch is not None and (
-                len(batch.claims) >= self._max_claims or batch.size + size > self._max_bytes
+                len(batch.claims) >= self.max_claims or batch.size + size > self.max_bytes
             ):
                 self._close(event.campaign_id, batch)
                 batch = None
@@ -69,10 +62,10 @@ class ClaimBatcher:
             if all(c.event_id != event.event_id for c in batch.claims):
                 batch.claims.append(event)
                 batch.size += size
-            if len(batch.claims) >= self._max_claims:
+            if len(batch.claims) >= self.max_claims:
                 self._close(event.campaign_id, batch)
         if lead:
-            batch.closed.wait(min(self._window, max(deadline - time.monotonic(), 0.0)))
+            batch.closed.wait(min(self.window_seconds, max(deadline - time.monotonic(), 0.0)))
             with self._lock:
                 self._close(event.campaign_id, batch)
             self._send(batch)
@@ -87,7 +80,7 @@ class ClaimBatcher:
             except PUBLISH_ERRORS as exc:
                 error = exc
         if error is not None:
-            self._bus.keep(event, now=now, error=error)
+            self.bus.keep(event, now=now, error=error)
             return False
         return True
 
@@ -99,7 +92,7 @@ class ClaimBatcher:
 
     def _send(self, batch: _Batch) -> None:
         try:
-            batch.future = self._bus.publish_claims(batch.claims)
+            batch.future = self.bus.publish_claims(batch.claims)
         # Whatever the publish raised, each claim of the batch keeps its event in the outbox.
         except Exception as exc:  # noqa: BLE001
             batch.error = exc

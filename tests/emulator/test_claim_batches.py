@@ -16,40 +16,19 @@ import pytest
 from flask.testing import FlaskClient
 from google.cloud import firestore
 
-from devkit.claims import add_claims
 from devkit.firestore_rpcs import RpcCounter
 from devkit.receiver import Receiver
-from shared.claims.models import ClaimRecord
 from shared.claims.policy import Shopper
-from shared.clock import utcnow
 from shared.container import Services, instance_services
 from shared.events import models as events
 from shared.gcp.firestore import processed_event_ref
 from shared.settings import get_settings
+from tests.emulator.test_usage_counters import claimed_events
 from tests.support.api import ADMIN, function_client
 from tests.support.cloudevents import deliver, published_event
 from tests.support.stack import MakeCampaign, Pump
 
 pytestmark = pytest.mark.emulator
-
-
-def claims_of(db: firestore.Client, campaign_id: str, numbers: range) -> list[events.CouponClaimed]:
-    """Claims that exist (count_usage counts nothing else), and their events."""
-    return add_claims(
-        db,
-        [
-            ClaimRecord(
-                claim_id=f"claim-{n}",
-                campaign_id=campaign_id,
-                user_id=f"user-{n}",
-                coupon_id=f"coupon-{n}",
-                code=f"CODE-{n}",
-                slot=0,
-                claimed_at=utcnow(),
-            )
-            for n in numbers
-        ],
-    )
 
 
 def push(client: FlaskClient, payload: bytes) -> int:
@@ -66,7 +45,7 @@ def test_a_batch_is_counted_in_one_read_and_one_commit(
     """k claims: one batched read of their claims, one commit of k markers and one shard with
     the sum, the hour and minute series summed too."""
     campaign_id = make_campaign()
-    batch = claims_of(db, campaign_id, range(7))
+    batch = claimed_events(db, campaign_id, 7)
     services = Services(get_settings(), db=firestore.Client(project=db.project))
     message = events.ClaimedBatch.of(batch)
 
@@ -93,7 +72,7 @@ def test_a_redelivered_batch_counts_each_claim_once(
     db: firestore.Client, usage_client: FlaskClient, make_campaign: MakeCampaign
 ) -> None:
     campaign_id = make_campaign()
-    payload = events.encode_batch(claims_of(db, campaign_id, range(5)))
+    payload = events.encode_batch(claimed_events(db, campaign_id, 5))
 
     first = push(usage_client, payload)
     with ThreadPoolExecutor(3) as pool:
@@ -109,7 +88,7 @@ def test_a_batch_overlapping_counted_claims_counts_the_rest_once(
     """A claim counted through its own event (the outbox's, the sweep's) and again in a batch;
     two batches sharing claims: each claim once."""
     campaign_id = make_campaign()
-    claims = claims_of(db, campaign_id, range(8))
+    claims = claimed_events(db, campaign_id, 8)
 
     assert push(usage_client, events.encode_event(claims[0])) == 200
     assert push(usage_client, events.encode_batch(claims[:4])) == 200
@@ -127,7 +106,7 @@ def test_a_forged_member_is_refused_and_the_others_counted(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     campaign_id = make_campaign()
-    real = claims_of(db, campaign_id, range(3))
+    real = claimed_events(db, campaign_id, 3)
     forged = [
         # a claim that does not exist
         real[0].model_copy(
@@ -176,7 +155,7 @@ def test_a_malformed_or_oversized_batch_is_acknowledged_and_nothing_counted(
     function: str,
 ) -> None:
     campaign_id = make_campaign()
-    claims = claims_of(db, campaign_id, range(events.MAX_BATCH_CLAIMS + 1))
+    claims = claimed_events(db, campaign_id, events.MAX_BATCH_CLAIMS + 1)
     client = function_client(function)
 
     with caplog.at_level(logging.ERROR, logger="shared"):
@@ -213,7 +192,7 @@ def test_webhooks_receive_a_batch_as_one_event_per_claim(
         headers=ADMIN,
     ).get_json()
     cleanup.append(lambda: db.recursive_delete(webhook_ref(db, created["webhook_id"])))
-    real = claims_of(db, campaign_id, range(4))
+    real = claimed_events(db, campaign_id, 4)
     forged = real[0].model_copy(
         update={"event_id": f"claimed.{campaign_id}.ghost", "claim_id": "ghost"}
     )
@@ -260,17 +239,29 @@ def claim_concurrently(services: Services, campaign_id: str, shoppers: int) -> l
         return list(pool.map(claim, range(shoppers)))
 
 
+Batching = Callable[[Recording], Services]
+
+
+@pytest.fixture
+def batching(db: firestore.Client, cleanup: list[Callable[[], object]]) -> Batching:
+    """An instance's container whose claims wait 50 ms for others to share their message,
+    published through the given publisher."""
+
+    def make(publisher: Recording) -> Services:
+        settings = get_settings().model_copy(update={"claim_event_window_seconds": 0.05})
+        services = Services(settings, db=db, publisher=publisher)
+        cleanup.append(services.close)
+        return services
+
+    return make
+
+
 def test_concurrent_claims_share_messages_and_each_is_counted_once(
-    db: firestore.Client,
-    make_campaign: MakeCampaign,
-    pump_events: Pump,
-    cleanup: list[Callable[[], object]],
+    make_campaign: MakeCampaign, pump_events: Pump, batching: Batching
 ) -> None:
     campaign_id = make_campaign(codes=40)
-    settings = get_settings().model_copy(update={"claim_event_window_seconds": 0.05})
     recording = Recording(instance_services().publisher)
-    services = Services(settings, db=db, publisher=recording)
-    cleanup.append(services.close)
+    services = batching(recording)
 
     claim_ids = claim_concurrently(services, campaign_id, 40)
     delivered = [e for e in pump_events() if e["campaign_id"] == campaign_id]
@@ -284,19 +275,13 @@ def test_concurrent_claims_share_messages_and_each_is_counted_once(
 
 
 def test_the_sweep_recovers_the_claims_of_a_lost_batch(
-    db: firestore.Client,
-    admin_client: FlaskClient,
-    make_campaign: MakeCampaign,
-    pump_events: Pump,
-    cleanup: list[Callable[[], object]],
+    admin_client: FlaskClient, make_campaign: MakeCampaign, pump_events: Pump, batching: Batching
 ) -> None:
     """A batch acknowledged and never delivered leaves no outbox entry: the sweep finds its
     claims without markers and publishes each one's event again."""
     campaign_id = make_campaign(codes=12)
-    settings = get_settings().model_copy(update={"claim_event_window_seconds": 0.05})
     lost = Recording(instance_services().publisher, lose=True)
-    services = Services(settings, db=db, publisher=lost)
-    cleanup.append(services.close)
+    services = batching(lost)
 
     claim_concurrently(services, campaign_id, 12)
     assert "coupon.claimed.batch" in lost.types

@@ -78,13 +78,9 @@ def batcher(
 
 
 def claimed(n: int, campaign_id: str = "sale") -> events.CouponClaimed:
+    ids = {"coupon_id": f"coupon-{n}", "user_id": f"user-{n}", "claim_id": f"c{n}"}
     return events.CouponClaimed(
-        event_id=f"claimed.{campaign_id}.c{n}",
-        campaign_id=campaign_id,
-        occurred_at=NOW,
-        coupon_id=f"coupon-{n}",
-        user_id=f"user-{n}",
-        claim_id=f"c{n}",
+        event_id=f"claimed.{campaign_id}.c{n}", campaign_id=campaign_id, occurred_at=NOW, **ids
     )
 
 
