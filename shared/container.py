@@ -149,6 +149,7 @@ class Services:
                 app_check=self.app_check,
                 clock=utcnow,
                 deadline_seconds=self.settings.claim_deadline_seconds,
+                event_window_seconds=self.settings.claim_event_window_seconds,
             ),
         )
 
@@ -270,7 +271,11 @@ class Services:
         return self._once(
             "webhooks",
             lambda: WebhookService(
-                db=self.db, settings=self.settings, clock=utcnow, verify=self.usage.verified
+                db=self.db,
+                settings=self.settings,
+                clock=utcnow,
+                verify=self.usage.verified,
+                verify_claims=self.usage.verified_claims,
             ),
         )
 

@@ -96,6 +96,11 @@ class Settings(BaseSettings):
     claim_deadline_seconds: float = Field(
         default=8.0, gt=0, le=60, validation_alias="CODEDROP_CLAIM_DEADLINE_SECONDS"
     )
+    # How long an instance's first claim of a campaign waits for others to share its event's
+    # message (shared/events/batch.py).
+    claim_event_window_seconds: float = Field(
+        default=0.005, ge=0, le=0.1, validation_alias="CODEDROP_CLAIM_EVENT_WINDOW_SECONDS"
+    )
     campaign_cache_seconds: float = Field(
         default=0.5, ge=0, le=30, validation_alias="CODEDROP_CAMPAIGN_CACHE_SECONDS"
     )

@@ -354,7 +354,7 @@ def usage_client(emulators: EmulatorStack) -> FlaskClient:
 @pytest.fixture
 def pump_events(usage_client: FlaskClient) -> Pump:
     """Deliver what was published on the topic to count_usage, as the push subscription
-    would; returns the decoded events delivered."""
+    would; returns the decoded events delivered (a batch's claims, each)."""
     from google.cloud.pubsub_v1 import SubscriberClient
 
     def pump() -> list[dict[str, Any]]:
@@ -377,7 +377,9 @@ def pump_events(usage_client: FlaskClient) -> Pump:
                     message = received.message
                     envelope = published_event(message.data, message_id=message.message_id)
                     assert deliver(usage_client, envelope) == 200
-                    delivered.append(json.loads(message.data))
+                    published = json.loads(message.data)
+                    # A batch of claims stands for its claims' events.
+                    delivered += published.get("claims", [published])
                 subscriber.acknowledge(
                     subscription=subscription,
                     ack_ids=[r.ack_id for r in response.received_messages],

@@ -84,6 +84,10 @@ class PushRelay:
         self._account = account
         self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # One client for every push: httpx.post builds a client (and its TLS context) a call,
+        # 35 ms of this process's CPU against 1.5 ms, which the load test counted against the
+        # stack for every message pushed.
+        self._client = httpx.Client(timeout=_FORWARD_TIMEOUT_SECONDS)
 
     @property
     def url(self) -> str:
@@ -104,6 +108,7 @@ class PushRelay:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
+        self._client.close()
 
     def __enter__(self) -> PushRelay:
         return self.start()
@@ -117,12 +122,7 @@ class PushRelay:
             **self.keys.authorization(audience=self._audience, email=self._account),
         }
         try:
-            answer = httpx.post(
-                self.targets[function],
-                content=body,
-                headers=headers,
-                timeout=_FORWARD_TIMEOUT_SECONDS,
-            )
+            answer = self._client.post(self.targets[function], content=body, headers=headers)
         except httpx.HTTPError:
             return 502, b""  # the function is down: the emulator retries
         return answer.status_code, answer.content

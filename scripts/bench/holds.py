@@ -240,6 +240,7 @@ class Sale:
                 app_check=services.app_check,
                 clock=utcnow,
                 deadline_seconds=services.settings.claim_deadline_seconds,
+                event_window_seconds=services.settings.claim_event_window_seconds,
             )
             for _ in range(cfg.instances)
         ]

@@ -1,8 +1,8 @@
 """What a sale costs in production's terms, counted where it happens: in each function process
 of the load test's stack, the Firestore RPCs and documents its clients read and write
-(devkit/firestore_rpcs.py), the Pub/Sub messages it publishes (by type, and how many
-are marked for deliver_webhooks) and the requests it serves (its invocations: a Pub/Sub push is
-one).
+(devkit/firestore_rpcs.py), the Pub/Sub messages it publishes (by type, the events they carry,
+their billed bytes, and how many are marked for deliver_webhooks) and the requests it serves
+(its invocations: a Pub/Sub push is one).
 
 The load test puts scripts/load_test/counting/ on the stack's PYTHONPATH with FOLDER_ENV naming
 a folder: the `sitecustomize` there calls `install()` in every process started with
@@ -96,6 +96,7 @@ def install(folder: Path, function: str) -> None:
     from google.cloud.pubsub_v1 import PublisherClient
 
     from devkit.firestore_rpcs import RpcCounter
+    from shared.events.models import CLAIMED_BATCH
 
     process = _Process(folder, function)
     made = Client.__init__
@@ -110,8 +111,13 @@ def install(folder: Path, function: str) -> None:
 
     def counted_publish(self: Any, topic: str, data: bytes, **attributes: Any) -> Any:
         process.ensure_writer()
+        # A batch of claims' events is one message carrying many.
+        carried = len(json.loads(data)["claims"]) if attributes.get("type") == CLAIMED_BATCH else 1
+        size = len(data) + sum(len(k) + len(v) for k, v in attributes.items())
         with process.lock:
             process.published["messages"] += 1
+            process.published["events"] += carried
+            process.published["bytes billed"] += max(size, PUBSUB_BYTES)
             process.published[f"type {attributes.get('type')}"] += 1
             if attributes.get("webhooks"):
                 process.published["marked for deliver_webhooks"] += 1
@@ -201,9 +207,11 @@ def per_claim(
     shoppers: int,
 ) -> dict[str, Any]:
     """The sale in production's terms: per code sold, Firestore documents read and written,
-    Pub/Sub messages published and pushed, invocations by function; and dollars per
-    cost.PER_CLAIMS codes sold at list prices (scripts/bench/cost.py), the functions' CPU as
-    sampled (their vCPU-seconds and memory), requests, Firestore, and Pub/Sub's throughput.
+    Pub/Sub messages published and pushed (and the events the published ones carried: a batch
+    of claims is one message), invocations by function; and dollars per cost.PER_CLAIMS codes
+    sold at list prices (scripts/bench/cost.py), the functions' CPU as sampled (their
+    vCPU-seconds and memory), requests, Firestore, and Pub/Sub's throughput (each message's
+    bytes, at least PUBSUB_BYTES).
 
     Counted on this stack, where claim_api's 2 processes stand for 2 instances. More instances
     add only the reads each makes on its own schedule (its caches: INSTANCE_READS); the total at
@@ -215,9 +223,18 @@ def per_claim(
 
     reads = sum(f["firestore"].get("documents read", 0) for f in changed.values())
     writes = sum(f["firestore"].get("documents written", 0) for f in changed.values())
-    published = sum(f["published"].get("messages", 0) for f in changed.values())
     invocations = {name: f["invocations"] for name, f in changed.items() if f["invocations"]}
     pushes = sum(n for name, n in invocations.items() if name in PUSHED)
+    published = sum(f["published"].get("messages", 0) for f in changed.values())
+    # Claims' events ride many to a message (shared/events/batch.py): messages are what Pub/Sub
+    # bills and pushes, events what they carry.
+    carried = sum(f["published"].get("events", 0) for f in changed.values())
+    published_bytes = sum(
+        f["published"].get("bytes billed", f["published"].get("messages", 0) * PUBSUB_BYTES)
+        for f in changed.values()
+    )
+    # A push delivers one of the messages published: billed at their mean size.
+    pushed_bytes = pushes * published_bytes / published if published else 0.0
     cpu_seconds = sum(cpu_ms_per_shopper.get(name, 0.0) for name in changed) * shoppers / 1000
     scale = cost.PER_CLAIMS / claims
     own_schedule = sum(
@@ -232,7 +249,7 @@ def per_claim(
         * scale
         * (cost.VCPU_SECOND + cost.CLAIM_API_GIB * cost.GIB_SECOND),
         "function_requests": sum(invocations.values()) * scale * cost.REQUEST_PER_MILLION / 1e6,
-        "pubsub_throughput": (published + pushes) * scale * PUBSUB_BYTES * PUBSUB_PER_TIB / 2**40,
+        "pubsub_throughput": (published_bytes + pushed_bytes) * scale * PUBSUB_PER_TIB / 2**40,
     }
     return {
         "claims": claims,
@@ -241,6 +258,7 @@ def per_claim(
             "of_which_on_instances_own_schedule": each(own_schedule),
             "firestore_documents_written": each(writes),
             "pubsub_messages_published": each(published),
+            "pubsub_events_published": each(carried),
             "pubsub_messages_pushed": each(pushes),
             "invocations": {name: each(n) for name, n in sorted(invocations.items())},
             "function_cpu_ms": each(cpu_seconds * 1000),

@@ -418,12 +418,15 @@ def render_markdown(comparison: Mapping[str, Any], source: str) -> str:
         per = run["per_claim"]
         invocations = ", ".join(f"{k} {v:g}" for k, v in per["invocations"].items())
         cpu = run["cpu_ms_per_shopper_with_counting"]["stack (every process of the service)"]
+        # The events those messages carried (claims share messages), where the run counted them.
+        events = per.get("pubsub_events_published")
+        carried = f" ({events:g} events)" if events is not None else ""
         lines.append(
             f"| {(number + 1) // 2} | {run['side']} | {_cell(run['sale_seconds'])} | "
             f"{_cell(run['claim_p50_ms'])} / {_cell(run['claim_p95_ms'])} | "
             f"{run['violations']} | {cpu:.2f} | {per['firestore_documents_read']:g} / "
             f"{per['firestore_documents_written']:g} | {per['pubsub_messages_published']:g} "
-            f"published, {per['pubsub_messages_pushed']:g} pushed | {invocations} | "
+            f"published{carried}, {per['pubsub_messages_pushed']:g} pushed | {invocations} | "
             f"{run['dollars_per_10000_claims']['total']:.4f} (64 instances "
             f"{run['dollars_per_10000_claims']['total_at_64_instances']:.4f}) |"
         )

@@ -17,6 +17,7 @@ from shared.claims.engine import ClaimEngine, ClaimOutcome
 from shared.claims.models import ClaimRecord, coupon_claimed
 from shared.claims.policy import AppCheck, Shopper
 from shared.errors import CampaignNotActive, CodedropError, WaitingRoom
+from shared.events.batch import ClaimBatcher
 from shared.events.bus import EventBus
 from shared.fairness.models import EntryPublic
 from shared.fairness.service import FairnessService
@@ -44,11 +45,13 @@ class ClaimService:
         app_check: AppCheck,
         clock: Callable[[], datetime],
         deadline_seconds: float,
+        event_window_seconds: float,
     ) -> None:
         self.engine = engine
         self._app_check = app_check
         self._deadline_seconds = deadline_seconds
-        self._bus = bus
+        # This instance's concurrent claims of a campaign share one message.
+        self._events = ClaimBatcher(bus, window_seconds=event_window_seconds)
         self._room = room
         self._usage = usage
         self._fairness = fairness
@@ -154,11 +157,12 @@ class ClaimService:
             holder=holder,
         )
         if outcome.created:
-            # Awaited, but never past the claim's own deadline: on failure or timeout the event
-            # waits in the outbox and the shopper still gets the code (the claim is committed).
-            # A replay publishes the same event id again.
+            # Awaited (with the claims that share its message), but never past the claim's own
+            # deadline: on failure or timeout the event waits in the outbox and the shopper
+            # still gets the code (the claim is committed). A replay publishes the same event
+            # id again.
             left = started + self._deadline_seconds - time.monotonic()
-            self._bus.publish(
+            self._events.publish(
                 coupon_claimed(outcome.claim), now=self._clock(), timeout=max(left, 0.0)
             )
         return ClaimResult(outcome=outcome, ticket=room_pass.ticket)

@@ -67,6 +67,20 @@ class EventBus:
             **self._attributes(event),
         )
 
+    def publish_claims(self, claims: Sequence[events.CouponClaimed]) -> Any:
+        """Publish one campaign's claims as one message (a batch of one is the plain event);
+        the publish future. The batch has its campaign's routing attributes (its members share
+        campaign and type), so a campaign without webhooks pays nothing for them."""
+        if len(claims) == 1:
+            return self._publish(claims[0])
+        return self._publisher.publish(
+            self._topic,
+            events.encode_batch(claims),
+            event_id=events.batch_event_id(claims),
+            type=events.CLAIMED_BATCH,
+            **self._attributes(claims[0]),
+        )
+
     def send(self, event: events.Event, *, timeout: float = PUBLISH_TIMEOUT_SECONDS) -> None:
         """Publish and wait for the acknowledgement; raises one of PUBLISH_ERRORS."""
         self._publish(event).result(timeout=timeout)
@@ -84,15 +98,17 @@ class EventBus:
         try:
             self.send(event, timeout=timeout)
         except PUBLISH_ERRORS as exc:
-            log.warning(
-                "publish failed; event kept in the outbox",
-                extra={"event_id": event.event_id, "error": repr(exc)},
-            )
-            outbox_collection(self._db).document(event.event_id).set(
-                self._outbox_fields(event, now)
-            )
+            self.keep(event, now=now, error=exc)
             return False
         return True
+
+    def keep(self, event: events.Event, *, now: datetime, error: BaseException) -> None:
+        """Keep an event whose publish failed (or outlasted its wait) in the outbox."""
+        log.warning(
+            "publish failed; event kept in the outbox",
+            extra={"event_id": event.event_id, "error": repr(error)},
+        )
+        outbox_collection(self._db).document(event.event_id).set(self._outbox_fields(event, now))
 
     def stage(self, batch: firestore.WriteBatch, event: events.Event, *, now: datetime) -> None:
         """Add the event's outbox entry to `batch`: committed with the change it reports."""

@@ -7,12 +7,15 @@ deduplicate on it.
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -20,6 +23,7 @@ from pydantic import (
     StringConstraints,
     TypeAdapter,
     ValidationError,
+    model_validator,
 )
 
 from shared.types import CampaignId, InputTime, OnCancel, rfc3339
@@ -156,8 +160,15 @@ class MalformedEvent(ValueError):
 def parse_event(payload: bytes) -> Event:
     """An event from the topic, strictly typed: a count of 1e20 or "5", an epoch number for a
     time, or a time at the ends of the calendar is malformed, never coerced."""
+    return _strictly(_EVENT, payload)
+
+
+T = TypeVar("T")
+
+
+def _strictly(adapter: TypeAdapter[T], payload: bytes) -> T:
     try:
-        return _EVENT.validate_json(payload, strict=True)
+        return adapter.validate_json(payload, strict=True)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in item['loc'])[:64]}: {item['msg'][:120]}"
@@ -170,6 +181,83 @@ def parse_event(payload: bytes) -> Event:
 
 def encode_event(event: Event) -> bytes:
     return json.dumps(event.model_dump(mode="json"), separators=(",", ":")).encode()
+
+
+# --- many claims in one message -----------------------------------------------------------------
+CLAIMED_BATCH: Literal["coupon.claimed.batch"] = "coupon.claimed.batch"
+# A batch's members are at most this many: a batch is counted in one commit (a marker each and
+# one shard), well under Firestore's 500 writes.
+MAX_BATCH_CLAIMS = 100
+# And its JSON at most this many bytes: base64 and the push envelope keep the delivery under the
+# functions' 64 KiB body limit (shared/http/routing.py).
+MAX_BATCH_BYTES = 40_000
+
+
+def _distinct_members(claims: tuple[CouponClaimed, ...]) -> tuple[CouponClaimed, ...]:
+    if len({c.event_id for c in claims}) != len(claims):
+        raise ValueError("a batch names each claim once")
+    return claims
+
+
+def batch_event_id(claims: Sequence[CouponClaimed]) -> str:
+    """A batch's id, derived from its members' ids as theirs from their claims: the same claims
+    make the same batch id. Consumers still deduplicate on each member's own id."""
+    digest = hashlib.sha256("\n".join(c.event_id for c in claims).encode()).hexdigest()[:32]
+    return f"claimed_batch.{claims[0].campaign_id}.{digest}"
+
+
+class ClaimedBatch(_Event):
+    """`coupon.claimed` events of one campaign published as one message (shared/events/batch.py):
+    each member is the very event a single publish would carry, checked and counted on its own
+    terms. `occurred_at` is the first member's. Not an event type: nothing subscribes to it,
+    webhooks receive its members."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["coupon.claimed.batch"] = CLAIMED_BATCH
+    claims: Annotated[
+        tuple[CouponClaimed, ...],
+        Field(min_length=1, max_length=MAX_BATCH_CLAIMS),
+        AfterValidator(_distinct_members),
+    ]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ClaimedBatch:
+        # Routing (the webhook attribute) and counting are per campaign.
+        if any(c.campaign_id != self.campaign_id for c in self.claims):
+            raise ValueError("every claim of a batch is of its campaign")
+        if self.event_id != batch_event_id(self.claims):
+            raise ValueError("a batch's id derives from its claims' ids")
+        if self.occurred_at != self.claims[0].occurred_at:
+            raise ValueError("a batch's time is its first claim's")
+        return self
+
+    @classmethod
+    def of(cls, claims: Sequence[CouponClaimed]) -> ClaimedBatch:
+        return cls(
+            event_id=batch_event_id(claims),
+            campaign_id=claims[0].campaign_id,
+            occurred_at=claims[0].occurred_at,
+            claims=tuple(claims),
+        )
+
+
+def encode_batch(claims: Sequence[CouponClaimed]) -> bytes:
+    """The batch message of `claims` (one campaign's): members encoded as encode_event does."""
+    return json.dumps(
+        ClaimedBatch.of(claims).model_dump(mode="json"), separators=(",", ":")
+    ).encode()
+
+
+Message = Annotated[Event | ClaimedBatch, Field(discriminator="type")]
+_MESSAGE: TypeAdapter[Event | ClaimedBatch] = TypeAdapter(Message)
+
+
+def parse_message(payload: bytes) -> Event | ClaimedBatch:
+    """What count_usage and deliver_webhooks are pushed: an event (parse_event), or a batch of
+    claims, as strictly: more than MAX_BATCH_CLAIMS claims, a claim twice or another campaign's
+    claim makes the whole message malformed."""
+    return _strictly(_MESSAGE, payload)
 
 
 def event_from_dict(data: dict[str, Any]) -> Event:

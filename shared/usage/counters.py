@@ -2,10 +2,11 @@
 
 Each event is applied in one atomic batch that creates the consumer's marker for its event_id
 and increments one shard picked at random: a redelivered event finds its marker and changes
-nothing. Shards start few and grow when writes contend (Bluecore's design): a commit that fails
-with a contention error, or takes longer than the contention threshold, doubles the shard count
-(up to `counter_max_shards`) and the failed increment is retried on a shard of the new set.
-Readers sum all shards.
+nothing. A batch of claims (one message, shared/events/batch.py) is applied the same way in one
+commit: a marker per claim and their increments summed on one shard. Shards start few and grow
+when writes contend (Bluecore's design): a commit that fails with a contention error, or takes
+longer than the contention threshold, doubles the shard count (up to `counter_max_shards`) and
+the failed increment is retried on a shard of the new set. Readers sum all shards.
 
 campaigns/{id}/counter_shards/{n}   claimed, imported, redeemed, released, held, reversed,
                                     returned, voided, voided_available,
@@ -30,7 +31,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -156,6 +157,19 @@ def _increments(event: events.Event) -> dict[str, Any] | None:
     return None  # announcements change no counter
 
 
+def _summed(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Increments that add up those of `parts` (a batch of claims: one write for them all)."""
+    total: dict[str, Any] = {}
+    for part in parts:
+        for key, value in part.items():
+            if isinstance(value, dict):
+                total[key] = _summed([total.get(key, {}), value])
+            else:
+                before = total.get(key)
+                total[key] = firestore.Increment(value.value + (before.value if before else 0))
+    return total
+
+
 def _reversed_or_voided(event: events.CouponReversed | events.CouponVoided) -> dict[str, Any]:
     if isinstance(event, events.CouponReversed):
         reversal = {
@@ -248,17 +262,44 @@ class ShardedCounters:
         increments = _increments(event)
         if increments is None:
             return False
-        campaign_id = event.campaign_id
-        marker = processed_event_ref(self._db, campaign_id, event.event_id)
+        return self._commit(event.campaign_id, [event], increments)
+
+    def apply_claims(self, claims: Sequence[events.CouponClaimed]) -> int:
+        """Apply verified claims of one campaign (a batch's), each once, in one commit: a marker
+        each and their increments summed on one shard. When a marker exists already (the batch
+        redelivered, or a claim counted through another message) the commit fails whole, and
+        the claims whose markers are missing are applied one by one. How many were applied."""
+        if len(claims) == 1:
+            return int(self.apply(claims[0]))
+        increments = _summed([_increments(c) or {} for c in claims])
+        campaign_id = claims[0].campaign_id
+        if self._commit(campaign_id, claims, increments):
+            return len(claims)
+        markers = self._db.get_all(
+            [processed_event_ref(self._db, campaign_id, c.event_id) for c in claims]
+        )
+        seen = {m.id for m in markers if m.exists}
+        return sum(self.apply(c) for c in claims if c.event_id not in seen)
+
+    def _commit(
+        self, campaign_id: str, applied: Sequence[events.Event], increments: dict[str, Any]
+    ) -> bool:
+        """Create the markers of `applied` and add `increments` to one shard, atomically,
+        growing the shards under contention. False when a marker existed (nothing written)."""
         shards = counter_shards_collection(self._db, campaign_id)
         for _ in range(self._settings.counter_max_attempts):
             count = self.shard_count(campaign_id)
             batch = self._db.batch()
             now = self._clock()
-            batch.create(
-                marker,
-                {"type": event.type.value, "applied_at": now, "expire_at": now + MARKER_RETENTION},
-            )
+            for event in applied:
+                batch.create(
+                    processed_event_ref(self._db, campaign_id, event.event_id),
+                    {
+                        "type": event.type.value,
+                        "applied_at": now,
+                        "expire_at": now + MARKER_RETENTION,
+                    },
+                )
             batch.set(shards.document(str(random.randrange(count))), increments, merge=True)
             started = time.monotonic()
             try:

@@ -79,6 +79,50 @@ class UsageService:
         self._lock = threading.Lock()
         self._reader = ReadCoalescer(db=db)
 
+    def handle_batch(self, batch: events.ClaimedBatch) -> None:
+        """Count a batch's claims, each once if its claim backs it (verified_claims): one read
+        of their claims and one commit for them all (ShardedCounters.apply_claims), and one
+        check of the stock."""
+        checked = self.verified_claims(batch)
+        if not checked:
+            return
+        applied = self._counters.apply_claims(checked)
+        log.info(
+            "batch applied",
+            extra={
+                "campaign_id": batch.campaign_id,
+                "claims": len(batch.claims),
+                "verified": len(checked),
+                "applied": applied,
+            },
+        )
+        try:
+            self.check_stock(batch.campaign_id)
+        except CampaignNotFound:
+            log.warning("batch for an unknown campaign", extra={"campaign_id": batch.campaign_id})
+
+    def verified_claims(self, batch: events.ClaimedBatch) -> list[events.CouponClaimed]:
+        """The batch's claims as their records state them (as `verified` checks each), read
+        together in one batched read; a claim no record backs is logged and left out, the
+        others stand. deliver_webhooks sends only these (the container hands it this method)."""
+        c = batch.campaign_id
+        refs = [claims_collection(self._db, c).document(m.claim_id) for m in batch.claims]
+        snapshots = self._reader.get(refs)
+        checked = []
+        for member, ref in zip(batch.claims, refs, strict=True):
+            snapshot = snapshots[ref.path]
+            verified = self._verified_claim(
+                member, (snapshot.to_dict() or {}) if snapshot.exists else None
+            )
+            if verified is None:
+                log.warning(
+                    "event not backed by its record; acknowledged, not counted",
+                    extra={"event_id": member.event_id, "type": member.type.value},
+                )
+            else:
+                checked.append(verified)
+        return checked
+
     def handle(self, event: events.Event) -> None:
         """Count an event, once, if it is true: a claim, a redemption, a release or a finished
         import that exists as the event says. Anything else is acknowledged and logged, never
@@ -122,7 +166,9 @@ class UsageService:
         what passes here (the container hands it this method)."""
         checked: events.Event | None
         if isinstance(event, events.CouponClaimed):
-            checked = self._verified_claim(event)
+            c = event.campaign_id
+            claim = self._record(claims_collection(self._db, c).document(event.claim_id))
+            checked = self._verified_claim(event, claim)
         elif isinstance(event, events.CouponRedeemed):
             checked = self._verified_redemption(event)
         elif isinstance(event, events.CouponReleased):
@@ -144,9 +190,11 @@ class UsageService:
             )
         return checked
 
-    def _verified_claim(self, event: events.CouponClaimed) -> events.CouponClaimed | None:
+    def _verified_claim(
+        self, event: events.CouponClaimed, claim: dict[str, Any] | None
+    ) -> events.CouponClaimed | None:
+        """`claim`: the claim document the event names, as read (None: missing)."""
         c, claim_id = event.campaign_id, event.claim_id
-        claim = self._record(claims_collection(self._db, c).document(claim_id))
         if _matches(claim, event) and isinstance(claimed_at := claim.get("claimed_at"), datetime):
             hold = claim.get("expires_at") is not None
             if event.event_id == events.claimed_event_id(c, claim_id, claimed_at, hold=hold):

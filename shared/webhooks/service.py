@@ -25,7 +25,7 @@ from shared.errors import (
     WebhookNotFound,
     WebhookUrlNotAllowed,
 )
-from shared.events.models import Event
+from shared.events.models import ClaimedBatch, CouponClaimed, Event, encode_event
 from shared.gcp.batched_reads import ReadCoalescer
 from shared.settings import Settings
 from shared.types import rfc3339
@@ -61,12 +61,14 @@ class WebhookService:
         settings: Settings,
         clock: Callable[[], datetime],
         verify: Callable[[Event], Event | None],
+        verify_claims: Callable[[ClaimedBatch], list[CouponClaimed]],
         resolve: guard.Resolver = guard.resolve_host,
     ) -> None:
         self._db = db
         # The check count_usage makes (UsageService.verified): only events their records back
         # are signed and sent to a business.
         self._verify = verify
+        self._verify_claims = verify_claims
         self._settings = settings
         self._clock = clock
         self._resolve = resolve
@@ -236,10 +238,11 @@ class WebhookService:
         return DeliveryList(webhook_id=webhook_id, deliveries=[DeliveryView.of(r) for r in records])
 
     # --- events (deliver_webhooks) --------------------------------------------------------------
-    def record(self, event: Event, body: bytes) -> list[str]:
+    def record(self, event: Event, body: bytes, listing: store.Listing | None = None) -> list[str]:
         """One delivery per webhook of the event's campaign that lists its type (none twice);
-        the ids of those webhooks."""
-        listing = store.listed_webhooks(self._reader, campaign_id=event.campaign_id)
+        the ids of those webhooks. `listing`: the campaign's list, if just read."""
+        if listing is None:
+            listing = store.listed_webhooks(self._reader, campaign_id=event.campaign_id)
         matched = [w for w, events in listing.items() if event.type.value in events]
         if matched:
             created = store.record_deliveries(
@@ -264,7 +267,20 @@ class WebhookService:
         backs (forged, or pushed by someone else) is acknowledged and sent nowhere."""
         if self._verify(event) is None:
             return RunReport()
-        matched = self.record(event, body)
+        return self._drain_matched(self.record(event, body))
+
+    def handle_batch(self, batch: ClaimedBatch) -> RunReport:
+        """A batch of claims delivered as its claims' own `coupon.claimed` events (each body the
+        JSON a single publish carries), those its records back (one read for them all)."""
+        verified = {c.event_id for c in self._verify_claims(batch)}
+        listing = store.listed_webhooks(self._reader, campaign_id=batch.campaign_id)
+        matched: set[str] = set()
+        for member in batch.claims:
+            if member.event_id in verified:
+                matched.update(self.record(member, encode_event(member), listing))
+        return self._drain_matched(sorted(matched))
+
+    def _drain_matched(self, matched: Sequence[str]) -> RunReport:
         if not matched:
             return RunReport()
         now = self._clock()

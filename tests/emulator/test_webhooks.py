@@ -684,6 +684,7 @@ def test_outside_demo_projects_private_addresses_are_refused_then_and_at_deliver
         settings=production,
         clock=utcnow,
         verify=lambda event: event,  # no event is handled here
+        verify_claims=lambda batch: list(batch.claims),
         resolve=lambda host, port: dns.get(host) or resolve_host(host, port),
     )
     assert not production.is_local

@@ -134,10 +134,13 @@ def test_the_floor_comparison_runs_both_sides_and_counts_their_operations(tmp_pa
     assert (codedrop["side"], floor["side"]) == ("codedrop", "floor")
     assert codedrop["violations"] == floor["violations"] == 0, output
     assert codedrop["claim_status"].get("201") == floor["claim_status"].get("201") == 100
-    # One push a claim, and the announcements (low stock, sold out).
-    assert 1.0 <= codedrop["per_claim"]["invocations"]["count_usage"] <= 1.05
+    # At most one push a claim and the announcements (low stock, sold out): concurrent claims
+    # share a message, each claim's event carried once.
+    assert 0 < codedrop["per_claim"]["invocations"]["count_usage"] <= 1.05
     assert "deliver_webhooks" not in codedrop["per_claim"]["invocations"]
-    assert codedrop["per_claim"]["pubsub_messages_published"] >= 1.0
+    assert codedrop["per_claim"]["pubsub_events_published"] >= 1.0
+    per_claim = codedrop["per_claim"]
+    assert per_claim["pubsub_messages_published"] <= per_claim["pubsub_events_published"]
     assert floor["per_claim"]["pubsub_messages_published"] == 0
     assert floor["per_claim"]["firestore_documents_written"] >= 1.0
     assert comparison["codedrop / floor"]["wall time (sale answered in)"] > 0

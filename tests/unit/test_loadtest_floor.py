@@ -96,3 +96,24 @@ def test_operations_per_claim_count_what_each_function_did_between_two_readings(
     assert per["function_cpu_ms"] == 12.0  # (4 + 2) ms x 200 shoppers / 100 claims
     dollars = figures["dollars_per_10000_claims"]
     assert dollars["total_at_64_instances"] > dollars["total"] > 0
+
+
+def test_messages_of_many_claims_are_billed_by_their_bytes_and_counted_as_messages() -> None:
+    """Ten messages carrying a hundred claims' events: ten published and pushed, a hundred
+    events, and Pub/Sub's throughput from the bytes (3 kB a message), not 1 kB a message."""
+    changed = {
+        "claim_api": {
+            "invocations": 100,
+            "published": {"messages": 10, "events": 100, "bytes billed": 30_000},
+            "firestore": {},
+        },
+        "count_usage": {"invocations": 10, "published": {}, "firestore": {}},
+    }
+
+    figures = operations.per_claim(changed, {}, claims=100, shoppers=100)
+
+    per = figures["per_claim"]
+    assert (per["pubsub_messages_published"], per["pubsub_events_published"]) == (0.1, 1.0)
+    assert per["pubsub_messages_pushed"] == 0.1
+    throughput = (30_000 + 10 * 3_000) * 100 * operations.PUBSUB_PER_TIB / 2**40
+    assert figures["dollars_per_10000_claims"]["pubsub_throughput"] == round(throughput, 5)
