@@ -395,7 +395,7 @@ def test_only_deploys_one_function_and_nothing_else(build_dir: Path) -> None:
 
 def test_a_function_missing_from_main_fails_the_deploy() -> None:
     defined = {"claim_api": Kind.HTTP, "admin_api": Kind.HTTP}
-    with pytest.raises(DeployError, match="sweep"):
+    with pytest.raises(DeployError, match="count_usage"):
         functions.select_functions(defined)
     with pytest.raises(DeployError, match="count_usage"):
         functions.select_functions(defined, "count_usage")

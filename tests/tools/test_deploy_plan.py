@@ -445,3 +445,13 @@ def test_the_functions_that_check_push_tokens_are_the_ones_pushed_to() -> None:
         s.name for s in functions.FUNCTIONS if s.trigger is functions.Trigger.PUSH_SUBSCRIPTION
     }
     assert set(PUSHED_FUNCTIONS) == pushed
+
+
+def test_the_events_consumers_are_deployed_before_the_functions_that_publish(
+    plan: list[str],
+) -> None:
+    """claim_api publishes coupon.claimed.batch: the running count_usage and deliver_webhooks
+    must read it before the first one is sent."""
+    deployed = [line.split()[3] for line in plan if line.startswith("gcloud functions deploy ")]
+    assert set(deployed[:2]) == {"count-usage", "deliver-webhooks"}
+    assert deployed.index("claim-api") > 1
