@@ -27,6 +27,8 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
+from devkit.serving import BackgroundServer
+
 ISSUER = "https://firebaseappcheck.googleapis.com/"
 # App Check names a project by number and id in `aud`; a demo project has no number.
 DEV_PROJECT_NUMBER = "000000000000"
@@ -68,37 +70,17 @@ class DevAppCheckKeys:
         )
 
 
-class DevAppCheckServer:
+class DevAppCheckServer(BackgroundServer):
     """Serves a key set's JWKS and mints tokens on 127.0.0.1 (a thread of this process)."""
 
     def __init__(self, keys: DevAppCheckKeys, *, project: str, port: int = 0) -> None:
         self.keys = keys
         self.project = project
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        super().__init__(ThreadingHTTPServer(("127.0.0.1", port), self._handler()))
 
     @property
     def jwks_url(self) -> str:
         return f"{self.url}/jwks.json"
-
-    def start(self) -> DevAppCheckServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
-
-    def __enter__(self) -> DevAppCheckServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import threading
 import time
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,6 +22,8 @@ import httpx
 import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
+
+from devkit.serving import BackgroundServer
 
 ISSUER = "https://accounts.google.com"
 # What the local stack and the tests configure (CODEDROP_PUSH_AUDIENCE / _SERVICE_ACCOUNT).
@@ -65,7 +66,7 @@ class DevPushKeys:
         return {"Authorization": f"Bearer {self.token(**kwargs)}"}
 
 
-class PushRelay:
+class PushRelay(BackgroundServer):
     """Serves the key set's JWKS and relays `POST /<function>/` to that function's URL with a
     fresh token, on 127.0.0.1 (a thread of this process)."""
 
@@ -82,12 +83,7 @@ class PushRelay:
         self.targets = dict(targets or {})
         self._audience = audience
         self._account = account
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        super().__init__(ThreadingHTTPServer(("127.0.0.1", port), self._handler()))
 
     @property
     def jwks_url(self) -> str:
@@ -95,21 +91,6 @@ class PushRelay:
 
     def push_endpoint(self, function: str) -> str:
         return f"{self.url}/{function}"
-
-    def start(self) -> PushRelay:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
-
-    def __enter__(self) -> PushRelay:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def _forward(self, function: str, body: bytes, content_type: str) -> tuple[int, bytes]:
         headers = {
