@@ -20,55 +20,33 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
-import shutil
 import sys
-import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
-from devkit.emulators import RunningEmulator, free_port, reset_firestore, start_firestore
 from devkit.emulators.tokens import emulator_id_token
+from scripts.bench import harness
 
-PROJECT = "demo-codedrop-bench"
+PROJECT = harness.PROJECT
 CAMPAIGN = "guessing"
 SLACK = 1.1
-
-
-@contextmanager
-def firestore_emulator(given: str | None) -> Iterator[str]:
-    if given:
-        yield given
-        return
-    log_dir = Path(tempfile.mkdtemp(prefix="bench-guessing-"))
-    emulator: RunningEmulator | None = None
-    try:
-        emulator = start_firestore(port=free_port(), project=PROJECT, log_dir=log_dir)
-        yield emulator.host_port
-    finally:
-        if emulator is not None:
-            emulator.stop()
-        shutil.rmtree(log_dir, ignore_errors=True)
 
 
 def instance_client(limit: int) -> Any:
     """One function instance: its own container behind admin_api's router."""
     import flask
 
-    from scripts.bench.holds import MemoryPublisher
     from shared.container import Services
     from shared.http.admin_api import router
     from shared.settings import Settings
 
     # Look-ups publish nothing; the publisher only completes the container without Pub/Sub.
     services = Services(
-        Settings(project_id=PROJECT, code_lookups_per_minute=limit), publisher=MemoryPublisher()
+        Settings(project_id=PROJECT, code_lookups_per_minute=limit),
+        publisher=harness.MemoryPublisher(),
     )
     app = flask.Flask("bench-guessing")
 
@@ -153,6 +131,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def bench(args: argparse.Namespace, emulators: harness.Emulators) -> int:
+    # Unsigned tokens in the Auth emulator's format, as the suite's (no emulator needed).
+    os.environ["FIREBASE_AUTH_EMULATOR_HOST"] = "127.0.0.1:9099"
+    emulators.reset()
+    figures = run(args)
+    print(json.dumps(figures))
+    return 0 if figures["within_limit_plus_10_percent"] else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--instances", type=int, default=4)
@@ -160,17 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=120.0)
     parser.add_argument("--limit", type=int, default=60)
     parser.add_argument("--firestore")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
-    with firestore_emulator(args.firestore) as host_port:
-        os.environ["FIRESTORE_EMULATOR_HOST"] = host_port
-        os.environ["GOOGLE_CLOUD_PROJECT"] = PROJECT
-        # Unsigned tokens in the Auth emulator's format, as the suite's (no emulator needed).
-        os.environ["FIREBASE_AUTH_EMULATOR_HOST"] = "127.0.0.1:9099"
-        reset_firestore(host_port=host_port, project=PROJECT)
-        figures = run(args)
-    print(json.dumps(figures))
-    return 0 if figures["within_limit_plus_10_percent"] else 1
+    parser.add_argument("-v", "--verbose", action="store_true")
+    return harness.run_with_emulators(parser.parse_args(argv), bench)
 
 
 if __name__ == "__main__":

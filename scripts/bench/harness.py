@@ -20,6 +20,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -531,6 +532,21 @@ def _command_line() -> str:
 
 
 # --- set-up --------------------------------------------------------------------------------------
+
+
+class MemoryPublisher:
+    """Pub/Sub's publisher, in memory: every event is kept, every publish succeeds."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    def publish(self, topic: str, data: bytes, **attributes: str) -> Future[str]:
+        with self._lock:
+            self.events.append(json.loads(data))
+        future: Future[str] = Future()
+        future.set_result(attributes.get("event_id", ""))
+        return future
 
 
 def create_campaign(

@@ -40,27 +40,24 @@ import argparse
 import heapq
 import json
 import logging
-import os
 import random
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from devkit.emulators import RunningEmulator, free_port, reset_firestore, start_firestore
+from scripts.bench import harness
 
 log = logging.getLogger("bench_holds")
 
-PROJECT = "demo-codedrop-bench"
+PROJECT = harness.PROJECT
 RETRY_EVERY = 0.5
 
 
@@ -82,21 +79,6 @@ class Config:
 
 
 # --- the pieces a sale needs ------------------------------------------------------------------
-class MemoryPublisher:
-    """Pub/Sub's publisher, in memory: every event is kept, every publish succeeds."""
-
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-
-    def publish(self, topic: str, data: bytes, **attributes: str) -> Future[str]:
-        with self._lock:
-            self.events.append(json.loads(data))
-        future: Future[str] = Future()
-        future.set_result(attributes.get("event_id", ""))
-        return future
-
-
 class Scheduler:
     """Runs callables at given monotonic times on a thread pool (arrivals, checkouts, retries)
     without a sleeping thread per shopper."""
@@ -486,7 +468,7 @@ def check_counters(
 
 
 def run_sale(
-    services: Any, publisher: MemoryPublisher, cfg: Config, *, holds: bool, counters: bool
+    services: Any, publisher: harness.MemoryPublisher, cfg: Config, *, holds: bool, counters: bool
 ) -> SaleResult:
     campaign_id = make_campaign(services, cfg, hold_seconds=cfg.hold_seconds if holds else None)
     log.info("sale %s: %d codes, %d shoppers", campaign_id, cfg.codes, cfg.shoppers)
@@ -542,7 +524,7 @@ def release_burst(services: Any, cfg: Config) -> BurstResult:
 
 
 # --- running it -------------------------------------------------------------------------------
-def build_services(publisher: MemoryPublisher) -> Any:
+def build_services(publisher: harness.MemoryPublisher) -> Any:
     from shared.container import Services
     from shared.settings import Settings
 
@@ -598,22 +580,6 @@ def config_of(args: argparse.Namespace) -> Config:
     )
 
 
-@contextmanager
-def firestore_emulator(given: str | None) -> Iterator[str]:
-    if given:
-        yield given
-        return
-    log_dir = Path(tempfile.mkdtemp(prefix="bench-holds-"))
-    emulator: RunningEmulator | None = None
-    try:
-        emulator = start_firestore(port=free_port(), project=PROJECT, log_dir=log_dir)
-        yield emulator.host_port
-    finally:
-        if emulator is not None:
-            emulator.stop()
-        shutil.rmtree(log_dir, ignore_errors=True)
-
-
 def print_figures(cfg: Config, sales: list[SaleResult], burst: BurstResult) -> None:
     print(f"settings: {json.dumps(asdict(cfg))}")
     print("| | without holds | with holds |")
@@ -663,35 +629,35 @@ def _lag(result: SaleResult, name: str) -> str:
     return f"{lag.get('p50', '-')} / {lag.get('p95', '-')}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
+def bench(args: argparse.Namespace, emulators: harness.Emulators) -> int:
     cfg = config_of(args)
-    with firestore_emulator(args.firestore) as host_port:
-        os.environ["FIRESTORE_EMULATOR_HOST"] = host_port
-        os.environ["GOOGLE_CLOUD_PROJECT"] = PROJECT
-        reset_firestore(host_port=host_port, project=PROJECT)
-        publisher = MemoryPublisher()
-        services = build_services(publisher)
-        sales = []
-        for holds in (False, True):
-            sales.append(run_sale(services, publisher, cfg, holds=holds, counters=args.counters))
-            # The emulator scans a collection group whole: a run must not pay for the last one.
-            reset_firestore(host_port=host_port, project=PROJECT)
-        burst = release_burst(services, cfg)
+    emulators.reset()
+    publisher = harness.MemoryPublisher()
+    services = build_services(publisher)
+    sales = []
+    for holds in (False, True):
+        sales.append(run_sale(services, publisher, cfg, holds=holds, counters=args.counters))
+        # The emulator scans a collection group whole: a run must not pay for the last one.
+        emulators.reset()
+    burst = release_burst(services, cfg)
     print_figures(cfg, sales, burst)
-    if args.json:
-        figures = {
+    harness.write_json(
+        args.json,
+        {
             "settings": asdict(cfg),
             "sales": [asdict(s) for s in sales],
             "release_burst": asdict(burst),
-        }
-        args.json.write_text(json.dumps(figures, indent=2, default=str))
+        },
+    )
     failed = [s.violations for s in sales if any(s.violations.values())]
     if failed or any(burst.violations.values()):
         print(f"INVARIANT VIOLATIONS: {failed} {burst.violations}", file=sys.stderr)
         return 1
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return harness.run_with_emulators(parse_args(argv), bench)
 
 
 if __name__ == "__main__":
