@@ -379,8 +379,6 @@ def _error(body: object) -> str:
 
 
 def summary(job: Mapping[str, Any], out: TextIO) -> None:
-    duration = job.get("duration_seconds")
-    took = f" in {duration:.1f} s" if isinstance(duration, int | float) else ""
     rows = [
         ("source", job.get("source")),
         ("rows read", _n(job.get("rows_read"))),
@@ -392,11 +390,28 @@ def summary(job: Mapping[str, Any], out: TextIO) -> None:
         ),
         ("invalid", _n(job.get("invalid"))),
     ]
+    write_job(job, rows, out, width=11)
+
+
+def write_job(
+    job: Mapping[str, Any],
+    rows: list[tuple[str, object]],
+    out: TextIO,
+    *,
+    width: int,
+    notes: Sequence[str] = (),
+) -> None:
+    """A finished job of a tool: its state and time, its figures (`rows`, labels padded to
+    `width`), `notes`, and its first invalid rows."""
+    duration = job.get("duration_seconds")
+    took = f" in {duration:.1f} s" if isinstance(duration, int | float) else ""
     if job.get("failure_reason"):
         rows.append(("failure", job["failure_reason"]))
     out.write(f"job {job.get('job_id')} {job.get('state')}{took}\n")
     for label, value in rows:
-        out.write(f"  {label:<11} {value}\n")
+        out.write(f"  {label:<{width}} {value}\n")
+    for note in notes:
+        out.write(f"  {note}\n")
     errors = [e for e in job.get("errors") or [] if isinstance(e, dict)]
     if errors:
         invalid = job.get("invalid")
