@@ -23,11 +23,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-import jwt
-from cryptography.hazmat.primitives.asymmetric import rsa
-from jwt.algorithms import RSAAlgorithm
-
 from devkit.serving import BackgroundServer
+from devkit.standins.keys import DevSigningKey
 
 ISSUER = "https://firebaseappcheck.googleapis.com/"
 # App Check names a project by number and id in `aud`; a demo project has no number.
@@ -35,16 +32,11 @@ DEV_PROJECT_NUMBER = "000000000000"
 DEV_APP_ID = f"1:{DEV_PROJECT_NUMBER}:web:codedrop-dev"
 
 
-class DevAppCheckKeys:
+class DevAppCheckKeys(DevSigningKey):
     """An RSA key pair that signs App Check-shaped tokens, and its public JWKS."""
 
     def __init__(self, key_id: str | None = None) -> None:
-        self.key_id = key_id or f"dev-{secrets.token_hex(4)}"
-        self._key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-
-    def jwks(self) -> dict[str, Any]:
-        public: dict[str, Any] = RSAAlgorithm.to_jwk(self._key.public_key(), as_dict=True)
-        return {"keys": [{**public, "kid": self.key_id, "alg": "RS256", "use": "sig"}]}
+        super().__init__(key_id or f"dev-{secrets.token_hex(4)}")
 
     def token(
         self,
@@ -65,9 +57,7 @@ class DevAppCheckKeys:
         }
         if expires:
             claims["exp"] = now + lifetime_seconds
-        return jwt.encode(
-            claims, self._key, algorithm="RS256", headers={"kid": self.key_id, "typ": "JWT"}
-        )
+        return self.sign(claims, typ="JWT")
 
 
 class DevAppCheckServer(BackgroundServer):

@@ -19,11 +19,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
-import jwt
-from cryptography.hazmat.primitives.asymmetric import rsa
-from jwt.algorithms import RSAAlgorithm
 
 from devkit.serving import BackgroundServer
+from devkit.standins.keys import DevSigningKey
 
 ISSUER = "https://accounts.google.com"
 # What the local stack and the tests configure (CODEDROP_PUSH_AUDIENCE / _SERVICE_ACCOUNT).
@@ -32,16 +30,11 @@ LOCAL_ACCOUNT = "codedrop-invoker@demo-codedrop.iam.gserviceaccount.com"
 _FORWARD_TIMEOUT_SECONDS = 120  # deliver_webhooks may drain an endpoint for a while
 
 
-class DevPushKeys:
+class DevPushKeys(DevSigningKey):
     """An RSA key pair that signs push tokens shaped as Google's, and its public JWKS."""
 
     def __init__(self) -> None:
-        self.key_id = f"dev-push-{secrets.token_hex(4)}"
-        self._key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-
-    def jwks(self) -> dict[str, Any]:
-        public: dict[str, Any] = RSAAlgorithm.to_jwk(self._key.public_key(), as_dict=True)
-        return {"keys": [{**public, "kid": self.key_id, "alg": "RS256", "use": "sig"}]}
+        super().__init__(f"dev-push-{secrets.token_hex(4)}")
 
     def token(
         self,
@@ -60,7 +53,7 @@ class DevPushKeys:
             "iat": now,
             "exp": now + lifetime_seconds,
         }
-        return jwt.encode(claims, self._key, algorithm="RS256", headers={"kid": self.key_id})
+        return self.sign(claims)
 
     def authorization(self, **kwargs: Any) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token(**kwargs)}"}
