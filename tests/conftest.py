@@ -264,14 +264,9 @@ def auth_users(auth_emulator: RunningEmulator) -> AuthEmulatorClient:
 
 
 def _create_topic_and_pump_subscription() -> None:
-    from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
+    from devkit.pubsub import create_topic_with_pull
 
-    topic = f"projects/{PROJECT}/topics/{EVENTS_TOPIC}"
-    PublisherClient().create_topic(name=topic)
-    with SubscriberClient() as subscriber:
-        subscriber.create_subscription(
-            name=f"projects/{PROJECT}/subscriptions/{PUMP_SUBSCRIPTION}", topic=topic
-        )
+    create_topic_with_pull(project=PROJECT, topic=EVENTS_TOPIC, subscription=PUMP_SUBSCRIPTION)
 
 
 @pytest.fixture(scope="session")
@@ -355,33 +350,15 @@ def usage_client(emulators: EmulatorStack) -> FlaskClient:
 def pump_events(usage_client: FlaskClient) -> Pump:
     """Deliver what was published on the topic to count_usage, as the push subscription
     would; returns the decoded events delivered."""
-    from google.cloud.pubsub_v1 import SubscriberClient
+    from devkit.pubsub import pull_all
 
     def pump() -> list[dict[str, Any]]:
         delivered: list[dict[str, Any]] = []
-        subscription = f"projects/{PROJECT}/subscriptions/{PUMP_SUBSCRIPTION}"
-        with SubscriberClient() as subscriber:
-            while True:
-                # The emulator honours return_immediately, so an empty pull costs no wait.
-                response = subscriber.pull(
-                    request={
-                        "subscription": subscription,
-                        "max_messages": 500,
-                        "return_immediately": True,
-                    },
-                    timeout=10,
-                )
-                if not response.received_messages:
-                    return delivered
-                for received in response.received_messages:
-                    message = received.message
-                    envelope = published_event(message.data, message_id=message.message_id)
-                    assert deliver(usage_client, envelope) == 200
-                    delivered.append(json.loads(message.data))
-                subscriber.acknowledge(
-                    subscription=subscription,
-                    ack_ids=[r.ack_id for r in response.received_messages],
-                )
+        for message in pull_all(f"projects/{PROJECT}/subscriptions/{PUMP_SUBSCRIPTION}"):
+            envelope = published_event(message.data, message_id=message.message_id)
+            assert deliver(usage_client, envelope) == 200
+            delivered.append(json.loads(message.data))
+        return delivered
 
     pump()  # start from an empty subscription: earlier tests' events are not this test's
     return pump

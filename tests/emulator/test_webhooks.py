@@ -26,6 +26,7 @@ from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
 from pydantic import SecretStr
 
 from devkit.firestore_rpcs import RpcCounter
+from devkit.pubsub import pull_all
 from devkit.receiver import Received, Receiver
 from scripts.localstack.message_filter import MessageFilter, passes
 from shared.claims.policy import Shopper
@@ -722,25 +723,7 @@ def events_subscription() -> Iterator[str]:
 
 
 def _pull_all(subscription: str) -> list[tuple[bytes, str]]:
-    from google.cloud.pubsub_v1 import SubscriberClient
-
-    messages: list[tuple[bytes, str]] = []
-    with SubscriberClient() as subscriber:
-        while True:
-            response = subscriber.pull(
-                request={
-                    "subscription": subscription,
-                    "max_messages": 500,
-                    "return_immediately": True,
-                },
-                timeout=10,
-            )
-            if not response.received_messages:
-                return messages
-            messages += [(r.message.data, r.message.message_id) for r in response.received_messages]
-            subscriber.acknowledge(
-                subscription=subscription, ack_ids=[r.ack_id for r in response.received_messages]
-            )
+    return [(m.data, m.message_id) for m in pull_all(subscription)]
 
 
 def _push(messages: Sequence[tuple[bytes, str]]) -> list[int]:
