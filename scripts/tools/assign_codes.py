@@ -120,15 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         err.write(f"assign_codes: {exc}\n")
         return EXIT_NO_OUTCOME
     try:
-        total_lines = upload_codes.count_lines(options.file)
-        stored = upload_codes.upload(options)
-        job_id = assignment_job_id(stored)
-        where = f" (Storage emulator {options.storage_host})" if options.storage_host else ""
-        err.write(f"uploaded {options.file} ({total_lines:,} lines) to {stored.uri}{where}\n")
-        out.write(f"job {job_id}\n")
-        out.flush()
+        job_id, total_lines = upload_codes.start_job(options, assignment_job_id, out, err)
         if not options.follow:
-            err.write(f"follow it with GET {options.admin_url}/v1/jobs/{job_id}\n")
             return EXIT_DONE
         job = upload_codes.follow(
             options,

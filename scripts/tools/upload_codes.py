@@ -26,7 +26,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -426,6 +426,23 @@ def write_job(
 # --- main -------------------------------------------------------------------------------------
 
 
+def start_job(
+    options: Options, job_id_of: Callable[[StoredObject], str], out: TextIO, err: TextIO
+) -> tuple[str, int]:
+    """Upload the file and name its job on `out` (and, when not following it, how to); the
+    job's id and the file's lines."""
+    total_lines = count_lines(options.file)
+    stored = upload(options)
+    job_id = job_id_of(stored)
+    where = f" (Storage emulator {options.storage_host})" if options.storage_host else ""
+    err.write(f"uploaded {options.file} ({total_lines:,} lines) to {stored.uri}{where}\n")
+    out.write(f"job {job_id}\n")
+    out.flush()
+    if not options.follow:
+        err.write(f"follow it with GET {options.admin_url}/v1/jobs/{job_id}\n")
+    return job_id, total_lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     out, err = sys.stdout, sys.stderr
     try:
@@ -434,15 +451,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         err.write(f"upload_codes: {exc}\n")
         return EXIT_NO_OUTCOME
     try:
-        total_lines = count_lines(options.file)
-        stored = upload(options)
-        job_id = import_job_id(stored)
-        where = f" (Storage emulator {options.storage_host})" if options.storage_host else ""
-        err.write(f"uploaded {options.file} ({total_lines:,} lines) to {stored.uri}{where}\n")
-        out.write(f"job {job_id}\n")
-        out.flush()
+        job_id, total_lines = start_job(options, import_job_id, out, err)
         if not options.follow:
-            err.write(f"follow it with GET {options.admin_url}/v1/jobs/{job_id}\n")
             return EXIT_DONE
         job = follow(options, job_id, total_lines=total_lines, err=err)
     except NoOutcomeError as exc:
