@@ -276,14 +276,20 @@ def db(emulators: EmulatorStack) -> firestore.Client:
     return instance_services().db
 
 
-@pytest.fixture(scope="session")
-def claim_client(emulators: EmulatorStack) -> FlaskClient:
-    return function_client("claim_api")
+def _function_client(name: str, entry_point: str) -> Any:
+    """The session fixture `name`: a test client of the function, on the suite's emulators."""
+
+    @pytest.fixture(scope="session", name=name)
+    def client(emulators: EmulatorStack) -> FlaskClient:
+        return function_client(entry_point)
+
+    return client
 
 
-@pytest.fixture(scope="session")
-def admin_client(emulators: EmulatorStack) -> FlaskClient:
-    return function_client("admin_api")
+claim_client = _function_client("claim_client", "claim_api")
+admin_client = _function_client("admin_client", "admin_api")
+import_client = _function_client("import_client", "import_codes")
+usage_client = _function_client("usage_client", "count_usage")
 
 
 @pytest.fixture
@@ -329,21 +335,21 @@ def make_campaign(db: firestore.Client, cleanup: list[Callable[[], object]]) -> 
     return make
 
 
+@pytest.fixture
+def new_id(db: firestore.Client, cleanup: list[Callable[[], object]]) -> str:
+    """An id for a campaign the test creates itself (through the API); deleted at the end."""
+    from shared.gcp.firestore import campaign_ref
+
+    campaign_id = f"t-{uuid.uuid4().hex[:12]}"
+    cleanup.append(lambda: db.recursive_delete(campaign_ref(db, campaign_id)))
+    return campaign_id
+
+
 @pytest.fixture(scope="session")
 def storage_client(emulators: EmulatorStack) -> StorageClient:
     from shared.container import instance_services
 
     return instance_services().storage
-
-
-@pytest.fixture(scope="session")
-def import_client(emulators: EmulatorStack) -> FlaskClient:
-    return function_client("import_codes")
-
-
-@pytest.fixture(scope="session")
-def usage_client(emulators: EmulatorStack) -> FlaskClient:
-    return function_client("count_usage")
 
 
 @pytest.fixture
