@@ -131,24 +131,28 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+OPTIONS: list[harness.Option] = [
+    ("--instances", harness.positive, 4, "admin_api instances"),
+    ("--per-minute", harness.positive, 1000, "look-ups the caller sends a minute"),
+    ("--seconds", float, 120.0, "how long the caller sends them"),
+    ("--limit", harness.positive, 60, "the per-caller limit a minute"),
+    ("--firestore", str, None, "HOST:PORT of a running emulator (reset first)"),
+]
+
+
 def bench(args: argparse.Namespace, emulators: harness.Emulators) -> int:
     # Unsigned tokens in the Auth emulator's format, as the suite's (no emulator needed).
     os.environ["FIREBASE_AUTH_EMULATOR_HOST"] = "127.0.0.1:9099"
     emulators.reset()
     figures = run(args)
     print(json.dumps(figures))
+    harness.write_json(args.json, figures)
     return 0 if figures["within_limit_plus_10_percent"] else 1
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--instances", type=int, default=4)
-    parser.add_argument("--per-minute", type=int, default=1000)
-    parser.add_argument("--seconds", type=float, default=120.0)
-    parser.add_argument("--limit", type=int, default=60)
-    parser.add_argument("--firestore")
-    parser.add_argument("-v", "--verbose", action="store_true")
-    return harness.run_with_emulators(parser.parse_args(argv), bench)
+    args = harness.parser(__doc__, prog="guessing", options=OPTIONS).parse_args(argv)
+    return harness.run_with_emulators(args, bench)
 
 
 if __name__ == "__main__":

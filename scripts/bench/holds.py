@@ -48,9 +48,8 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from scripts.bench import harness
@@ -535,49 +534,37 @@ def build_services(publisher: harness.MemoryPublisher) -> Any:
     return Services(settings, publisher=publisher)
 
 
+OPTIONS: list[harness.Option] = [
+    ("--codes", int, 5000, "codes in the sale"),
+    ("--shoppers", int, 10_000, "shoppers arriving"),
+    ("--hold-seconds", int, 3, "the holding campaign's hold"),
+    ("--abandon", float, 0.3, "share of shoppers who abandon the checkout"),
+    ("--arrival-seconds", float, 20.0, "the shoppers arrive evenly over this window"),
+    ("--checkout-seconds", float, 1.0, "longest checkout (s)"),
+    ("--patience-seconds", float, 3.0, "how long a shopper told SOLD_OUT keeps trying (s)"),
+    ("--sweep-every", float, 0.5, "seconds between sweeps"),
+    ("--concurrency", int, 64, "threads"),
+    ("--instances", int, 2, "claim engines"),
+    ("--burst", int, 2000, "holds expiring at once for the release measure"),
+    ("--seed", int, 1, "random seed"),
+    ("--cancel", float, 0.1, "share of orders cancelled"),
+    ("--firestore", str, None, "HOST:PORT of a running emulator (reset first)"),
+]
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--codes", type=int, default=5000)
-    parser.add_argument("--shoppers", type=int, default=10_000)
-    parser.add_argument("--hold-seconds", type=int, default=3)
-    parser.add_argument("--abandon", type=float, default=0.3)
-    parser.add_argument("--arrival-seconds", type=float, default=20.0)
-    parser.add_argument("--checkout-seconds", type=float, default=1.0)
-    parser.add_argument("--patience-seconds", type=float, default=3.0)
-    parser.add_argument("--sweep-every", type=float, default=0.5)
-    parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument("--instances", type=int, default=2)
-    parser.add_argument("--burst", type=int, default=2000)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--cancel", type=float, default=0.1, help="share of orders cancelled")
+    parser = harness.parser(__doc__, prog="holds", options=OPTIONS)
     parser.add_argument(
         "--no-counters",
         dest="counters",
         action="store_false",
         help="skip feeding the events to the sharded counters and checking the stats",
     )
-    parser.add_argument("--firestore", help="HOST:PORT of a running emulator (reset first)")
-    parser.add_argument("--json", type=Path, help="write the figures here as JSON")
-    parser.add_argument("-v", "--verbose", action="store_true")
     return parser.parse_args(argv)
 
 
 def config_of(args: argparse.Namespace) -> Config:
-    return Config(
-        codes=args.codes,
-        shoppers=args.shoppers,
-        hold_seconds=args.hold_seconds,
-        abandon=args.abandon,
-        arrival_seconds=args.arrival_seconds,
-        checkout_seconds=args.checkout_seconds,
-        patience_seconds=args.patience_seconds,
-        sweep_every=args.sweep_every,
-        concurrency=args.concurrency,
-        instances=args.instances,
-        burst=args.burst,
-        seed=args.seed,
-        cancel=args.cancel,
-    )
+    return Config(**{f.name: getattr(args, f.name) for f in fields(Config)})
 
 
 def print_figures(cfg: Config, sales: list[SaleResult], burst: BurstResult) -> None:
