@@ -13,21 +13,21 @@ balancer spreads them, each through admin_api's router (auth, limit, format, rea
 JSON object: requests sent, passed (answered as look-ups), refused (429), the limit for the
 duration, the ratio passed / limit, and the bound the design guarantees, max(burst, instances)
 + limit * seconds / 60. Exit status 1 when more than the limit + 10% got through. Starts its
-own Firestore emulator on a free port unless `--firestore` names one.
+own Firestore emulator on a free port unless `--firestore` names one, and an Auth emulator where
+the caller signs in (admin_api checks every caller's account).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections import Counter
 from datetime import timedelta
 from typing import Any
 
-from devkit.emulators.tokens import emulator_id_token
+from devkit.emulators.auth import AuthEmulatorClient
 from scripts.bench import harness
 
 PROJECT = harness.PROJECT
@@ -80,10 +80,17 @@ def seed_campaign() -> None:
     add_codes(db, campaign_id=CAMPAIGN, codes=[f"REAL-{n:04d}" for n in range(100)], now=now)
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def _admin_token(accounts: AuthEmulatorClient, name: str) -> str:
+    """An ID token of an admin account `name`, signed up on the Auth emulator."""
+    return accounts.ensure_user(
+        f"{name}@bench.example", "bench-password", claims={"admin": True}
+    ).id_token
+
+
+def run(args: argparse.Namespace, accounts: AuthEmulatorClient) -> dict[str, Any]:
     seed_campaign()
     instances = [instance_client(args.limit) for _ in range(args.instances)]
-    warm = {"Authorization": f"Bearer {emulator_id_token('warm-up', project=PROJECT, admin=True)}"}
+    warm = {"Authorization": f"Bearer {_admin_token(accounts, 'warm-up')}"}
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         for client, _ in instances:
@@ -94,7 +101,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     else:
         raise RuntimeError("the instances never counted each other")
 
-    token = emulator_id_token("guesser", project=PROJECT, admin=True)
+    token = _admin_token(accounts, "guesser")
     headers = {"Authorization": f"Bearer {token}", "X-Forwarded-For": "203.0.113.50"}
     sent = int(args.per_minute * args.seconds / 60)
     interval = 60 / args.per_minute
@@ -141,10 +148,10 @@ OPTIONS: list[harness.Option] = [
 
 
 def bench(args: argparse.Namespace, emulators: harness.Emulators) -> int:
-    # Unsigned tokens in the Auth emulator's format, as the suite's (no emulator needed).
-    os.environ["FIREBASE_AUTH_EMULATOR_HOST"] = "127.0.0.1:9099"
     emulators.reset()
-    figures = run(args)
+    if emulators.auth is None:
+        raise RuntimeError("the Auth emulator is not started")
+    figures = run(args, AuthEmulatorClient(emulators.auth.host_port, project=PROJECT))
     print(json.dumps(figures))
     harness.write_json(args.json, figures)
     return 0 if figures["within_limit_plus_10_percent"] else 1
@@ -152,7 +159,7 @@ def bench(args: argparse.Namespace, emulators: harness.Emulators) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = harness.parser(__doc__, prog="guessing", options=OPTIONS).parse_args(argv)
-    return harness.run_with_emulators(args, bench)
+    return harness.run_with_emulators(args, bench, auth=True)
 
 
 if __name__ == "__main__":
