@@ -12,7 +12,9 @@ class BackgroundServer:
     """Serves `server` in a daemon thread between start() and stop(); `url` names it with the
     host it was asked for (a page's origin says localhost where the socket says 127.0.0.1)."""
 
-    def __init__(self, server: HTTPServer, *, host: str = "127.0.0.1", name: str | None = None):
+    def __init__(
+        self, server: HTTPServer, *, host: str = "127.0.0.1", name: str | None = None
+    ) -> None:
         self._server = server
         self.url = f"http://{host}:{server.server_address[1]}"
         self._thread = threading.Thread(target=server.serve_forever, name=name, daemon=True)
