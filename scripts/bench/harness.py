@@ -170,14 +170,9 @@ class Emulators:
     """
 
     def __init__(
-        self,
-        *,
-        firestore: str | None = None,
-        storage: bool = False,
-        auth: bool = False,
-        project: str = PROJECT,
+        self, *, firestore: str | None = None, storage: bool = False, auth: bool = False
     ) -> None:
-        self.project = project
+        self.project = PROJECT
         self._given = firestore
         self._with_storage = storage
         self._with_auth = auth
