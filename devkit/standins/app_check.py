@@ -19,12 +19,11 @@ import secrets
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from devkit.serving import BackgroundServer
-from devkit.standins.keys import DevSigningKey
+from devkit.standins.keys import DevSigningKey, KeySetServer
 
 ISSUER = "https://firebaseappcheck.googleapis.com/"
 # App Check names a project by number and id in `aud`; a demo project has no number.
@@ -60,17 +59,14 @@ class DevAppCheckKeys(DevSigningKey):
         return self.sign(claims, typ="JWT")
 
 
-class DevAppCheckServer(BackgroundServer):
+class DevAppCheckServer(KeySetServer):
     """Serves a key set's JWKS and mints tokens on 127.0.0.1 (a thread of this process)."""
 
-    def __init__(self, keys: DevAppCheckKeys, *, project: str, port: int = 0) -> None:
-        self.keys = keys
-        self.project = project
-        super().__init__(ThreadingHTTPServer(("127.0.0.1", port), self._handler()))
+    keys: DevAppCheckKeys
 
-    @property
-    def jwks_url(self) -> str:
-        return f"{self.url}/jwks.json"
+    def __init__(self, keys: DevAppCheckKeys, *, project: str, port: int = 0) -> None:
+        self.project = project
+        super().__init__(keys, port=port)
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self

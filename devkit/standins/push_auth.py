@@ -15,13 +15,12 @@ import json
 import secrets
 import time
 from collections.abc import Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import httpx
 
-from devkit.serving import BackgroundServer
-from devkit.standins.keys import DevSigningKey
+from devkit.standins.keys import DevSigningKey, KeySetServer
 
 ISSUER = "https://accounts.google.com"
 # What the local stack and the tests configure (CODEDROP_PUSH_AUDIENCE / _SERVICE_ACCOUNT).
@@ -59,9 +58,11 @@ class DevPushKeys(DevSigningKey):
         return {"Authorization": f"Bearer {self.token(**kwargs)}"}
 
 
-class PushRelay(BackgroundServer):
+class PushRelay(KeySetServer):
     """Serves the key set's JWKS and relays `POST /<function>/` to that function's URL with a
     fresh token, on 127.0.0.1 (a thread of this process)."""
+
+    keys: DevPushKeys
 
     def __init__(
         self,
@@ -72,15 +73,10 @@ class PushRelay(BackgroundServer):
         account: str = LOCAL_ACCOUNT,
         port: int = 0,
     ) -> None:
-        self.keys = keys
         self.targets = dict(targets or {})
         self._audience = audience
         self._account = account
-        super().__init__(ThreadingHTTPServer(("127.0.0.1", port), self._handler()))
-
-    @property
-    def jwks_url(self) -> str:
-        return f"{self.url}/jwks.json"
+        super().__init__(keys, port=port)
 
     def push_endpoint(self, function: str) -> str:
         return f"{self.url}/{function}"
