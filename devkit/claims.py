@@ -5,6 +5,7 @@ events whose claim exists, shared/usage/service.py)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 
 from google.cloud import firestore
 
@@ -15,6 +16,19 @@ from shared.gcp.firestore import claims_collection
 
 # Firestore's limit for one atomic batch.
 MAX_BATCH_WRITES = 500
+
+
+def claim_record(campaign_id: str, n: int, *, claimed_at: datetime) -> ClaimRecord:
+    """The n-th of a run of claims, each by its own shopper of its own code."""
+    return ClaimRecord(
+        claim_id=f"claim-{n}",
+        campaign_id=campaign_id,
+        user_id=f"user-{n}",
+        coupon_id=f"coupon-{n}",
+        code=f"CODE-{n}",
+        slot=0,
+        claimed_at=claimed_at,
+    )
 
 
 def add_claims(db: firestore.Client, claims: Iterable[ClaimRecord]) -> list[CouponClaimed]:

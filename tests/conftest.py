@@ -264,14 +264,9 @@ def auth_users(auth_emulator: RunningEmulator) -> AuthEmulatorClient:
 
 
 def _create_topic_and_pump_subscription() -> None:
-    from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
+    from devkit.pubsub import create_topic_with_pull
 
-    topic = f"projects/{PROJECT}/topics/{EVENTS_TOPIC}"
-    PublisherClient().create_topic(name=topic)
-    with SubscriberClient() as subscriber:
-        subscriber.create_subscription(
-            name=f"projects/{PROJECT}/subscriptions/{PUMP_SUBSCRIPTION}", topic=topic
-        )
+    create_topic_with_pull(project=PROJECT, topic=EVENTS_TOPIC, subscription=PUMP_SUBSCRIPTION)
 
 
 @pytest.fixture(scope="session")
@@ -281,14 +276,20 @@ def db(emulators: EmulatorStack) -> firestore.Client:
     return instance_services().db
 
 
-@pytest.fixture(scope="session")
-def claim_client(emulators: EmulatorStack) -> FlaskClient:
-    return function_client("claim_api")
+def _function_client(name: str, entry_point: str) -> Any:
+    """The session fixture `name`: a test client of the function, on the suite's emulators."""
+
+    @pytest.fixture(scope="session", name=name)
+    def client(emulators: EmulatorStack) -> FlaskClient:
+        return function_client(entry_point)
+
+    return client
 
 
-@pytest.fixture(scope="session")
-def admin_client(emulators: EmulatorStack) -> FlaskClient:
-    return function_client("admin_api")
+claim_client = _function_client("claim_client", "claim_api")
+admin_client = _function_client("admin_client", "admin_api")
+import_client = _function_client("import_client", "import_codes")
+usage_client = _function_client("usage_client", "count_usage")
 
 
 @pytest.fixture
@@ -334,6 +335,16 @@ def make_campaign(db: firestore.Client, cleanup: list[Callable[[], object]]) -> 
     return make
 
 
+@pytest.fixture
+def new_id(db: firestore.Client, cleanup: list[Callable[[], object]]) -> str:
+    """An id for a campaign the test creates itself (through the API); deleted at the end."""
+    from shared.gcp.firestore import campaign_ref
+
+    campaign_id = f"t-{uuid.uuid4().hex[:12]}"
+    cleanup.append(lambda: db.recursive_delete(campaign_ref(db, campaign_id)))
+    return campaign_id
+
+
 @pytest.fixture(scope="session")
 def storage_client(emulators: EmulatorStack) -> StorageClient:
     from shared.container import instance_services
@@ -341,49 +352,21 @@ def storage_client(emulators: EmulatorStack) -> StorageClient:
     return instance_services().storage
 
 
-@pytest.fixture(scope="session")
-def import_client(emulators: EmulatorStack) -> FlaskClient:
-    return function_client("import_codes")
-
-
-@pytest.fixture(scope="session")
-def usage_client(emulators: EmulatorStack) -> FlaskClient:
-    return function_client("count_usage")
-
-
 @pytest.fixture
 def pump_events(usage_client: FlaskClient) -> Pump:
     """Deliver what was published on the topic to count_usage, as the push subscription
     would; returns the decoded events delivered (a batch's claims, each)."""
-    from google.cloud.pubsub_v1 import SubscriberClient
+    from devkit.pubsub import pull_all
 
     def pump() -> list[dict[str, Any]]:
         delivered: list[dict[str, Any]] = []
-        subscription = f"projects/{PROJECT}/subscriptions/{PUMP_SUBSCRIPTION}"
-        with SubscriberClient() as subscriber:
-            while True:
-                # The emulator honours return_immediately, so an empty pull costs no wait.
-                response = subscriber.pull(
-                    request={
-                        "subscription": subscription,
-                        "max_messages": 500,
-                        "return_immediately": True,
-                    },
-                    timeout=10,
-                )
-                if not response.received_messages:
-                    return delivered
-                for received in response.received_messages:
-                    message = received.message
-                    envelope = published_event(message.data, message_id=message.message_id)
-                    assert deliver(usage_client, envelope) == 200
-                    published = json.loads(message.data)
-                    # A batch of claims stands for its claims' events.
-                    delivered += published.get("claims", [published])
-                subscriber.acknowledge(
-                    subscription=subscription,
-                    ack_ids=[r.ack_id for r in response.received_messages],
-                )
+        for message in pull_all(f"projects/{PROJECT}/subscriptions/{PUMP_SUBSCRIPTION}"):
+            envelope = published_event(message.data, message_id=message.message_id)
+            assert deliver(usage_client, envelope) == 200
+            published = json.loads(message.data)
+            # A batch of claims stands for its claims' events.
+            delivered += published.get("claims", [published])
+        return delivered
 
     pump()  # start from an empty subscription: earlier tests' events are not this test's
     return pump

@@ -19,13 +19,11 @@ import secrets
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-import jwt
-from cryptography.hazmat.primitives.asymmetric import rsa
-from jwt.algorithms import RSAAlgorithm
+from devkit.standins.keys import DevSigningKey, KeySetServer
 
 ISSUER = "https://firebaseappcheck.googleapis.com/"
 # App Check names a project by number and id in `aud`; a demo project has no number.
@@ -33,16 +31,11 @@ DEV_PROJECT_NUMBER = "000000000000"
 DEV_APP_ID = f"1:{DEV_PROJECT_NUMBER}:web:codedrop-dev"
 
 
-class DevAppCheckKeys:
+class DevAppCheckKeys(DevSigningKey):
     """An RSA key pair that signs App Check-shaped tokens, and its public JWKS."""
 
     def __init__(self, key_id: str | None = None) -> None:
-        self.key_id = key_id or f"dev-{secrets.token_hex(4)}"
-        self._key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-
-    def jwks(self) -> dict[str, Any]:
-        public: dict[str, Any] = RSAAlgorithm.to_jwk(self._key.public_key(), as_dict=True)
-        return {"keys": [{**public, "kid": self.key_id, "alg": "RS256", "use": "sig"}]}
+        super().__init__(key_id or f"dev-{secrets.token_hex(4)}")
 
     def token(
         self,
@@ -63,42 +56,17 @@ class DevAppCheckKeys:
         }
         if expires:
             claims["exp"] = now + lifetime_seconds
-        return jwt.encode(
-            claims, self._key, algorithm="RS256", headers={"kid": self.key_id, "typ": "JWT"}
-        )
+        return self.sign(claims, typ="JWT")
 
 
-class DevAppCheckServer:
+class DevAppCheckServer(KeySetServer):
     """Serves a key set's JWKS and mints tokens on 127.0.0.1 (a thread of this process)."""
 
+    keys: DevAppCheckKeys
+
     def __init__(self, keys: DevAppCheckKeys, *, project: str, port: int = 0) -> None:
-        self.keys = keys
         self.project = project
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    @property
-    def jwks_url(self) -> str:
-        return f"{self.url}/jwks.json"
-
-    def start(self) -> DevAppCheckServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
-
-    def __enter__(self) -> DevAppCheckServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        super().__init__(keys, port=port)
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self

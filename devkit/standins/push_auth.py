@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import json
 import secrets
-import threading
 import time
 from collections.abc import Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import httpx
-import jwt
-from cryptography.hazmat.primitives.asymmetric import rsa
-from jwt.algorithms import RSAAlgorithm
+
+from devkit.standins.keys import DevSigningKey, KeySetServer
 
 ISSUER = "https://accounts.google.com"
 # What the local stack and the tests configure (CODEDROP_PUSH_AUDIENCE / _SERVICE_ACCOUNT).
@@ -31,16 +29,11 @@ LOCAL_ACCOUNT = "codedrop-invoker@demo-codedrop.iam.gserviceaccount.com"
 _FORWARD_TIMEOUT_SECONDS = 120  # deliver_webhooks may drain an endpoint for a while
 
 
-class DevPushKeys:
+class DevPushKeys(DevSigningKey):
     """An RSA key pair that signs push tokens shaped as Google's, and its public JWKS."""
 
     def __init__(self) -> None:
-        self.key_id = f"dev-push-{secrets.token_hex(4)}"
-        self._key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-
-    def jwks(self) -> dict[str, Any]:
-        public: dict[str, Any] = RSAAlgorithm.to_jwk(self._key.public_key(), as_dict=True)
-        return {"keys": [{**public, "kid": self.key_id, "alg": "RS256", "use": "sig"}]}
+        super().__init__(f"dev-push-{secrets.token_hex(4)}")
 
     def token(
         self,
@@ -59,15 +52,17 @@ class DevPushKeys:
             "iat": now,
             "exp": now + lifetime_seconds,
         }
-        return jwt.encode(claims, self._key, algorithm="RS256", headers={"kid": self.key_id})
+        return self.sign(claims)
 
     def authorization(self, **kwargs: Any) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token(**kwargs)}"}
 
 
-class PushRelay:
+class PushRelay(KeySetServer):
     """Serves the key set's JWKS and relays `POST /<function>/` to that function's URL with a
     fresh token, on 127.0.0.1 (a thread of this process)."""
+
+    keys: DevPushKeys
 
     def __init__(
         self,
@@ -78,43 +73,21 @@ class PushRelay:
         account: str = LOCAL_ACCOUNT,
         port: int = 0,
     ) -> None:
-        self.keys = keys
         self.targets = dict(targets or {})
         self._audience = audience
         self._account = account
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         # One client for every push: httpx.post builds a client (and its TLS context) a call,
         # 35 ms of this process's CPU against 1.5 ms, which the load test counted against the
         # stack for every message pushed.
         self._client = httpx.Client(timeout=_FORWARD_TIMEOUT_SECONDS)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    @property
-    def jwks_url(self) -> str:
-        return f"{self.url}/jwks.json"
+        super().__init__(keys, port=port)
 
     def push_endpoint(self, function: str) -> str:
         return f"{self.url}/{function}"
 
-    def start(self) -> PushRelay:
-        self._thread.start()
-        return self
-
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        super().stop()
         self._client.close()
-
-    def __enter__(self) -> PushRelay:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def _forward(self, function: str, body: bytes, content_type: str) -> tuple[int, bytes]:
         headers = {

@@ -261,8 +261,7 @@ def audit_result(result_uri: str, holder: dict[str, str], audit: Audit) -> None:
 
 def apply_events(campaign_id: str, audit: Audit) -> None:
     """Pull what the job published and apply it as count_usage does, then redeliver it all."""
-    from google.cloud.pubsub_v1 import SubscriberClient
-
+    from devkit.pubsub import pull_all
     from shared.container import instance_services
     from shared.events.models import CodesAssigned, parse_event
     from shared.gcp.firestore import announcement_ref, campaigns_collection
@@ -271,24 +270,7 @@ def apply_events(campaign_id: str, audit: Audit) -> None:
     usage = instance_services().usage
     counters = instance_services().counters
     subscription = f"projects/{get_settings().project_id}/subscriptions/{SUBSCRIPTION}"
-    payloads: list[bytes] = []
-    with SubscriberClient() as subscriber:
-        while True:
-            response = subscriber.pull(
-                request={
-                    "subscription": subscription,
-                    "max_messages": 1000,
-                    "return_immediately": True,
-                },
-                timeout=30,
-            )
-            if not response.received_messages:
-                break
-            payloads += [r.message.data for r in response.received_messages]
-            subscriber.acknowledge(
-                subscription=subscription, ack_ids=[r.ack_id for r in response.received_messages]
-            )
-    events = [parse_event(p) for p in payloads]
+    events = [parse_event(m.data) for m in pull_all(subscription)]
     assigned = [e for e in events if isinstance(e, CodesAssigned) and e.campaign_id == campaign_id]
     audit.events = len(assigned)
     with ThreadPoolExecutor(APPLY_THREADS) as executor:
@@ -575,17 +557,13 @@ def pubsub(log_dir: Path) -> Iterator[RunningEmulator]:
     try:
         os.environ["PUBSUB_EMULATOR_HOST"] = emulator.host_port
         harness.forget_services()
-        from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
-
+        from devkit.pubsub import create_topic_with_pull
         from shared.settings import get_settings
 
         settings = get_settings()
-        topic = f"projects/{settings.project_id}/topics/{settings.events_topic}"
-        PublisherClient().create_topic(name=topic)
-        with SubscriberClient() as subscriber:
-            subscriber.create_subscription(
-                name=f"projects/{settings.project_id}/subscriptions/{SUBSCRIPTION}", topic=topic
-            )
+        create_topic_with_pull(
+            project=settings.project_id, topic=settings.events_topic, subscription=SUBSCRIPTION
+        )
         yield emulator
     finally:
         emulator.stop()

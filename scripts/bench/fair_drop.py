@@ -59,8 +59,8 @@ from shared.fairness.draw import (
 from shared.fairness.service import FREEZE_SECONDS, FairnessService
 from shared.gcp.firestore import campaign_ref, entries_collection, fairness_collection
 from shared.settings import get_settings
-from shared.waiting_room.admission import RoomShare
-from shared.waiting_room.service import DRAWN_PEER, heartbeat_interval
+from shared.waiting_room.admission import AdmissionController, RoomShare
+from shared.waiting_room.service import DRAWN_PEER
 
 log = logging.getLogger("fair_drop")
 
@@ -169,22 +169,12 @@ class DrawnPolicy(FairPolicy):
         super().__init__(cfg)
         self.draw = draw
 
-    def _read(self, instance: int, began: float, at: float) -> None:
-        seen: dict[str, RoomShare] = {}
-        for other, beats in enumerate(self._beats):
-            while len(beats) > 1 and beats[1][0] <= at:
-                beats.popleft()
-            if other != instance and beats and beats[0][0] <= at:
-                seen[str(other)] = beats[0][1]
-        controller = self.controllers[instance]
+    def _hand_over(
+        self, controller: AdmissionController, seen: dict[str, RoomShare], began: float
+    ) -> None:
         live = set(seen)
         seen[DRAWN_PEER] = self.draw.share(controller.threshold(began), tick_seconds=TICK)
         controller.update_peers(seen, live=live, now=began)
-        self.heartbeat_reads += len(self._beats)
-        interval = heartbeat_interval(self._beaten[instance])
-        self._next_beat[instance] = began + controller.heartbeat_within(began, interval)
-        self._beaten[instance] += 1
-        self._busy[instance] = False
 
     def released(self, instance: int, now: float) -> int:
         return self.draw.released(self.controllers[instance].threshold(now))

@@ -13,62 +13,40 @@ balancer spreads them, each through admin_api's router (auth, limit, format, rea
 JSON object: requests sent, passed (answered as look-ups), refused (429), the limit for the
 duration, the ratio passed / limit, and the bound the design guarantees, max(burst, instances)
 + limit * seconds / 60. Exit status 1 when more than the limit + 10% got through. Starts its
-own Firestore emulator on a free port unless `--firestore` names one.
+own Firestore emulator on a free port unless `--firestore` names one, and an Auth emulator where
+the caller signs in (admin_api checks every caller's account).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
-import os
-import shutil
 import sys
-import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
-from devkit.emulators import RunningEmulator, free_port, reset_firestore, start_firestore
-from devkit.emulators.tokens import emulator_id_token
+from devkit.emulators.auth import AuthEmulatorClient
+from scripts.bench import harness
 
-PROJECT = "demo-codedrop-bench"
+PROJECT = harness.PROJECT
 CAMPAIGN = "guessing"
 SLACK = 1.1
-
-
-@contextmanager
-def firestore_emulator(given: str | None) -> Iterator[str]:
-    if given:
-        yield given
-        return
-    log_dir = Path(tempfile.mkdtemp(prefix="bench-guessing-"))
-    emulator: RunningEmulator | None = None
-    try:
-        emulator = start_firestore(port=free_port(), project=PROJECT, log_dir=log_dir)
-        yield emulator.host_port
-    finally:
-        if emulator is not None:
-            emulator.stop()
-        shutil.rmtree(log_dir, ignore_errors=True)
 
 
 def instance_client(limit: int) -> Any:
     """One function instance: its own container behind admin_api's router."""
     import flask
 
-    from scripts.bench.holds import MemoryPublisher
     from shared.container import Services
     from shared.http.admin_api import router
     from shared.settings import Settings
 
     # Look-ups publish nothing; the publisher only completes the container without Pub/Sub.
     services = Services(
-        Settings(project_id=PROJECT, code_lookups_per_minute=limit), publisher=MemoryPublisher()
+        Settings(project_id=PROJECT, code_lookups_per_minute=limit),
+        publisher=harness.MemoryPublisher(),
     )
     app = flask.Flask("bench-guessing")
 
@@ -102,10 +80,17 @@ def seed_campaign() -> None:
     add_codes(db, campaign_id=CAMPAIGN, codes=[f"REAL-{n:04d}" for n in range(100)], now=now)
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def _admin_token(accounts: AuthEmulatorClient, name: str) -> str:
+    """An ID token of an admin account `name`, signed up on the Auth emulator."""
+    return accounts.ensure_user(
+        f"{name}@bench.example", "bench-password", claims={"admin": True}
+    ).id_token
+
+
+def run(args: argparse.Namespace, accounts: AuthEmulatorClient) -> dict[str, Any]:
     seed_campaign()
     instances = [instance_client(args.limit) for _ in range(args.instances)]
-    warm = {"Authorization": f"Bearer {emulator_id_token('warm-up', project=PROJECT, admin=True)}"}
+    warm = {"Authorization": f"Bearer {_admin_token(accounts, 'warm-up')}"}
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         for client, _ in instances:
@@ -116,7 +101,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     else:
         raise RuntimeError("the instances never counted each other")
 
-    token = emulator_id_token("guesser", project=PROJECT, admin=True)
+    token = _admin_token(accounts, "guesser")
     headers = {"Authorization": f"Bearer {token}", "X-Forwarded-For": "203.0.113.50"}
     sent = int(args.per_minute * args.seconds / 60)
     interval = 60 / args.per_minute
@@ -153,24 +138,28 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--instances", type=int, default=4)
-    parser.add_argument("--per-minute", type=int, default=1000)
-    parser.add_argument("--seconds", type=float, default=120.0)
-    parser.add_argument("--limit", type=int, default=60)
-    parser.add_argument("--firestore")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
-    with firestore_emulator(args.firestore) as host_port:
-        os.environ["FIRESTORE_EMULATOR_HOST"] = host_port
-        os.environ["GOOGLE_CLOUD_PROJECT"] = PROJECT
-        # Unsigned tokens in the Auth emulator's format, as the suite's (no emulator needed).
-        os.environ["FIREBASE_AUTH_EMULATOR_HOST"] = "127.0.0.1:9099"
-        reset_firestore(host_port=host_port, project=PROJECT)
-        figures = run(args)
+OPTIONS: list[harness.Option] = [
+    ("--instances", harness.positive, 4, "admin_api instances"),
+    ("--per-minute", harness.positive, 1000, "look-ups the caller sends a minute"),
+    ("--seconds", float, 120.0, "how long the caller sends them"),
+    ("--limit", harness.positive, 60, "the per-caller limit a minute"),
+    ("--firestore", str, None, "HOST:PORT of a running emulator (reset first)"),
+]
+
+
+def bench(args: argparse.Namespace, emulators: harness.Emulators) -> int:
+    emulators.reset()
+    if emulators.auth is None:
+        raise RuntimeError("the Auth emulator is not started")
+    figures = run(args, AuthEmulatorClient(emulators.auth.host_port, project=PROJECT))
     print(json.dumps(figures))
+    harness.write_json(args.json, figures)
     return 0 if figures["within_limit_plus_10_percent"] else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = harness.parser(__doc__, prog="guessing", options=OPTIONS).parse_args(argv)
+    return harness.run_with_emulators(args, bench, auth=True)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -30,7 +31,7 @@ from google.cloud import firestore
 
 from devkit import http, provenance
 from devkit.codes import add_codes
-from devkit.emulators import RunningEmulator, free_port, start_firestore, start_storage
+from devkit.emulators import RunningEmulator, free_port, start_auth, start_firestore, start_storage
 from devkit.measure import cpu_seconds
 from shared.campaigns import service as campaign_service
 from shared.campaigns.models import CampaignCreate
@@ -131,6 +132,7 @@ def run_with_emulators(
     bench: Callable[[argparse.Namespace, Emulators], int],
     *,
     storage: bool = False,
+    auth: bool = False,
 ) -> int:
     """A benchmark's main: logging, SIGTERM as an interrupt, its own emulators (started before
     anything of shared is used, so worker processes inherit their environment; a running
@@ -139,7 +141,8 @@ def run_with_emulators(
     setup_logging(level(args.verbose))
     stop_on_sigterm()
     try:
-        with Emulators(firestore=getattr(args, "firestore", None), storage=storage) as emulators:
+        given = getattr(args, "firestore", None)
+        with Emulators(firestore=given, storage=storage, auth=auth) as emulators:
             code = bench(args, emulators)
             emulators.keep_logs = code == 130
             return code
@@ -160,19 +163,23 @@ class Emulators:
     """The emulators a benchmark runs on, each on a free port in its own process group, and the
     environment that points this process (and the processes it starts) at them.
 
-    `firestore`: HOST:PORT of a running emulator to use instead of starting one. The logs stay
-    in a temporary folder that is removed unless the benchmark failed.
+    `firestore`: HOST:PORT of a running emulator to use instead of starting one; `auth`: the
+    Firebase Auth emulator too, for a benchmark whose callers sign in (the functions check
+    each account there). The logs stay in a temporary folder that is removed unless the
+    benchmark failed.
     """
 
     def __init__(
-        self, *, firestore: str | None = None, storage: bool = False, project: str = PROJECT
+        self, *, firestore: str | None = None, storage: bool = False, auth: bool = False
     ) -> None:
-        self.project = project
+        self.project = PROJECT
         self._given = firestore
         self._with_storage = storage
+        self._with_auth = auth
         self.log_dir = Path(tempfile.mkdtemp(prefix="codedrop-bench-"))
         self.firestore: RunningEmulator | None = None
         self.storage: RunningEmulator | None = None
+        self.auth: RunningEmulator | None = None
         self._restarts = 0
         self.keep_logs = False
 
@@ -195,6 +202,9 @@ class Emulators:
                 self.storage = start_storage(port=free_port(), bucket=BUCKET, log_dir=self.log_dir)
                 os.environ["STORAGE_EMULATOR_HOST"] = f"http://{self.storage.host_port}"
                 os.environ["CODEDROP_IMPORTS_BUCKET"] = BUCKET
+            if self._with_auth:
+                self.auth = start_auth(port=free_port(), project=self.project, log_dir=self.log_dir)
+                os.environ["FIREBASE_AUTH_EMULATOR_HOST"] = self.auth.host_port
             if not self._given:
                 self.firestore = start_firestore(
                     port=free_port(), project=self.project, log_dir=self.log_dir
@@ -208,7 +218,7 @@ class Emulators:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        for emulator in (self.firestore, self.storage):
+        for emulator in (self.firestore, self.storage, self.auth):
             if emulator is None:
                 continue
             try:
@@ -531,6 +541,21 @@ def _command_line() -> str:
 
 
 # --- set-up --------------------------------------------------------------------------------------
+
+
+class MemoryPublisher:
+    """Pub/Sub's publisher, in memory: every event is kept, every publish succeeds."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    def publish(self, topic: str, data: bytes, **attributes: str) -> Future[str]:
+        with self._lock:
+            self.events.append(json.loads(data))
+        future: Future[str] = Future()
+        future.set_result(attributes.get("event_id", ""))
+        return future
 
 
 def create_campaign(

@@ -40,27 +40,23 @@ import argparse
 import heapq
 import json
 import logging
-import os
 import random
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
-from devkit.emulators import RunningEmulator, free_port, reset_firestore, start_firestore
+from scripts.bench import harness
 
 log = logging.getLogger("bench_holds")
 
-PROJECT = "demo-codedrop-bench"
+PROJECT = harness.PROJECT
 RETRY_EVERY = 0.5
 
 
@@ -82,21 +78,6 @@ class Config:
 
 
 # --- the pieces a sale needs ------------------------------------------------------------------
-class MemoryPublisher:
-    """Pub/Sub's publisher, in memory: every event is kept, every publish succeeds."""
-
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-
-    def publish(self, topic: str, data: bytes, **attributes: str) -> Future[str]:
-        with self._lock:
-            self.events.append(json.loads(data))
-        future: Future[str] = Future()
-        future.set_result(attributes.get("event_id", ""))
-        return future
-
-
 class Scheduler:
     """Runs callables at given monotonic times on a thread pool (arrivals, checkouts, retries)
     without a sleeping thread per shopper."""
@@ -487,7 +468,7 @@ def check_counters(
 
 
 def run_sale(
-    services: Any, publisher: MemoryPublisher, cfg: Config, *, holds: bool, counters: bool
+    services: Any, publisher: harness.MemoryPublisher, cfg: Config, *, holds: bool, counters: bool
 ) -> SaleResult:
     campaign_id = make_campaign(services, cfg, hold_seconds=cfg.hold_seconds if holds else None)
     log.info("sale %s: %d codes, %d shoppers", campaign_id, cfg.codes, cfg.shoppers)
@@ -543,7 +524,7 @@ def release_burst(services: Any, cfg: Config) -> BurstResult:
 
 
 # --- running it -------------------------------------------------------------------------------
-def build_services(publisher: MemoryPublisher) -> Any:
+def build_services(publisher: harness.MemoryPublisher) -> Any:
     from shared.container import Services
     from shared.settings import Settings
 
@@ -554,65 +535,37 @@ def build_services(publisher: MemoryPublisher) -> Any:
     return Services(settings, publisher=publisher)
 
 
+OPTIONS: list[harness.Option] = [
+    ("--codes", int, 5000, "codes in the sale"),
+    ("--shoppers", int, 10_000, "shoppers arriving"),
+    ("--hold-seconds", int, 3, "the holding campaign's hold"),
+    ("--abandon", float, 0.3, "share of shoppers who abandon the checkout"),
+    ("--arrival-seconds", float, 20.0, "the shoppers arrive evenly over this window"),
+    ("--checkout-seconds", float, 1.0, "longest checkout (s)"),
+    ("--patience-seconds", float, 3.0, "how long a shopper told SOLD_OUT keeps trying (s)"),
+    ("--sweep-every", float, 0.5, "seconds between sweeps"),
+    ("--concurrency", int, 64, "threads"),
+    ("--instances", int, 2, "claim engines"),
+    ("--burst", int, 2000, "holds expiring at once for the release measure"),
+    ("--seed", int, 1, "random seed"),
+    ("--cancel", float, 0.1, "share of orders cancelled"),
+    ("--firestore", str, None, "HOST:PORT of a running emulator (reset first)"),
+]
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--codes", type=int, default=5000)
-    parser.add_argument("--shoppers", type=int, default=10_000)
-    parser.add_argument("--hold-seconds", type=int, default=3)
-    parser.add_argument("--abandon", type=float, default=0.3)
-    parser.add_argument("--arrival-seconds", type=float, default=20.0)
-    parser.add_argument("--checkout-seconds", type=float, default=1.0)
-    parser.add_argument("--patience-seconds", type=float, default=3.0)
-    parser.add_argument("--sweep-every", type=float, default=0.5)
-    parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument("--instances", type=int, default=2)
-    parser.add_argument("--burst", type=int, default=2000)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--cancel", type=float, default=0.1, help="share of orders cancelled")
+    parser = harness.parser(__doc__, prog="holds", options=OPTIONS)
     parser.add_argument(
         "--no-counters",
         dest="counters",
         action="store_false",
         help="skip feeding the events to the sharded counters and checking the stats",
     )
-    parser.add_argument("--firestore", help="HOST:PORT of a running emulator (reset first)")
-    parser.add_argument("--json", type=Path, help="write the figures here as JSON")
-    parser.add_argument("-v", "--verbose", action="store_true")
     return parser.parse_args(argv)
 
 
 def config_of(args: argparse.Namespace) -> Config:
-    return Config(
-        codes=args.codes,
-        shoppers=args.shoppers,
-        hold_seconds=args.hold_seconds,
-        abandon=args.abandon,
-        arrival_seconds=args.arrival_seconds,
-        checkout_seconds=args.checkout_seconds,
-        patience_seconds=args.patience_seconds,
-        sweep_every=args.sweep_every,
-        concurrency=args.concurrency,
-        instances=args.instances,
-        burst=args.burst,
-        seed=args.seed,
-        cancel=args.cancel,
-    )
-
-
-@contextmanager
-def firestore_emulator(given: str | None) -> Iterator[str]:
-    if given:
-        yield given
-        return
-    log_dir = Path(tempfile.mkdtemp(prefix="bench-holds-"))
-    emulator: RunningEmulator | None = None
-    try:
-        emulator = start_firestore(port=free_port(), project=PROJECT, log_dir=log_dir)
-        yield emulator.host_port
-    finally:
-        if emulator is not None:
-            emulator.stop()
-        shutil.rmtree(log_dir, ignore_errors=True)
+    return Config(**{f.name: getattr(args, f.name) for f in fields(Config)})
 
 
 def print_figures(cfg: Config, sales: list[SaleResult], burst: BurstResult) -> None:
@@ -664,35 +617,35 @@ def _lag(result: SaleResult, name: str) -> str:
     return f"{lag.get('p50', '-')} / {lag.get('p95', '-')}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
+def bench(args: argparse.Namespace, emulators: harness.Emulators) -> int:
     cfg = config_of(args)
-    with firestore_emulator(args.firestore) as host_port:
-        os.environ["FIRESTORE_EMULATOR_HOST"] = host_port
-        os.environ["GOOGLE_CLOUD_PROJECT"] = PROJECT
-        reset_firestore(host_port=host_port, project=PROJECT)
-        publisher = MemoryPublisher()
-        services = build_services(publisher)
-        sales = []
-        for holds in (False, True):
-            sales.append(run_sale(services, publisher, cfg, holds=holds, counters=args.counters))
-            # The emulator scans a collection group whole: a run must not pay for the last one.
-            reset_firestore(host_port=host_port, project=PROJECT)
-        burst = release_burst(services, cfg)
+    emulators.reset()
+    publisher = harness.MemoryPublisher()
+    services = build_services(publisher)
+    sales = []
+    for holds in (False, True):
+        sales.append(run_sale(services, publisher, cfg, holds=holds, counters=args.counters))
+        # The emulator scans a collection group whole: a run must not pay for the last one.
+        emulators.reset()
+    burst = release_burst(services, cfg)
     print_figures(cfg, sales, burst)
-    if args.json:
-        figures = {
+    harness.write_json(
+        args.json,
+        {
             "settings": asdict(cfg),
             "sales": [asdict(s) for s in sales],
             "release_burst": asdict(burst),
-        }
-        args.json.write_text(json.dumps(figures, indent=2, default=str))
+        },
+    )
     failed = [s.violations for s in sales if any(s.violations.values())]
     if failed or any(burst.violations.values()):
         print(f"INVARIANT VIOLATIONS: {failed} {burst.violations}", file=sys.stderr)
         return 1
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return harness.run_with_emulators(parse_args(argv), bench)
 
 
 if __name__ == "__main__":

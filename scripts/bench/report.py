@@ -7,12 +7,13 @@ Every figure in the page comes from one of those files, each written by a benchm
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from scripts.tools import generated
 
 REPO = Path(__file__).resolve().parents[2]
 FIGURES = REPO / "docs" / "bench"
@@ -154,18 +155,13 @@ def _cell(value: Any) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scripts.bench.report", description=__doc__)
-    parser.add_argument("--check", action="store_true", help="only check the page is current")
-    args = parser.parse_args(argv)
-    page = render(FIGURES.glob("*.json"))
-    if args.check:
-        current = PAGE.read_text(encoding="utf-8") if PAGE.exists() else ""
-        if current != page:
-            print(f"{PAGE} is stale: run python -m scripts.bench.report", file=sys.stderr)
-            return 1
-        return 0
-    PAGE.write_text(page, encoding="utf-8")
-    return 0
+    return generated.main(
+        argv,
+        module="scripts.bench.report",
+        doc=__doc__,
+        page=PAGE,
+        render=lambda: render(FIGURES.glob("*.json")),
+    )
 
 
 if __name__ == "__main__":

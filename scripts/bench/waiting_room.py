@@ -156,6 +156,12 @@ class FairPolicy:
         self._exchanging: list[tuple[float, int, float]] = []
         self._busy = [False] * cfg.instances
 
+    def _hand_over(
+        self, controller: AdmissionController, seen: dict[str, RoomShare], began: float
+    ) -> None:
+        """The peers' shares an exchange read, to the controller."""
+        controller.update_peers(seen, live=seen.keys(), now=began)
+
     def _read(self, instance: int, began: float, at: float) -> None:
         """An exchange's read, at `at`: every heartbeat visible then, handed to the controller
         with the time the exchange began (the service's `now`)."""
@@ -166,7 +172,7 @@ class FairPolicy:
             if other != instance and beats and beats[0][0] <= at:
                 seen[str(other)] = beats[0][1]
         controller = self.controllers[instance]
-        controller.update_peers(seen, live=seen.keys(), now=began)
+        self._hand_over(controller, seen, began)
         self.heartbeat_reads += len(self._beats)
         interval = heartbeat_interval(self._beaten[instance])
         self._next_beat[instance] = began + controller.heartbeat_within(began, interval)

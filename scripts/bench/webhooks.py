@@ -25,6 +25,7 @@ per 100 deliveries (both share the machine's cores), with the load average befor
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 import time
@@ -33,11 +34,14 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
+from google.cloud import firestore
+
+from devkit.claims import add_claims, claim_record
 from devkit.receiver import Receiver
 from scripts.bench import harness
 from shared.clock import utcnow
 from shared.container import Services
-from shared.events.models import CouponClaimed, EventType, encode_event
+from shared.events.models import Event, EventType, encode_event
 from shared.gcp.firestore import webhook_ref
 from shared.settings import get_settings
 from shared.webhooks.models import WebhookCreate
@@ -71,20 +75,11 @@ class Figures:
     load: tuple[float, float]
 
 
-def _events(campaign_id: str, count: int) -> list[tuple[CouponClaimed, bytes]]:
+def _events(db: firestore.Client, campaign_id: str, count: int) -> list[tuple[Event, bytes]]:
+    """Events of claims that exist: deliver_webhooks sends only events their records back."""
     now = utcnow()
-    events = [
-        CouponClaimed(
-            event_id=f"claimed.{campaign_id}.c{n}",
-            campaign_id=campaign_id,
-            occurred_at=now,
-            coupon_id=f"coupon-{n}",
-            user_id=f"shopper-{n}",
-            claim_id=f"c{n}",
-        )
-        for n in range(count)
-    ]
-    return [(e, encode_event(e)) for e in events]
+    claimed = add_claims(db, [claim_record(campaign_id, n, claimed_at=now) for n in range(count)])
+    return [(e, encode_event(e)) for e in claimed]
 
 
 def scenario(
@@ -114,7 +109,7 @@ def scenario(
                     max_in_flight=max_in_flight,
                 ),
             )
-        batch = _events(campaign_id, events)
+        batch = _events(services.db, campaign_id, events)
         with harness.timed(emulators.firestore_pid) as phase:
             started = time.monotonic()
             with ThreadPoolExecutor(push_threads) as pool:
@@ -189,49 +184,47 @@ def _table(rows: Sequence[Figures]) -> str:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = harness.parser(__doc__, prog="webhooks", options=OPTIONS).parse_args(argv)
-    harness.setup_logging(harness.level(args.verbose), role="webhooks")
+def bench(args: argparse.Namespace, emulators: harness.Emulators) -> int:
     for chatty in ("shared", "httpx"):  # a log line per event or request otherwise
         logging.getLogger(chatty).setLevel(logging.WARNING)
-    harness.stop_on_sigterm()
     limits = {"max_per_second": args.max_per_second, "max_in_flight": args.max_in_flight}
     runs = [
         ("one endpoint", 1, args.events, limits),
         ("ten endpoints", 10, args.events_ten, limits),
         ("throttled", 1, 100, {"max_per_second": args.throttle, "max_in_flight": 4}),
     ]
-    try:
-        with harness.Emulators() as emulators:
-            services = Services(get_settings())
-            # The emulator's first requests are slow (a JVM warming up): not measured.
-            scenario(
-                services,
-                emulators,
-                name="warm-up",
-                endpoints=1,
-                events=50,
-                push_threads=args.push_threads,
-                **limits,
-            )
-            rows = [
-                scenario(
-                    services,
-                    emulators,
-                    name=name,
-                    endpoints=endpoints,
-                    events=events,
-                    push_threads=args.push_threads,
-                    **lim,
-                )
-                for name, endpoints, events, lim in runs
-            ]
-    except KeyboardInterrupt:
-        log.warning("interrupted")
-        return 130
+    # Nothing is published here; the container wants a publisher all the same.
+    services = Services(get_settings(), publisher=harness.MemoryPublisher())
+    # The emulator's first requests are slow (a JVM warming up): not measured.
+    scenario(
+        services,
+        emulators,
+        name="warm-up",
+        endpoints=1,
+        events=50,
+        push_threads=args.push_threads,
+        **limits,
+    )
+    rows = [
+        scenario(
+            services,
+            emulators,
+            name=name,
+            endpoints=endpoints,
+            events=events,
+            push_threads=args.push_threads,
+            **lim,
+        )
+        for name, endpoints, events, lim in runs
+    ]
     print(_table(rows))
     harness.write_json(args.json, {"runs": [asdict(r) for r in rows]})
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = harness.parser(__doc__, prog="webhooks", options=OPTIONS).parse_args(argv)
+    return harness.run_with_emulators(args, bench)
 
 
 if __name__ == "__main__":

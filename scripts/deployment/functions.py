@@ -57,17 +57,20 @@ class Trigger(enum.Enum):
 
 @dataclass(frozen=True)
 class FunctionSpec:
-    name: str  # the entry point's name in functions/main.py and --only
-    entry_point: str
+    name: str  # the entry point's name in functions/main.py, the deployed name's source, --only
     trigger: Trigger
-    memory: str
-    cpu: str
-    concurrency: int
-    min_instances: int
-    max_instances: int
-    timeout: str
     account: str  # runtime service account id (codedrop-<account>@PROJECT.iam...)
+    concurrency: int
+    max_instances: int
+    timeout: str = "60s"
+    memory: str = "512Mi"
+    cpu: str = "1"
+    min_instances: int = 0
     retry: bool = False
+
+    @property
+    def entry_point(self) -> str:
+        return self.name
 
     @property
     def service(self) -> str:
@@ -79,7 +82,8 @@ class FunctionSpec:
 # otherwise 4 per CPU) is set to the concurrency so an instance really serves that many
 # requests at once. Minimum instances cost money while idle: only the shoppers' path keeps one
 # warm (a cold start during a sale's first second is a shopper waiting several seconds); raise
-# it with --sale-min-instances before a big sale.
+# it with --sale-min-instances before a big sale. Every function has 1 CPU and 512 MiB unless
+# said otherwise.
 FUNCTIONS: tuple[FunctionSpec, ...] = (
     # Deployed in this order. The events' consumers first: a claim_api that batches claims must
     # not publish a message the running count_usage and deliver_webhooks cannot read yet.
@@ -87,87 +91,49 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
     # ours, see resources.py); idempotent on event_id. A sale of 10,000 claims in a minute is
     # ~170 events/s: 20 instances x 40.
     FunctionSpec(
-        name="count_usage",
-        entry_point="count_usage",
-        trigger=Trigger.PUSH_SUBSCRIPTION,
-        memory="512Mi",
-        cpu="1",
-        concurrency=40,
-        min_instances=0,
-        max_instances=20,
-        timeout="60s",
-        account="usage",
+        "count_usage", Trigger.PUSH_SUBSCRIPTION, "usage", concurrency=40, max_instances=20
     ),
     # Webhook deliveries to businesses, fed by their own push subscription: a push records the
     # event's deliveries and drains the endpoints (up to 20 s each, bounded by per-endpoint
     # throttles and 5 s request timeouts), so requests wait on the network, not the CPU.
     FunctionSpec(
-        name="deliver_webhooks",
-        entry_point="deliver_webhooks",
-        trigger=Trigger.PUSH_SUBSCRIPTION,
-        memory="512Mi",
-        cpu="1",
-        concurrency=16,
-        min_instances=0,
-        max_instances=20,
-        timeout="60s",
-        account="webhooks",
+        "deliver_webhooks", Trigger.PUSH_SUBSCRIPTION, "webhooks", concurrency=16, max_instances=20
     ),
     # Shoppers' claims: the hot path. I/O-bound (each claim waits on Firestore), so many
     # requests share one CPU; 100 instances x 80 = 8,000 claims in flight.
     FunctionSpec(
-        name="claim_api",
-        entry_point="claim_api",
-        trigger=Trigger.PUBLIC_HTTP,
-        memory="512Mi",
-        cpu="1",
+        "claim_api",
+        Trigger.PUBLIC_HTTP,
+        "claim-api",
         concurrency=80,
-        min_instances=1,
         max_instances=100,
-        timeout="60s",
-        account="claim-api",
+        min_instances=1,
     ),
     # Marketers and operators, and shops' order webhooks: few callers, some long reports.
     FunctionSpec(
-        name="admin_api",
-        entry_point="admin_api",
-        trigger=Trigger.PUBLIC_HTTP,
-        memory="512Mi",
-        cpu="1",
+        "admin_api",
+        Trigger.PUBLIC_HTTP,
+        "admin-api",
         concurrency=20,
-        min_instances=0,
         max_instances=5,
         timeout="300s",
-        account="admin-api",
     ),
     # Called every minute by Cloud Scheduler; one sweep at a time is plenty.
     FunctionSpec(
-        name="sweep",
-        entry_point="sweep",
-        trigger=Trigger.PRIVATE_HTTP,
-        memory="512Mi",
-        cpu="1",
-        concurrency=1,
-        min_instances=0,
-        max_instances=2,
-        timeout="120s",
-        account="sweep",
+        "sweep", Trigger.PRIVATE_HTTP, "sweep", concurrency=1, max_instances=2, timeout="120s"
     ),
     # One CSV per instance at a time (memory is bounded per file; 1 GiB leaves room for the
     # in-flight batches); a million-code file takes minutes, hence the 540 s event maximum.
     # Redelivery is safe (idempotent import), so Eventarc retries.
     FunctionSpec(
-        name="import_codes",
-        entry_point="import_codes",
-        trigger=Trigger.STORAGE_FINALIZED,
-        memory="1Gi",
-        cpu="1",
+        "import_codes",
+        Trigger.STORAGE_FINALIZED,
+        "import",
         concurrency=1,
-        min_instances=0,
         max_instances=10,
         timeout="540s",
+        memory="1Gi",
         retry=True,
-        account="import",
     ),
 )
 FUNCTION_NAMES = tuple(spec.name for spec in FUNCTIONS)

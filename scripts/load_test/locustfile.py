@@ -35,7 +35,6 @@ per journey: O_APPEND keeps the lines whole) and tells the master when a journey
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import random
 import secrets
@@ -68,7 +67,10 @@ from scripts.load_test.records import (
     SOLD_OUT,
     TICKET_HEADER,
     UNANSWERED,
+    Recorder,
     journey_record,
+    json_object,
+    retry_after_seconds,
 )
 
 # With --processes, the master stops the run when a worker misses 3 heartbeats (3 s) and
@@ -204,43 +206,7 @@ class Scenario:
 # --- recording --------------------------------------------------------------------------------
 
 
-class Recorder:
-    """JSONL lines, buffered and appended with one write() each flush (O_APPEND: processes that
-    share the file never interleave inside a line)."""
-
-    def __init__(self) -> None:
-        self._fd: int | None = None
-        self._lines: list[str] = []
-
-    def open(self, path: str) -> None:
-        self.close()
-        if path:
-            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-
-    def add(self, record: dict[str, Any]) -> None:
-        if self._fd is None:
-            return
-        self._lines.append(json.dumps(record, separators=(",", ":")))
-        if len(self._lines) >= FLUSH_EVERY:
-            self.flush()
-
-    def flush(self) -> None:
-        if self._fd is None or not self._lines:
-            return
-        data = ("\n".join(self._lines) + "\n").encode()
-        self._lines.clear()
-        written = 0
-        while written < len(data):
-            written += os.write(self._fd, data[written:])
-
-    def close(self) -> None:
-        self.flush()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
-recorder = Recorder()
+recorder = Recorder(flush_every=FLUSH_EVERY)
 
 
 def _body(response: Any) -> dict[str, Any]:
@@ -249,13 +215,7 @@ def _body(response: Any) -> dict[str, Any]:
         text = response.text if response is not None else None
     except (OSError, HTTPException, LookupError):  # the body broke off, or an unknown charset
         return {}
-    if not text:
-        return {}
-    try:
-        body = json.loads(text)
-    except ValueError:
-        return {}
-    return body if isinstance(body, dict) else {}
+    return json_object(text)
 
 
 @listen(events.request)
@@ -398,11 +358,7 @@ class Answer:
 def _retry_after(response: FastResponse) -> float:
     headers: Any = response.headers
     raw = headers.get("Retry-After") if headers else None
-    try:
-        seconds = float(str(raw)) if raw is not None else 1.0
-    except ValueError:
-        seconds = 1.0
-    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
+    return retry_after_seconds(str(raw) if raw is not None else None)
 
 
 class Shopper(FastHttpUser):

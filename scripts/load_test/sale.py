@@ -111,33 +111,24 @@ class ClientRun:
     records_path: Path
 
 
+def _shopper_options(options: Options, target: Target, campaign_id: str) -> list[str]:
+    """What both clients are told of the sale and of how a shopper behaves."""
+    return [
+        *("--host", target.claim_url, "--campaign", campaign_id, "--project", target.project),
+        *("--double-click-share", f"{options.double_click_share:g}"),
+        *("--claim-attempts", str(options.claim_attempts)),
+        *("--give-up-after", f"{options.give_up_after:g}"),
+    ]
+
+
 def _locust_command(
     options: Options, target: Target, campaign_id: str, directory: Path
 ) -> list[str]:
     limit = math.ceil(options.arrival_seconds + options.give_up_after + 180)
     command = [
-        sys.executable,
-        "-m",
-        "locust",
-        "-f",
-        str(LOCUSTFILE),
-        "--headless",
-        "--users",
-        str(options.shoppers),
-        "--spawn-rate",
-        f"{options.spawn_rate:g}",
-        "--host",
-        target.claim_url,
-        "--campaign",
-        campaign_id,
-        "--project",
-        target.project,
-        "--double-click-share",
-        f"{options.double_click_share:g}",
-        "--claim-attempts",
-        str(options.claim_attempts),
-        "--give-up-after",
-        f"{options.give_up_after:g}",
+        *(sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless"),
+        *("--users", str(options.shoppers), "--spawn-rate", f"{options.spawn_rate:g}"),
+        *_shopper_options(options, target, campaign_id),
         "--record",
         str(directory / RECORDS),
         "--run-time",
@@ -156,27 +147,10 @@ def threads_command(
 ) -> list[str]:
     """The threads client (scripts/load_test/shoppers.py) for this sale."""
     command = [
-        sys.executable,
-        "-m",
-        "scripts.load_test.shoppers",
-        "--host",
-        target.claim_url,
-        "--campaign",
-        campaign_id,
-        "--project",
-        target.project,
-        "--shoppers",
-        str(options.shoppers),
-        "--threads",
-        str(options.threads),
-        "--ramp-seconds",
-        f"{options.arrival_seconds:g}",
-        "--double-click-share",
-        f"{options.double_click_share:g}",
-        "--claim-attempts",
-        str(options.claim_attempts),
-        "--give-up-after",
-        f"{options.give_up_after:g}",
+        *(sys.executable, "-m", "scripts.load_test.shoppers"),
+        *("--shoppers", str(options.shoppers), "--threads", str(options.threads)),
+        *("--ramp-seconds", f"{options.arrival_seconds:g}"),
+        *_shopper_options(options, target, campaign_id),
     ]
     return command + (["--record", str(records)] if records is not None else [])
 

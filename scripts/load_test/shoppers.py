@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import heapq
 import itertools
-import json
 import os
 import random
 import secrets
@@ -50,7 +49,10 @@ from scripts.load_test.records import (
     SOLD_OUT,
     TICKET_HEADER,
     UNANSWERED,
+    Recorder,
     journey_record,
+    json_object,
+    retry_after_seconds,
 )
 
 # gunicorn closes a keep-alive connection idle for 2 s (its `keepalive`): one idle longer than
@@ -64,37 +66,6 @@ MAX_HEADERS = 100
 
 
 # --- recording --------------------------------------------------------------------------------
-
-
-class Recorder:
-    """The JSONL records, appended by every thread, written in batches."""
-
-    def __init__(self, path: str) -> None:
-        self._handle = open(path, "a", encoding="utf-8") if path else None  # noqa: SIM115
-        self._lines: list[str] = []
-        self._lock = threading.Lock()
-
-    def add(self, record: dict[str, Any]) -> None:
-        if self._handle is None:
-            return
-        line = json.dumps(record, separators=(",", ":"))
-        with self._lock:
-            self._lines.append(line)
-            if len(self._lines) >= FLUSH_EVERY:
-                self._flush_locked()
-
-    def _flush_locked(self) -> None:
-        if self._handle is not None and self._lines:
-            self._handle.write("\n".join(self._lines) + "\n")
-            self._handle.flush()
-            self._lines.clear()
-
-    def close(self) -> None:
-        with self._lock:
-            self._flush_locked()
-            if self._handle is not None:
-                self._handle.close()
-                self._handle = None
 
 
 # --- one keep-alive connection ----------------------------------------------------------------
@@ -177,7 +148,7 @@ class Connection:
                 if will_close:
                     self._drop()
                 self._last_used = time.monotonic()
-                return Reply(status, headers, _json(data), self._sent_at, self._ms())
+                return Reply(status, headers, json_object(data), self._sent_at, self._ms())
         return Reply(0, {}, {}, self._sent_at, self._ms(), self._error or "not sent")
 
     def _fail(self, exc: BaseException) -> None:
@@ -261,25 +232,13 @@ def _chunked(reader: BinaryIO) -> bytes:
         body += chunk[:size]
 
 
-def _json(data: bytes) -> dict[str, Any]:
-    try:
-        body = json.loads(data) if data else {}
-    except ValueError:
-        return {}
-    return body if isinstance(body, dict) else {}
-
-
 def _retry_after(reply: Reply) -> float:
     if reply.status == 0:
         return CONNECTION_RETRY_PAUSE
     if reply.status == 429 and isinstance(reply.body.get("retry_after_ms"), int | float):
         seconds = float(reply.body["retry_after_ms"]) / 1000
-    else:
-        try:
-            seconds = float(reply.headers.get("retry-after", "1"))
-        except ValueError:
-            seconds = 1.0
-    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
+        return min(max(seconds, 0.0), MAX_RETRY_AFTER)
+    return retry_after_seconds(reply.headers.get("retry-after"))
 
 
 # --- the shopper ------------------------------------------------------------------------------
@@ -512,7 +471,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = time.monotonic()
     for number, journey in enumerate(journeys):
         journey.due = start + args.ramp_seconds * number / args.shoppers
-    out = Recorder(args.record)
+    out = Recorder(flush_every=FLUSH_EVERY)
+    out.open(args.record)
     schedule = Schedule(journeys)
     threads = [
         threading.Thread(

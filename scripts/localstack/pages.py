@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import mimetypes
 import re
-import threading
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -18,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from devkit.emulators.auth import API_KEY
+from devkit.serving import BackgroundServer
 from scripts.localstack.config import REPO
 
 WEB = REPO / "web"
@@ -188,7 +188,7 @@ def _inside(folder: Path, name: str) -> Path | None:
     return file
 
 
-class PageServer:
+class PageServer(BackgroundServer):
     """web/example (and with a ConsoleConfig web/console) on host:port, in a thread of this
     process."""
 
@@ -201,23 +201,5 @@ class PageServer:
         sdk: Path = FIREBASE_SDK,
         console: ConsoleConfig | None = None,
     ) -> None:
-        self._server = _PageHTTPServer((host, port), config, sdk, console)
-        self.url = f"http://{host}:{self._server.server_address[1]}"
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="page-server", daemon=True
-        )
-
-    def start(self) -> PageServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
-
-    def __enter__(self) -> PageServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        server = _PageHTTPServer((host, port), config, sdk, console)
+        super().__init__(server, host=host, name="page-server")

@@ -5,12 +5,12 @@ rewrites the page; `--check` exits non-zero when it is stale (the unit tests run
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from scripts.tools import generated
 from shared.http import admin_api, claim_api, maintenance_api, openapi
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "api.md"
@@ -86,17 +86,9 @@ def _answers(responses: Mapping[str, Any], *, errors: bool) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scripts.tools.api_docs", description=__doc__)
-    parser.add_argument("--check", action="store_true", help="only check the page is current")
-    args = parser.parse_args(argv)
-    page = render()
-    if args.check:
-        if not PAGE.exists() or PAGE.read_text(encoding="utf-8") != page:
-            print(f"{PAGE} is stale: run python -m scripts.tools.api_docs", file=sys.stderr)
-            return 1
-        return 0
-    PAGE.write_text(page, encoding="utf-8")
-    return 0
+    return generated.main(
+        argv, module="scripts.tools.api_docs", doc=__doc__, page=PAGE, render=render
+    )
 
 
 if __name__ == "__main__":

@@ -73,9 +73,7 @@ def parse(argv: Sequence[str] | None) -> tuple[Options, Path | None]:
 
 
 def summary(job: Mapping[str, Any], out: TextIO) -> None:
-    duration = job.get("duration_seconds")
-    took = f" in {duration:.1f} s" if isinstance(duration, int | float) else ""
-    rows = [
+    rows: list[tuple[str, object]] = [
         ("source", job.get("source")),
         ("result", job.get("result") or "-"),
         ("rows read", _n(job.get("rows_read"))),
@@ -85,23 +83,13 @@ def summary(job: Mapping[str, Any], out: TextIO) -> None:
         ("unassigned", _n(job.get("unassigned"))),
         ("invalid", _n(job.get("invalid"))),
     ]
-    if job.get("failure_reason"):
-        rows.append(("failure", job["failure_reason"]))
-    out.write(f"job {job.get('job_id')} {job.get('state')}{took}\n")
-    for label, value in rows:
-        out.write(f"  {label:<12} {value}\n")
+    notes = []
     ranges = [r for r in job.get("unassigned_lines") or [] if isinstance(r, dict)]
     if ranges:
         shown = ", ".join(_lines(r) for r in ranges[:SHOWN_ERRORS])
         more = " …" if len(ranges) > SHOWN_ERRORS else ""
-        out.write(f"  no code left for lines {shown}{more}\n")
-    errors = [e for e in job.get("errors") or [] if isinstance(e, dict)]
-    if errors:
-        shown_errors = errors[:SHOWN_ERRORS]
-        out.write(f"  first {len(shown_errors)} of {_n(job.get('invalid'))} invalid rows:\n")
-        for error in shown_errors:
-            out.write(f"    line {error.get('line')}: {error.get('reason')}\n")
-    out.flush()
+        notes.append(f"no code left for lines {shown}{more}")
+    upload_codes.write_job(job, rows, out, width=12, notes=notes)
 
 
 def _lines(span: Mapping[str, Any]) -> str:
@@ -132,15 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         err.write(f"assign_codes: {exc}\n")
         return EXIT_NO_OUTCOME
     try:
-        total_lines = upload_codes.count_lines(options.file)
-        stored = upload_codes.upload(options)
-        job_id = assignment_job_id(stored)
-        where = f" (Storage emulator {options.storage_host})" if options.storage_host else ""
-        err.write(f"uploaded {options.file} ({total_lines:,} lines) to {stored.uri}{where}\n")
-        out.write(f"job {job_id}\n")
-        out.flush()
+        job_id, total_lines = upload_codes.start_job(options, assignment_job_id, out, err)
         if not options.follow:
-            err.write(f"follow it with GET {options.admin_url}/v1/jobs/{job_id}\n")
             return EXIT_DONE
         job = upload_codes.follow(
             options,

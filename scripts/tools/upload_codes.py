@@ -26,7 +26,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -379,8 +379,6 @@ def _error(body: object) -> str:
 
 
 def summary(job: Mapping[str, Any], out: TextIO) -> None:
-    duration = job.get("duration_seconds")
-    took = f" in {duration:.1f} s" if isinstance(duration, int | float) else ""
     rows = [
         ("source", job.get("source")),
         ("rows read", _n(job.get("rows_read"))),
@@ -392,11 +390,28 @@ def summary(job: Mapping[str, Any], out: TextIO) -> None:
         ),
         ("invalid", _n(job.get("invalid"))),
     ]
+    write_job(job, rows, out, width=11)
+
+
+def write_job(
+    job: Mapping[str, Any],
+    rows: list[tuple[str, object]],
+    out: TextIO,
+    *,
+    width: int,
+    notes: Sequence[str] = (),
+) -> None:
+    """A finished job of a tool: its state and time, its figures (`rows`, labels padded to
+    `width`), `notes`, and its first invalid rows."""
+    duration = job.get("duration_seconds")
+    took = f" in {duration:.1f} s" if isinstance(duration, int | float) else ""
     if job.get("failure_reason"):
         rows.append(("failure", job["failure_reason"]))
     out.write(f"job {job.get('job_id')} {job.get('state')}{took}\n")
     for label, value in rows:
-        out.write(f"  {label:<11} {value}\n")
+        out.write(f"  {label:<{width}} {value}\n")
+    for note in notes:
+        out.write(f"  {note}\n")
     errors = [e for e in job.get("errors") or [] if isinstance(e, dict)]
     if errors:
         invalid = job.get("invalid")
@@ -411,6 +426,23 @@ def summary(job: Mapping[str, Any], out: TextIO) -> None:
 # --- main -------------------------------------------------------------------------------------
 
 
+def start_job(
+    options: Options, job_id_of: Callable[[StoredObject], str], out: TextIO, err: TextIO
+) -> tuple[str, int]:
+    """Upload the file and name its job on `out` (and, when not following it, how to); the
+    job's id and the file's lines."""
+    total_lines = count_lines(options.file)
+    stored = upload(options)
+    job_id = job_id_of(stored)
+    where = f" (Storage emulator {options.storage_host})" if options.storage_host else ""
+    err.write(f"uploaded {options.file} ({total_lines:,} lines) to {stored.uri}{where}\n")
+    out.write(f"job {job_id}\n")
+    out.flush()
+    if not options.follow:
+        err.write(f"follow it with GET {options.admin_url}/v1/jobs/{job_id}\n")
+    return job_id, total_lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     out, err = sys.stdout, sys.stderr
     try:
@@ -419,15 +451,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         err.write(f"upload_codes: {exc}\n")
         return EXIT_NO_OUTCOME
     try:
-        total_lines = count_lines(options.file)
-        stored = upload(options)
-        job_id = import_job_id(stored)
-        where = f" (Storage emulator {options.storage_host})" if options.storage_host else ""
-        err.write(f"uploaded {options.file} ({total_lines:,} lines) to {stored.uri}{where}\n")
-        out.write(f"job {job_id}\n")
-        out.flush()
+        job_id, total_lines = start_job(options, import_job_id, out, err)
         if not options.follow:
-            err.write(f"follow it with GET {options.admin_url}/v1/jobs/{job_id}\n")
             return EXIT_DONE
         job = follow(options, job_id, total_lines=total_lines, err=err)
     except NoOutcomeError as exc:

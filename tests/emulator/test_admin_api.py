@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -23,13 +22,6 @@ def _window(
 ) -> dict[str, str]:
     now = utcnow()
     return {"starts_at": (now + start).isoformat(), "ends_at": (now + end).isoformat()}
-
-
-@pytest.fixture
-def new_id(db: firestore.Client, cleanup: list[Callable[[], object]]) -> str:
-    campaign_id = f"adm-{uuid.uuid4().hex[:10]}"
-    cleanup.append(lambda: db.recursive_delete(campaign_ref(db, campaign_id)))
-    return campaign_id
 
 
 def test_create_returns_the_campaign_and_a_second_create_is_409(

@@ -3,7 +3,6 @@ email), which sign-in providers may claim, and App Check with real signed tokens
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -16,7 +15,7 @@ from devkit.standins.app_check import DevAppCheckKeys, DevAppCheckServer
 from shared.claims.identity import IdentityKind, identity_key
 from shared.claims.store import user_key
 from shared.clock import utcnow
-from shared.gcp.firestore import campaign_ref, claims_collection
+from shared.gcp.firestore import claims_collection
 from tests.support.api import ADMIN, auth
 from tests.support.stack import CORS_ORIGIN, PROJECT, MakeCampaign
 
@@ -47,13 +46,6 @@ def held_by(db: firestore.Client, campaign_id: str) -> dict[str, str]:
 
 
 # --- the campaign fields --------------------------------------------------------------------
-
-
-@pytest.fixture
-def new_id(db: firestore.Client, cleanup: list[Callable[[], object]]) -> str:
-    campaign_id = f"bot-{uuid.uuid4().hex[:10]}"
-    cleanup.append(lambda: db.recursive_delete(campaign_ref(db, campaign_id)))
-    return campaign_id
 
 
 def _window(start: timedelta = -timedelta(minutes=1)) -> dict[str, str]:

@@ -9,20 +9,16 @@ import io
 import json
 import logging
 import time
-import uuid
-from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
-from google.cloud import firestore
 from werkzeug.test import TestResponse
 
 from shared.clock import utcnow
 from shared.container import instance_services
-from shared.gcp.firestore import campaign_ref
 from shared.http import entry_points
 from shared.http.entry_points import Kind
 from shared.http.routing import MAX_BODY_BYTES, MAX_PROBLEMS
@@ -54,13 +50,6 @@ def window(**overrides: Any) -> dict[str, Any]:
         "ends_at": (now + timedelta(hours=1)).isoformat(),
         **overrides,
     }
-
-
-@pytest.fixture
-def new_id(db: firestore.Client, cleanup: list[Callable[[], object]]) -> str:
-    campaign_id = f"hostile-{uuid.uuid4().hex[:10]}"
-    cleanup.append(lambda: db.recursive_delete(campaign_ref(db, campaign_id)))
-    return campaign_id
 
 
 # --- finding 1: body size limit, bounded error details ---------------------------------------

@@ -18,9 +18,9 @@ import pytest
 from flask.testing import FlaskClient
 from google.cloud import firestore
 
-from devkit.claims import add_claims
+from devkit.claims import add_claims, claim_record
 from shared.claims.engine import ClaimEngine
-from shared.claims.models import ClaimRecord, coupon_claimed
+from shared.claims.models import coupon_claimed
 from shared.claims.store import claim_id_for, user_key
 from shared.clock import utcnow
 from shared.container import Services, instance_services
@@ -39,24 +39,15 @@ from tests.support.stack import PROJECT, MakeCampaign, Pump
 pytestmark = pytest.mark.emulator
 
 
-def claim_record(campaign_id: str, n: int, *, hours_ago: int = 0) -> ClaimRecord:
-    return ClaimRecord(
-        claim_id=f"claim-{n}",
-        campaign_id=campaign_id,
-        user_id=f"user-{n}",
-        coupon_id=f"coupon-{n}",
-        code=f"CODE-{n}",
-        slot=0,
-        claimed_at=utcnow() - timedelta(hours=hours_ago),
-    )
-
-
 def claimed_events(
     db: firestore.Client, campaign_id: str, count: int, *, spread_hours: int = 1
 ) -> list[events.CouponClaimed]:
     """Events of claims that exist (count_usage counts nothing else); claim n was made
     n % spread_hours hours ago."""
-    records = [claim_record(campaign_id, n, hours_ago=n % spread_hours) for n in range(count)]
+    records = [
+        claim_record(campaign_id, n, claimed_at=utcnow() - timedelta(hours=n % spread_hours))
+        for n in range(count)
+    ]
     return add_claims(db, records)
 
 

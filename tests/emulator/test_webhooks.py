@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
 from pydantic import SecretStr
 
 from devkit.firestore_rpcs import RpcCounter
+from devkit.pubsub import pull_all
 from devkit.receiver import Received, Receiver
 from scripts.localstack.message_filter import MessageFilter, passes
 from shared.claims.policy import Shopper
@@ -114,6 +116,39 @@ def subscribe(forget_webhook: Callable[[str], None]) -> Subscribe:
         created = service.subscribe(campaign_id=campaign_id, data=WebhookCreate(url=url, **fields))
         forget_webhook(created.webhook_id)
         return created
+
+    return make
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """The receiver, subscribed to a new campaign's claims: where a delivery test starts."""
+
+    db: firestore.Client
+    webhooks: WebhookService
+    receiver: Receiver
+    campaign_id: str
+    webhook: WebhookCreated
+
+    def deliveries(self) -> dict[str, dict[str, Any]]:
+        return deliveries(self.db, self.webhook.webhook_id)
+
+
+MakeEndpoint = Callable[..., Endpoint]
+
+
+@pytest.fixture
+def endpoint(
+    db: firestore.Client,
+    make_campaign: MakeCampaign,
+    receiver: Receiver,
+    webhooks: WebhookService,
+    subscribe: Subscribe,
+) -> MakeEndpoint:
+    def make(**limits: int) -> Endpoint:
+        campaign_id = make_campaign()
+        webhook = subscribe(webhooks, campaign_id, receiver.url(), **limits)
+        return Endpoint(db, webhooks, receiver, campaign_id, webhook)
 
     return make
 
@@ -329,17 +364,11 @@ def test_a_campaign_never_has_more_webhooks_than_allowed_however_many_subscribe_
     assert set(listing["webhooks"]) == created
 
 
-def test_an_event_finds_its_webhooks_by_reference_not_by_a_query(
-    db: firestore.Client,
-    make_campaign: MakeCampaign,
-    receiver: Receiver,
-    webhooks: WebhookService,
-    subscribe: Subscribe,
-) -> None:
+def test_an_event_finds_its_webhooks_by_reference_not_by_a_query(endpoint: MakeEndpoint) -> None:
     """The campaign's list is one read whatever the database holds; the emulator answers a
     query by scanning every document."""
-    campaign_id = make_campaign()
-    webhook = subscribe(webhooks, campaign_id, receiver.url())
+    hooked = endpoint()
+    campaign_id, webhook = hooked.campaign_id, hooked.webhook
     counted_db = firestore.Client(project=PROJECT)
     service = _services(counted_db).webhooks
 
@@ -356,7 +385,7 @@ def test_an_event_finds_its_webhooks_by_reference_not_by_a_query(
     assert matched == [[webhook.webhook_id], [webhook.webhook_id]]
     assert "run_query" not in counts.calls
     assert counts.reads_by_collection == {"campaign_webhooks": 2}
-    assert set(deliveries(db, webhook.webhook_id)) == {
+    assert set(hooked.deliveries()) == {
         "claimed." + campaign_id + ".c1",
         "claimed." + campaign_id + ".c2",
     }
@@ -518,73 +547,50 @@ def test_reversals_and_voids_are_delivered_to_the_webhooks_listing_them(
     ]
 
 
-def test_a_500_is_retried_until_the_endpoint_accepts(
-    db: firestore.Client,
-    make_campaign: MakeCampaign,
-    receiver: Receiver,
-    webhooks: WebhookService,
-    subscribe: Subscribe,
+@pytest.mark.parametrize(
+    ("script", "first_failure"),
+    [
+        pytest.param([(500, 0), (503, 0), (200, 0)], {"last_status": 500}, id="500"),
+        # The first answer comes well after the 0.5 s timeout.
+        pytest.param(
+            [(200, 3.0), (200, 0)], {"last_status": None, "last_error": "timeout"}, id="timeout"
+        ),
+    ],
+)
+def test_a_failed_attempt_is_retried_until_the_endpoint_accepts(
+    endpoint: MakeEndpoint, script: list[tuple[int, float]], first_failure: dict[str, Any]
 ) -> None:
-    campaign_id = make_campaign()
-    webhook = subscribe(webhooks, campaign_id, receiver.url())
-    receiver.answer = answers((500, 0), (503, 0), (200, 0))
-    event = claimed(campaign_id, 1)
+    hooked = endpoint()
+    hooked.receiver.answer = answers(*script)
+    event = claimed(hooked.campaign_id, 1)
 
-    webhooks.handle(event, encode_event(event))
-    first = deliveries(db, webhook.webhook_id)[event.event_id]
+    hooked.webhooks.handle(event, encode_event(event))
+    first = hooked.deliveries()[event.event_id]
     drain_until(
-        webhooks,
-        lambda: deliveries(db, webhook.webhook_id)[event.event_id]["state"] == "delivered",
+        hooked.webhooks, lambda: hooked.deliveries()[event.event_id]["state"] == "delivered"
     )
 
-    assert (first["state"], first["attempts"], first["last_status"]) == ("retrying", 1, 500)
+    assert (first["state"], first["attempts"]) == ("retrying", 1)
+    assert {field: first[field] for field in first_failure} == first_failure
     assert first["due_at"] > first["last_attempt_at"]  # the next attempt, backed off
-    done = deliveries(db, webhook.webhook_id)[event.event_id]
-    assert (done["attempts"], done["last_status"], done["last_error"]) == (3, 200, None)
-    assert [r.headers["x-codedrop-attempt"] for r in receiver.received] == ["1", "2", "3"]
-    for request in receiver.received:  # each attempt signed afresh
+    done = hooked.deliveries()[event.event_id]
+    attempts = len(script)
+    assert (done["attempts"], done["last_status"], done["last_error"]) == (attempts, 200, None)
+    sent = [r.headers["x-codedrop-attempt"] for r in hooked.receiver.received]
+    assert sent == [str(n) for n in range(1, attempts + 1)]
+    for request in hooked.receiver.received:  # each attempt signed afresh
         assert verify(
-            webhook.secret, request.headers["x-codedrop-signature"], request.body, now=time.time()
+            hooked.webhook.secret,
+            request.headers["x-codedrop-signature"],
+            request.body,
+            now=time.time(),
         )
 
 
-def test_a_timeout_is_retried(
-    db: firestore.Client,
-    make_campaign: MakeCampaign,
-    receiver: Receiver,
-    webhooks: WebhookService,
-    subscribe: Subscribe,
-) -> None:
-    campaign_id = make_campaign()
-    webhook = subscribe(webhooks, campaign_id, receiver.url())
-    receiver.answer = answers((200, 3.0), (200, 0))  # the first answer comes well after 0.5 s
-    event = claimed(campaign_id, 1)
-
-    webhooks.handle(event, encode_event(event))
-    first = deliveries(db, webhook.webhook_id)[event.event_id]
-    drain_until(
-        webhooks,
-        lambda: deliveries(db, webhook.webhook_id)[event.event_id]["state"] == "delivered",
-    )
-
-    assert (first["state"], first["last_status"], first["last_error"]) == (
-        "retrying",
-        None,
-        "timeout",
-    )
-    assert deliveries(db, webhook.webhook_id)[event.event_id]["attempts"] == 2
-
-
-def test_the_throttle_holds_at_the_receiver(
-    db: firestore.Client,
-    make_campaign: MakeCampaign,
-    receiver: Receiver,
-    webhooks: WebhookService,
-    subscribe: Subscribe,
-) -> None:
+def test_the_throttle_holds_at_the_receiver(endpoint: MakeEndpoint) -> None:
     """25 events at once for an endpoint that takes 5 per second, 2 at a time."""
-    campaign_id = make_campaign()
-    webhook = subscribe(webhooks, campaign_id, receiver.url(), max_per_second=5, max_in_flight=2)
+    hooked = endpoint(max_per_second=5, max_in_flight=2)
+    campaign_id, webhooks, receiver = hooked.campaign_id, hooked.webhooks, hooked.receiver
     receiver.answer = answers((200, 0.15))
     events = [claimed(campaign_id, n) for n in range(25)]
     for event in events:
@@ -599,8 +605,7 @@ def test_the_throttle_holds_at_the_receiver(
     assert receiver.max_in_window(0.9) <= 5
     starts = receiver.starts()
     assert starts[-1] - starts[0] >= 4.6  # not 25 x 0.15 s / 2 in flight
-    states = {d["state"] for d in deliveries(db, webhook.webhook_id).values()}
-    assert states == {"delivered"}
+    assert {d["state"] for d in hooked.deliveries().values()} == {"delivered"}
 
 
 def test_a_slow_endpoint_never_delays_another(
@@ -634,27 +639,20 @@ def test_a_slow_endpoint_never_delays_another(
         assert fast_starts[-1] - fast_starts[0] < 1.5  # never waiting out a slow timeout
 
 
-def test_deliveries_resume_when_a_dead_endpoint_comes_back(
-    db: firestore.Client,
-    make_campaign: MakeCampaign,
-    receiver: Receiver,
-    webhooks: WebhookService,
-    subscribe: Subscribe,
-) -> None:
-    campaign_id = make_campaign()
-    webhook = subscribe(webhooks, campaign_id, receiver.url(), max_in_flight=1)
+def test_deliveries_resume_when_a_dead_endpoint_comes_back(endpoint: MakeEndpoint) -> None:
+    hooked = endpoint(max_in_flight=1)
+    campaign_id, webhooks, receiver = hooked.campaign_id, hooked.webhooks, hooked.receiver
     receiver.stop()
     events = [claimed(campaign_id, n) for n in range(8)]
     for event in events:
         webhooks.record(event, encode_event(event))
     webhooks.drain_due()
 
-    down = deliveries(db, webhook.webhook_id)
-    cooling = webhook_ref(db, webhook.webhook_id).get().to_dict() or {}
+    down = hooked.deliveries()
+    cooling = webhook_ref(hooked.db, hooked.webhook.webhook_id).get().to_dict() or {}
     receiver.start()
     drain_until(
-        webhooks,
-        lambda: {d["state"] for d in deliveries(db, webhook.webhook_id).values()} == {"delivered"},
+        webhooks, lambda: {d["state"] for d in hooked.deliveries().values()} == {"delivered"}
     )
 
     # Five refused connections in a row: the endpoint is taken for down and left alone for a
@@ -726,25 +724,7 @@ def events_subscription() -> Iterator[str]:
 
 
 def _pull_all(subscription: str) -> list[tuple[bytes, str]]:
-    from google.cloud.pubsub_v1 import SubscriberClient
-
-    messages: list[tuple[bytes, str]] = []
-    with SubscriberClient() as subscriber:
-        while True:
-            response = subscriber.pull(
-                request={
-                    "subscription": subscription,
-                    "max_messages": 500,
-                    "return_immediately": True,
-                },
-                timeout=10,
-            )
-            if not response.received_messages:
-                return messages
-            messages += [(r.message.data, r.message.message_id) for r in response.received_messages]
-            subscriber.acknowledge(
-                subscription=subscription, ack_ids=[r.ack_id for r in response.received_messages]
-            )
+    return [(m.data, m.message_id) for m in pull_all(subscription)]
 
 
 def _push(messages: Sequence[tuple[bytes, str]]) -> list[int]:

@@ -19,8 +19,8 @@ from google.cloud.storage import Client as StorageClient
 from devkit.standins.storage_notifier import StorageNotifier
 from scripts.tools import assign_codes
 from shared.assignments.service import assignment_job_id
-from shared.intake.service import StoredObject
-from tests.support.stack import BUCKET, PROJECT, ROOT, MakeCampaign
+from tests.support.jobs import followed_to_done, tool_options
+from tests.support.stack import BUCKET, ROOT, MakeCampaign
 
 LIST = "recipient,first_name\r\nc-1,Ann\r\nc-2,Bob\r\nc 3,bad\r\nc-4,Dee\r\nc-5,Eve\r\n"
 
@@ -47,31 +47,14 @@ def test_a_list_is_followed_to_done_and_its_result_downloaded(
 
     code = assign_codes.main(
         [
-            campaign_id,
-            str(source),
-            "--output",
-            str(output),
-            "--admin-url",
-            servers["admin_api"],
-            "--storage-host",
-            storage_host,
-            "--bucket",
-            BUCKET,
-            "--project",
-            PROJECT,
-            "--timeout",
-            "60",
+            *(campaign_id, str(source), "--output", str(output)),
+            *tool_options(servers["admin_api"], storage_host, timeout=60),
         ]
     )
 
     out, err = capsys.readouterr()
     assert code == 0, out + err
-    name = f"{folder}may.csv"
-    (generation,) = [g for n, g in notifier.announced if n == name]
-    job_id = assignment_job_id(StoredObject(bucket=BUCKET, name=name, generation=generation))
-    lines = out.splitlines()
-    assert lines[0] == f"job {job_id}"
-    assert lines[1].startswith(f"job {job_id} done in ")
+    lines, _ = followed_to_done(out, notifier, f"{folder}may.csv", assignment_job_id)
     assert f"  result       gs://{BUCKET}/{folder}may.result.csv" in lines
     assert "  assigned     3" in lines
     assert "  unassigned   1" in lines

@@ -36,32 +36,26 @@ PARSE = re.compile(
 )
 
 
-@pytest.fixture(scope="module")
-def plan(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    build = tmp_path_factory.mktemp("build")
+def _dry_run(*args: str, timeout: float) -> list[str]:
+    """The commands `python -m scripts.deployment --dry-run --project PROJECT ARGS` prints."""
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "scripts.deployment",
-            "--dry-run",
-            "--project",
-            PROJECT,
-            "--project-number",
-            NUMBER,
-            "--build-dir",
-            str(build),
-        ],
+        [sys.executable, "-m", "scripts.deployment", "--dry-run", "--project", PROJECT, *args],
         cwd=REPO,
         env={k: v for k, v in os.environ.items() if not k.endswith("_EMULATOR_HOST")},
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
         check=False,
     )
     assert result.returncode == 0, result.stderr
     # Each step's purpose is a comment line above its command.
     return [line for line in result.stdout.splitlines() if not line.startswith("# ")]
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    build = tmp_path_factory.mktemp("build")
+    return _dry_run("--project-number", NUMBER, "--build-dir", str(build), timeout=300)
 
 
 def _steps() -> list[Step]:
@@ -223,30 +217,11 @@ def test_only_firebase_tools_and_the_pages_config_are_not_gcloud_calls(plan: lis
 
 
 def test_the_plan_prepares_a_sale_with_commands_that_parse(gcloud_env: dict[str, str]) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "scripts.deployment",
-            "--dry-run",
-            "--project",
-            PROJECT,
-            "--prepare-sale",
-            "black-friday",
-            "--sale-starts",
-            "2026-11-28T09:00:00+01:00",
-            "--sale-min-instances",
-            "5",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
+    (quota, ready, warm, warmup) = _dry_run(
+        *("--prepare-sale", "black-friday", "--sale-starts", "2026-11-28T09:00:00+01:00"),
+        *("--sale-min-instances", "5"),
         timeout=120,
-        check=False,
     )
-    assert result.returncode == 0, result.stderr
-    lines = [line for line in result.stdout.splitlines() if not line.startswith("# ")]
-    (quota, ready, warm, warmup) = lines
     body = json.loads(shlex.split(quota.split(" -d ", 1)[1])[0])
     # The window opens an hour early: shoppers sign in on the page before the sale opens.
     assert body == {

@@ -22,7 +22,7 @@ from devkit.audit import AuditReport
 from devkit.emulators import EmulatorUnavailable, check_prerequisites
 from scripts.load_test import report
 from scripts.load_test.audit import Truth, audit_sale
-from tests.support.processes import run_module
+from tests.support.processes import Finished, run_module
 
 REPO = Path(__file__).resolve().parents[2]
 # About 30 s on an idle two-core machine (stack start included); the rest is headroom for a
@@ -42,40 +42,33 @@ def _clean_env() -> dict[str, str]:
     }
 
 
-@pytest.mark.emulator
-@pytest.mark.timeout(2 * TIMEOUT)  # a whole stack, a sale and its audit
-@pytest.mark.parametrize("client", ["locust", "threads"])
-def test_small_sale_has_no_violation_and_issues_every_code(tmp_path: Path, client: str) -> None:
+def _load_test(*args: str) -> Finished:
+    """`python -m scripts.load_test --free-ports ARGS`: a stack of its own and a sale on it."""
     try:
         check_prerequisites()
     except EmulatorUnavailable as exc:
         pytest.fail(f"the load test cannot run here: {exc}", pytrace=False)
-    out = tmp_path / "report"
     env = _clean_env()
-    # One claim_api process starts faster; 300 shoppers need no more.
+    # One claim_api process starts faster; a few hundred shoppers need no more.
     env["CODEDROP_CLAIM_API_WORKERS"] = "1"
-    finished = run_module(
+    return run_module(
         "scripts.load_test",
-        [
-            "--shoppers",
-            "300",
-            "--codes",
-            "150",
-            "--pattern",
-            "burst",
-            "--double-click-share",
-            "0.2",
-            "--client",
-            client,
-            "--threads",
-            "16",
-            "--free-ports",
-            "--report-dir",
-            str(out),
-        ],
+        ["--free-ports", *args],
         env=env,
         timeout=TIMEOUT,
         stop_with=signal.SIGINT,  # it stops its stack on the way out
+    )
+
+
+@pytest.mark.emulator
+@pytest.mark.timeout(2 * TIMEOUT)  # a whole stack, a sale and its audit
+@pytest.mark.parametrize("client", ["locust", "threads"])
+def test_small_sale_has_no_violation_and_issues_every_code(tmp_path: Path, client: str) -> None:
+    out = tmp_path / "report"
+    finished = _load_test(
+        *("--shoppers", "300", "--codes", "150", "--pattern", "burst"),
+        *("--double-click-share", "0.2", "--client", client, "--threads", "16"),
+        *("--report-dir", str(out)),
     )
     output = finished.stdout + finished.stderr
 
@@ -107,23 +100,11 @@ def test_small_sale_has_no_violation_and_issues_every_code(tmp_path: Path, clien
 def test_the_floor_comparison_runs_both_sides_and_counts_their_operations(tmp_path: Path) -> None:
     """--floor: codedrop and the floor on one stack, each audited, side by side; a campaign
     without webhooks shows no webhook invocation, and every code sold one counted event."""
-    try:
-        check_prerequisites()
-    except EmulatorUnavailable as exc:
-        pytest.fail(f"the load test cannot run here: {exc}", pytrace=False)
     out = tmp_path / "report"
-    env = _clean_env()
-    env["CODEDROP_CLAIM_API_WORKERS"] = "1"
-    finished = run_module(
-        "scripts.load_test",
-        [
-            *("--floor", "--shoppers", "200", "--codes", "100", "--pattern", "burst"),
-            *("--client", "threads", "--threads", "16", "--free-ports"),
-            *("--report-dir", str(out), "--floor-json", str(tmp_path / "floor.json")),
-        ],
-        env=env,
-        timeout=TIMEOUT,
-        stop_with=signal.SIGINT,
+    finished = _load_test(
+        *("--floor", "--shoppers", "200", "--codes", "100", "--pattern", "burst"),
+        *("--client", "threads", "--threads", "16"),
+        *("--report-dir", str(out), "--floor-json", str(tmp_path / "floor.json")),
     )
     output = finished.stdout + finished.stderr
 

@@ -150,16 +150,12 @@ def pubsub_emulator(
         emulator.stop()
 
 
-@pytest.mark.emulator
-def test_count_usage_gets_a_push_subscription_with_retries_and_dead_letters(
-    pubsub_emulator: RunningEmulator, tmp_path: Path
-) -> None:
-    from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
-
-    stack_config = config.Config(
+def _stack_config(log_dir: Path) -> config.Config:
+    """The local stack's configuration on its default ports, without the demo."""
+    return config.Config(
         project="demo-local-stack",
         ports={port.key: port.default for port in config.PORTS},
-        log_dir=tmp_path,
+        log_dir=log_dir,
         bucket="codedrop-imports",
         topic="coupon-events",
         cors_origins="",
@@ -167,6 +163,15 @@ def test_count_usage_gets_a_push_subscription_with_retries_and_dead_letters(
         demo=False,
         check=False,
     )
+
+
+@pytest.mark.emulator
+def test_count_usage_gets_a_push_subscription_with_retries_and_dead_letters(
+    pubsub_emulator: RunningEmulator, tmp_path: Path
+) -> None:
+    from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
+
+    stack_config = _stack_config(tmp_path)
     created = resources.create_pubsub_resources(
         stack_config, count_usage_url="http://127.0.0.1:18003"
     )
@@ -207,17 +212,7 @@ def test_deliver_webhooks_gets_a_push_subscription_of_its_own(
     time to drain an endpoint before the message is acknowledged."""
     from google.cloud.pubsub_v1 import SubscriberClient
 
-    stack_config = config.Config(
-        project="demo-local-stack",
-        ports={port.key: port.default for port in config.PORTS},
-        log_dir=tmp_path,
-        bucket="codedrop-imports",
-        topic="coupon-events",
-        cors_origins="",
-        timeout=30,
-        demo=False,
-        check=False,
-    )
+    stack_config = _stack_config(tmp_path)
     created = resources.create_pubsub_resources(
         stack_config,
         count_usage_url="http://127.0.0.1:18003",

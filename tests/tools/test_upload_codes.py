@@ -19,8 +19,9 @@ from google.cloud.storage import Client as StorageClient
 from devkit.emulators import free_port
 from devkit.standins.storage_notifier import StorageNotifier
 from scripts.tools import upload_codes
-from shared.intake.service import StoredObject, import_job_id
-from tests.support.stack import BUCKET, PROJECT, ROOT, MakeCampaign
+from shared.intake.service import import_job_id
+from tests.support.jobs import followed_to_done, tool_options
+from tests.support.stack import BUCKET, ROOT, MakeCampaign
 
 CSV = (
     "\ufeffcode,note\r\n"
@@ -51,21 +52,8 @@ def argv(
         name = f"imports/{campaign_id}/{path.name}"
         blob = storage_client.bucket(BUCKET).blob(name)
         cleanup.append(lambda: blob.delete() if blob.exists() else None)
-        return [
-            campaign_id,
-            str(path),
-            "--admin-url",
-            servers["admin_api"],
-            "--storage-host",
-            storage_host,
-            "--bucket",
-            BUCKET,
-            "--project",
-            PROJECT,
-            "--timeout",
-            "30",
-            *extra,
-        ]
+        options = tool_options(servers["admin_api"], storage_host, timeout=30)
+        return [campaign_id, str(path), *options, *extra]
 
     return make
 
@@ -91,11 +79,7 @@ def test_an_upload_is_followed_to_done_with_a_summary(
     out, err = capsys.readouterr()
     assert code == 0, out + err
     name = f"imports/{campaign_id}/codes.csv"
-    (generation,) = [g for n, g in notifier.announced if n == name]
-    job_id = import_job_id(StoredObject(bucket=BUCKET, name=name, generation=generation))
-    lines = out.splitlines()
-    assert lines[0] == f"job {job_id}"
-    assert lines[1].startswith(f"job {job_id} done in ")
+    lines, generation = followed_to_done(out, notifier, name, import_job_id)
     assert f"  source      gs://{BUCKET}/{name}#{generation}" in lines
     assert "  rows read   6" in lines
     assert "  imported    4" in lines

@@ -12,7 +12,7 @@ import { renderAdmins } from "./admins.js";
 import { renderAudit } from "./audit.js";
 import { renderClaims } from "./claims.js";
 import { renderCodes } from "./codes.js";
-import { fmt, fromLocalInput, h, toLocalInput, field, announce } from "./dom.js";
+import { fmt, fromLocalInput, h, toLocalInput, field, announce, onSubmit } from "./dom.js";
 import { renderExports } from "./exports.js";
 import { renderLive } from "./live.js";
 import { renderWebhooks } from "./webhooks.js";
@@ -433,21 +433,10 @@ async function start() {
   });
   ctx = { api, auth, config, admin: false, campaign: null, showCampaign, say };
 
-  document.getElementById("sign-in-form").addEventListener("submit", async (event) => {
-    event.preventDefault();
-    const form = event.currentTarget;
-    const error = document.getElementById("sign-in-error");
-    error.textContent = "";
-    const button = form.querySelector("button");
-    button.disabled = true;
-    try {
-      await auth.signIn(form.email.value.trim(), form.password.value);
-      form.password.value = "";
-    } catch (failure) {
-      error.textContent = failure.message;
-    } finally {
-      button.disabled = false;
-    }
+  const signIn = document.getElementById("sign-in-form");
+  onSubmit(signIn, document.getElementById("sign-in-error"), (failure) => failure.message, async () => {
+    await auth.signIn(signIn.email.value.trim(), signIn.password.value);
+    signIn.password.value = "";
   });
   // Signing out ends the admin's sessions on the server too (revoked there, not only forgotten
   // here); the browser signs out whatever that call answers.

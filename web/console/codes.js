@@ -3,7 +3,8 @@
 // the campaign followed until it is done, with its rejected rows.
 
 import { explain } from "./api.js";
-import { announce, field, fmt, h } from "./dom.js";
+import { announce, field, fmt, h, onSubmit } from "./dom.js";
+import { jobDownload } from "./exports.js";
 
 // While a job runs (or an uploaded file waits for its import), the jobs are read this often.
 const FOLLOW_MS = 1000;
@@ -71,22 +72,12 @@ export function renderCodes(ctx, slot, campaign) {
     generateError,
     h("div", { class: "actions" }, h("button", { type: "submit", class: "button button-secondary" }, "Generate codes")),
   );
-  generate.addEventListener("submit", async (event) => {
-    event.preventDefault();
-    generateError.textContent = "";
-    const button = generate.querySelector("button");
-    button.disabled = true;
-    try {
-      const body = { count: Number(count.value), length: Number(length.value) };
-      if (prefix.value) body.prefix = prefix.value.toUpperCase();
-      await ctx.api.call("POST", `${path}/codes:generate`, { body });
-      announce("Generating codes.");
-      refresh();
-    } catch (failure) {
-      generateError.textContent = explain(failure);
-    } finally {
-      button.disabled = false;
-    }
+  onSubmit(generate, generateError, explain, async () => {
+    const body = { count: Number(count.value), length: Number(length.value) };
+    if (prefix.value) body.prefix = prefix.value.toUpperCase();
+    await ctx.api.call("POST", `${path}/codes:generate`, { body });
+    announce("Generating codes.");
+    refresh();
   });
 
   const jobs = h("div", { class: "jobs", "aria-live": "off" });
@@ -216,19 +207,8 @@ function jobCard(ctx, job, reports) {
     }
   }
   if ((rejected > 0 || job.warnings > 0) && job.state !== "running") {
-    const download = h("button", { type: "button", class: "button button-secondary", dataset: { testid: "download-rejected" } },
-      rejected > 0 ? "Download the rejected rows (CSV)" : "Download the report (CSV)");
-    download.addEventListener("click", async () => {
-      download.disabled = true;
-      try {
-        await ctx.api.download(`/v1/jobs/${encodeURIComponent(job.job_id)}/download`, `report-${job.job_id}.csv`);
-      } catch (failure) {
-        ctx.say(explain(failure));
-      } finally {
-        download.disabled = false;
-      }
-    });
-    card.append(download);
+    const label = rejected > 0 ? "Download the rejected rows (CSV)" : "Download the report (CSV)";
+    card.append(jobDownload(ctx, job, "download-rejected", label, `report-${job.job_id}.csv`));
   }
   return card;
 }

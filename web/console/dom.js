@@ -78,6 +78,24 @@ export function announce(text) {
   }, 50);
 }
 
+/** Run `action` when `form` is submitted, its button disabled meanwhile; a failure is shown in
+ * `error`, in the words `describe` finds for it. */
+export function onSubmit(form, error, describe, action) {
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    error.textContent = "";
+    const button = form.querySelector("button");
+    button.disabled = true;
+    try {
+      await action();
+    } catch (failure) {
+      error.textContent = describe(failure);
+    } finally {
+      button.disabled = false;
+    }
+  });
+}
+
 /** A labelled form field: [label, input] with the input's id tied to the label. */
 export function field(label, input, hint) {
   const id = input.id || `f-${Math.random().toString(36).slice(2, 9)}`;

@@ -2,7 +2,7 @@
 // (admin_api streams it back from the bucket), followed until it is ready, then downloaded.
 
 import { explain } from "./api.js";
-import { announce, field, fmt, h } from "./dom.js";
+import { announce, field, fmt, h, onSubmit } from "./dom.js";
 
 const FOLLOW_MS = 1000;
 const KINDS = { claims: "Claims (who got which code)", redemptions: "Redemptions (codes used at checkout)", codes: "Codes (every code and its state)" };
@@ -27,20 +27,10 @@ export function renderExports(ctx, slot, campaign) {
 
   let timer = null;
   let stopped = false;
-  form.addEventListener("submit", async (event) => {
-    event.preventDefault();
-    error.textContent = "";
-    const button = form.querySelector("button");
-    button.disabled = true;
-    try {
-      await ctx.api.call("POST", `${path}/exports`, { body: { kind: kind.value } });
-      announce("Export started.");
-      refresh();
-    } catch (failure) {
-      error.textContent = explain(failure);
-    } finally {
-      button.disabled = false;
-    }
+  onSubmit(form, error, explain, async () => {
+    await ctx.api.call("POST", `${path}/exports`, { body: { kind: kind.value } });
+    announce("Export started.");
+    refresh();
   });
 
   async function refresh() {
@@ -75,18 +65,23 @@ function exportCard(ctx, job) {
       job.state === "done" ? ` · ${fmt.count(job.exported)} rows` : ""));
   if (job.failure_reason) card.append(h("p", { class: "form-error" }, job.failure_reason));
   if (job.state === "done") {
-    const download = h("button", { type: "button", class: "button button-secondary", dataset: { testid: "export-download" } }, "Download the CSV");
-    download.addEventListener("click", async () => {
-      download.disabled = true;
-      try {
-        await ctx.api.download(`/v1/jobs/${encodeURIComponent(job.job_id)}/download`, `${job.campaign_id}-${what}-${job.job_id}.csv`);
-      } catch (failure) {
-        ctx.say(explain(failure));
-      } finally {
-        download.disabled = false;
-      }
-    });
-    card.append(download);
+    card.append(jobDownload(ctx, job, "export-download", "Download the CSV", `${job.campaign_id}-${what}-${job.job_id}.csv`));
   }
   return card;
+}
+
+/** A button that downloads the file a job wrote, saved as `filename` (a failure is said). */
+export function jobDownload(ctx, job, testid, label, filename) {
+  const download = h("button", { type: "button", class: "button button-secondary", dataset: { testid } }, label);
+  download.addEventListener("click", async () => {
+    download.disabled = true;
+    try {
+      await ctx.api.download(`/v1/jobs/${encodeURIComponent(job.job_id)}/download`, filename);
+    } catch (failure) {
+      ctx.say(explain(failure));
+    } finally {
+      download.disabled = false;
+    }
+  });
+  return download;
 }

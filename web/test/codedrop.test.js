@@ -45,8 +45,20 @@ const CLAIMS = "POST /claims";
 const ME = "GET /claims/me";
 const NOT_HELD = apiError(404, "CLAIM_NOT_FOUND");
 
+/** The API of a campaign on sale to a shopper holding no code, its claims answered `claims`. */
+function claimApi(claims) {
+  return new FakeApi({ GET: json(200, campaign()), [ME]: NOT_HELD, [CLAIMS]: claims });
+}
+
 function keysOf(api) {
   return api.sent(CLAIMS).map((r) => r.headers["Idempotency-Key"]);
+}
+
+/** `sends` claims were sent, every one with the same Idempotency-Key. */
+function assertOneKey(api, sends) {
+  const keys = keysOf(api);
+  assert.equal(keys.length, sends);
+  assert.equal(new Set(keys).size, 1);
 }
 
 describe("loading the campaign", () => {
@@ -118,11 +130,7 @@ describe("loading the campaign", () => {
 
 describe("claiming", () => {
   it("201: the code, with one Idempotency-Key and the bearer token", async () => {
-    const api = new FakeApi({
-      GET: json(200, campaign()),
-      [ME]: NOT_HELD,
-      [CLAIMS]: json(201, claimBody("SPRING-0001")),
-    });
+    const api = claimApi(json(201, claimBody("SPRING-0001")));
     const { drop, statuses } = client(api);
     await drop.start();
     const state = await drop.claim();
@@ -140,11 +148,7 @@ describe("claiming", () => {
   });
 
   it("200: a shopper who already holds the allowed codes sees theirs", async () => {
-    const api = new FakeApi({
-      GET: json(200, campaign()),
-      [ME]: NOT_HELD,
-      [CLAIMS]: json(200, claimBody("SPRING-0007")),
-    });
+    const api = claimApi(json(200, claimBody("SPRING-0007")));
     const { drop } = client(api);
     const state = await drop.claim(); // without start(): claim() loads the campaign first
     drop.stop();
@@ -153,11 +157,7 @@ describe("claiming", () => {
   });
 
   it("a double click sends one claim", async () => {
-    const api = new FakeApi({
-      GET: json(200, campaign()),
-      [ME]: NOT_HELD,
-      [CLAIMS]: json(201, claimBody()),
-    });
+    const api = claimApi(json(201, claimBody()));
     const { drop } = client(api);
     await drop.start();
     const first = drop.claim();
@@ -171,11 +171,7 @@ describe("claiming", () => {
   });
 
   it("sends the App Check token when the page provides one", async () => {
-    const api = new FakeApi({
-      GET: json(200, campaign()),
-      [ME]: NOT_HELD,
-      [CLAIMS]: json(201, claimBody()),
-    });
+    const api = claimApi(json(201, claimBody()));
     const { drop } = client(api, { getAppCheckToken: async () => "app-check-token" });
     await drop.claim();
     drop.stop();
@@ -184,11 +180,7 @@ describe("claiming", () => {
   });
 
   it("sends no App Check header when the page has no token", async () => {
-    const api = new FakeApi({
-      GET: json(200, campaign()),
-      [ME]: NOT_HELD,
-      [CLAIMS]: json(201, claimBody()),
-    });
+    const api = claimApi(json(201, claimBody()));
     const { drop } = client(api, { getAppCheckToken: async () => null });
     await drop.claim();
     drop.stop();
@@ -232,35 +224,25 @@ describe("claiming", () => {
 describe("retries", () => {
   it("503 CONTENDED: honours Retry-After with growing jittered backoff, same Idempotency-Key", async () => {
     const contended = apiError(503, "CONTENDED", {}, { "Retry-After": "1" });
-    const api = new FakeApi({
-      GET: json(200, campaign()),
-      [ME]: NOT_HELD,
-      [CLAIMS]: [contended, contended, contended, json(201, claimBody())],
-    });
+    const api = claimApi([contended, contended, contended, json(201, claimBody())]);
     const { drop, clock } = client(api);
     await drop.start();
     const state = await drop.claim();
     drop.stop();
     assert.equal(state.status, "claimed");
-    const keys = keysOf(api);
-    assert.equal(keys.length, 4);
-    assert.equal(new Set(keys).size, 1);
+    assertOneKey(api, 4);
     // Retry-After (1 s) is the floor; jitter is half (random = 0.5) of 500, 1000, 2000 ms.
     assert.deepEqual(clock.sleeps, [1250, 1500, 2000]);
   });
 
   it("network errors and 5xx are retried with exponential backoff and full jitter", async () => {
-    const api = new FakeApi({
-      GET: json(200, campaign()),
-      [ME]: NOT_HELD,
-      [CLAIMS]: [
-        NETWORK_DOWN,
-        json(500, { error_code: "INTERNAL", error_message: "boom" }),
-        json(502, "<html>Bad gateway</html>"),
-        json(504, null),
-        json(201, claimBody()),
-      ],
-    });
+    const api = claimApi([
+      NETWORK_DOWN,
+      json(500, { error_code: "INTERNAL", error_message: "boom" }),
+      json(502, "<html>Bad gateway</html>"),
+      json(504, null),
+      json(201, claimBody()),
+    ]);
     const { drop, clock } = client(api, { random: fixedRandom(0.999) });
     const state = await drop.claim();
     drop.stop();
@@ -270,11 +252,7 @@ describe("retries", () => {
   });
 
   it("the backoff window is capped", async () => {
-    const api = new FakeApi({
-      GET: json(200, campaign()),
-      [ME]: NOT_HELD,
-      [CLAIMS]: [...Array(6).fill(NETWORK_DOWN), json(201, claimBody())],
-    });
+    const api = claimApi([...Array(6).fill(NETWORK_DOWN), json(201, claimBody())]);
     const { drop, clock } = client(api, { random: fixedRandom(0.5), maxRetries: 10, backoffMaxMs: 3000 });
     await drop.claim();
     drop.stop();
@@ -282,14 +260,10 @@ describe("retries", () => {
   });
 
   it("gives up after maxRetries with a retryable error; claiming again keeps the key", async () => {
-    const api = new FakeApi({
-      GET: json(200, campaign()),
-      [ME]: NOT_HELD,
-      [CLAIMS]: [
-        ...Array(3).fill(apiError(503, "CONTENDED", {}, { "Retry-After": "1" })),
-        json(201, claimBody()),
-      ],
-    });
+    const api = claimApi([
+      ...Array(3).fill(apiError(503, "CONTENDED", {}, { "Retry-After": "1" })),
+      json(201, claimBody()),
+    ]);
     const { drop } = client(api, { maxRetries: 2 });
     const failed = await drop.claim();
     assert.equal(failed.status, "error");
@@ -300,13 +274,11 @@ describe("retries", () => {
     const state = await drop.claim();
     drop.stop();
     assert.equal(state.status, "claimed");
-    const keys = keysOf(api);
-    assert.equal(keys.length, 4);
-    assert.equal(new Set(keys).size, 1);
+    assertOneKey(api, 4);
   });
 
   it("a network failure that outlasts the retries says so", async () => {
-    const api = new FakeApi({ GET: json(200, campaign()), [ME]: NOT_HELD, [CLAIMS]: NETWORK_DOWN });
+    const api = claimApi(NETWORK_DOWN);
     const { drop } = client(api, { maxRetries: 1 });
     const state = await drop.claim();
     drop.stop();
@@ -316,11 +288,7 @@ describe("retries", () => {
   });
 
   it("each new claim after a code was received gets a new key", async () => {
-    const api = new FakeApi({
-      GET: json(200, campaign()),
-      [ME]: NOT_HELD,
-      [CLAIMS]: json(201, claimBody()),
-    });
+    const api = claimApi(json(201, claimBody()));
     const storage = memoryStorage();
     const one = client(api, { storage });
     await one.drop.claim();
@@ -334,15 +302,11 @@ describe("retries", () => {
 
 describe("the waiting room", () => {
   it("429 WAITING_ROOM: waits as told, shows the estimate, resends the ticket and the key", async () => {
-    const api = new FakeApi({
-      GET: json(200, campaign()),
-      [ME]: NOT_HELD,
-      [CLAIMS]: [
-        apiError(429, "WAITING_ROOM", { ticket: "T1", retry_after_ms: 700, estimated_wait_seconds: 12.5 }, { "Retry-After": "1" }),
-        apiError(429, "WAITING_ROOM", { ticket: "T1", retry_after_ms: 900, estimated_wait_seconds: 3 }, { "Retry-After": "1" }),
-        json(201, claimBody()),
-      ],
-    });
+    const api = claimApi([
+      apiError(429, "WAITING_ROOM", { ticket: "T1", retry_after_ms: 700, estimated_wait_seconds: 12.5 }, { "Retry-After": "1" }),
+      apiError(429, "WAITING_ROOM", { ticket: "T1", retry_after_ms: 900, estimated_wait_seconds: 3 }, { "Retry-After": "1" }),
+      json(201, claimBody()),
+    ]);
     const { drop, clock, seen } = client(api);
     const state = await drop.claim();
     drop.stop();
@@ -366,11 +330,7 @@ describe("the waiting room", () => {
   });
 
   it("without retry_after_ms it honours Retry-After, with a little jitter", async () => {
-    const api = new FakeApi({
-      GET: json(200, campaign()),
-      [ME]: NOT_HELD,
-      [CLAIMS]: [apiError(429, "WAITING_ROOM", { ticket: "T1" }, { "Retry-After": "2" }), json(201, claimBody())],
-    });
+    const api = claimApi([apiError(429, "WAITING_ROOM", { ticket: "T1" }, { "Retry-After": "2" }), json(201, claimBody())]);
     const { drop, clock } = client(api);
     await drop.claim();
     drop.stop();
@@ -379,11 +339,7 @@ describe("the waiting room", () => {
 
   it("the waiting room never runs out of retries", async () => {
     const wait = apiError(429, "WAITING_ROOM", { ticket: "T1", retry_after_ms: 500, estimated_wait_seconds: 60 });
-    const api = new FakeApi({
-      GET: json(200, campaign()),
-      [ME]: NOT_HELD,
-      [CLAIMS]: [...Array(20).fill(wait), json(201, claimBody())],
-    });
+    const api = claimApi([...Array(20).fill(wait), json(201, claimBody())]);
     const { drop } = client(api, { maxRetries: 2 });
     const state = await drop.claim();
     drop.stop();
@@ -392,16 +348,12 @@ describe("the waiting room", () => {
   });
 
   it("400 INVALID_TICKET: drops the ticket and asks for a new place once", async () => {
-    const api = new FakeApi({
-      GET: json(200, campaign()),
-      [ME]: NOT_HELD,
-      [CLAIMS]: [
-        apiError(429, "WAITING_ROOM", { ticket: "EXPIRED", retry_after_ms: 500 }),
-        apiError(400, "INVALID_TICKET"),
-        apiError(429, "WAITING_ROOM", { ticket: "T2", retry_after_ms: 500 }),
-        apiError(400, "INVALID_TICKET"),
-      ],
-    });
+    const api = claimApi([
+      apiError(429, "WAITING_ROOM", { ticket: "EXPIRED", retry_after_ms: 500 }),
+      apiError(400, "INVALID_TICKET"),
+      apiError(429, "WAITING_ROOM", { ticket: "T2", retry_after_ms: 500 }),
+      apiError(400, "INVALID_TICKET"),
+    ]);
     const { drop } = client(api);
     const state = await drop.claim();
     drop.stop();
@@ -417,7 +369,7 @@ describe("the waiting room", () => {
 
 describe("answers that end the claim", () => {
   it("410 SOLD_OUT", async () => {
-    const api = new FakeApi({ GET: json(200, campaign()), [ME]: NOT_HELD, [CLAIMS]: apiError(410, "SOLD_OUT") });
+    const api = claimApi(apiError(410, "SOLD_OUT"));
     const { drop } = client(api);
     const state = await drop.claim();
     drop.stop();
@@ -475,11 +427,7 @@ describe("answers that end the claim", () => {
   });
 
   it("409 while our copy still says active: retried, bounded", async () => {
-    const api = new FakeApi({
-      GET: json(200, campaign()),
-      [ME]: NOT_HELD,
-      [CLAIMS]: apiError(409, "CAMPAIGN_NOT_ACTIVE"),
-    });
+    const api = claimApi(apiError(409, "CAMPAIGN_NOT_ACTIVE"));
     const { drop } = client(api, { maxRetries: 2 });
     const state = await drop.claim();
     drop.stop();
@@ -490,11 +438,7 @@ describe("answers that end the claim", () => {
 
   it("401 gets a fresh ID token once, then succeeds", async () => {
     const forced = [];
-    const api = new FakeApi({
-      GET: json(200, campaign()),
-      [ME]: NOT_HELD,
-      [CLAIMS]: [apiError(401, "UNAUTHENTICATED"), json(201, claimBody())],
-    });
+    const api = claimApi([apiError(401, "UNAUTHENTICATED"), json(201, claimBody())]);
     const { drop } = client(api, {
       getIdToken: async (force) => {
         forced.push(Boolean(force));
@@ -511,7 +455,7 @@ describe("answers that end the claim", () => {
   });
 
   it("401 twice is an error the shopper can retry (signing in again)", async () => {
-    const api = new FakeApi({ GET: json(200, campaign()), [ME]: NOT_HELD, [CLAIMS]: apiError(401, "UNAUTHENTICATED") });
+    const api = claimApi(apiError(401, "UNAUTHENTICATED"));
     const { drop } = client(api);
     const state = await drop.claim();
     drop.stop();
@@ -529,7 +473,7 @@ describe("answers that end the claim", () => {
     [404, "CAMPAIGN_NOT_FOUND"],
   ]) {
     it(`${status} ${code} is an error, not retried, and the next claim starts afresh`, async () => {
-      const api = new FakeApi({ GET: json(200, campaign()), [ME]: NOT_HELD, [CLAIMS]: apiError(status, code) });
+      const api = claimApi(apiError(status, code));
       const { drop } = client(api);
       const state = await drop.claim();
       assert.deepEqual({ ...state.error }, { code, message: `${code} (test)`, status, retryable: false });
@@ -542,7 +486,7 @@ describe("answers that end the claim", () => {
   }
 
   it("an unknown status is an error with a generic message", async () => {
-    const api = new FakeApi({ GET: json(200, campaign()), [ME]: NOT_HELD, [CLAIMS]: json(418, "teapot") });
+    const api = claimApi(json(418, "teapot"));
     const { drop } = client(api);
     const state = await drop.claim();
     drop.stop();
@@ -552,11 +496,7 @@ describe("answers that end the claim", () => {
   });
 
   it("a claim error stays on screen while the stock refreshes", async () => {
-    const api = new FakeApi({
-      GET: json(200, campaign()),
-      [ME]: NOT_HELD,
-      [CLAIMS]: apiError(403, "IDENTITY_REQUIRED"),
-    });
+    const api = claimApi(apiError(403, "IDENTITY_REQUIRED"));
     const { drop } = client(api, { refreshIntervalMs: 1000 });
     await drop.claim();
     await until(() => api.sent("GET").length >= 3, "two stock refreshes");
@@ -582,11 +522,7 @@ describe("reloads", () => {
 
   it("a claim cut short in the waiting room resumes with its key and ticket", async () => {
     const storage = memoryStorage();
-    const api = new FakeApi({
-      GET: json(200, campaign()),
-      [ME]: NOT_HELD,
-      [CLAIMS]: apiError(429, "WAITING_ROOM", { ticket: "PLACE-17", retry_after_ms: 800, estimated_wait_seconds: 40 }),
-    });
+    const api = claimApi(apiError(429, "WAITING_ROOM", { ticket: "PLACE-17", retry_after_ms: 800, estimated_wait_seconds: 40 }));
     const before = client(api, { storage });
     await before.drop.start();
     before.drop.claim();
@@ -607,7 +543,7 @@ describe("reloads", () => {
 
   it("a claim whose answer was lost finds its code with claims/me, and leaves nothing pending", async () => {
     const storage = memoryStorage();
-    const api = new FakeApi({ GET: json(200, campaign()), [ME]: NOT_HELD, [CLAIMS]: NETWORK_DOWN });
+    const api = claimApi(NETWORK_DOWN);
     const before = client(api, { storage, maxRetries: 0 });
     assert.equal((await before.drop.claim()).error.code, "NETWORK_ERROR");
     before.drop.stop();
@@ -629,7 +565,7 @@ describe("reloads", () => {
       `codedrop:v1:${CAMPAIGN}:alice`,
       JSON.stringify({ key: "old-key", ticket: "OLD", startedAt: clock.now() - 2 * 3600 * 1000 }),
     );
-    const api = new FakeApi({ GET: json(200, campaign()), [ME]: NOT_HELD, [CLAIMS]: json(201, claimBody()) });
+    const api = claimApi(json(201, claimBody()));
     const { drop } = client(api, { storage, clock });
     await drop.start();
     await until(() => drop.state.status === "claimed", "the resumed claim");
@@ -641,7 +577,7 @@ describe("reloads", () => {
 
   it("keys are kept per campaign and shopper", async () => {
     const storage = memoryStorage();
-    const api = new FakeApi({ GET: json(200, campaign()), [ME]: NOT_HELD, [CLAIMS]: NETWORK_DOWN });
+    const api = claimApi(NETWORK_DOWN);
     for (const user of ["alice", "bob"]) {
       const { drop } = client(api, { storage, maxRetries: 0, getIdToken: async () => idToken(user) });
       await drop.claim();
@@ -775,15 +711,11 @@ describe("a fair drop", () => {
   });
 
   it("shows the entry's drawn place while waiting, a null ticket keeps none", async () => {
-    const api = new FakeApi({
-      GET: json(200, campaign()),
-      [ME]: NOT_HELD,
-      [CLAIMS]: [
-        apiError(429, "WAITING_ROOM", { ticket: null, retry_after_ms: 1000, estimated_wait_seconds: null }),
-        apiError(429, "WAITING_ROOM", { ticket: "T1", retry_after_ms: 500, estimated_wait_seconds: 4, entry_id: "e1", place: 7 }),
-        json(201, claimBody()),
-      ],
-    });
+    const api = claimApi([
+      apiError(429, "WAITING_ROOM", { ticket: null, retry_after_ms: 1000, estimated_wait_seconds: null }),
+      apiError(429, "WAITING_ROOM", { ticket: "T1", retry_after_ms: 500, estimated_wait_seconds: 4, entry_id: "e1", place: 7 }),
+      json(201, claimBody()),
+    ]);
     const { drop, seen } = client(api);
     const state = await drop.claim();
     drop.stop();
@@ -796,15 +728,11 @@ describe("a fair drop", () => {
   });
 
   it("another account's ticket (TICKET_NOT_YOURS) is dropped once, as an invalid one is", async () => {
-    const api = new FakeApi({
-      GET: json(200, campaign()),
-      [ME]: NOT_HELD,
-      [CLAIMS]: [
-        apiError(429, "WAITING_ROOM", { ticket: "BOBS", retry_after_ms: 100 }),
-        apiError(403, "TICKET_NOT_YOURS"),
-        json(201, claimBody()),
-      ],
-    });
+    const api = claimApi([
+      apiError(429, "WAITING_ROOM", { ticket: "BOBS", retry_after_ms: 100 }),
+      apiError(403, "TICKET_NOT_YOURS"),
+      json(201, claimBody()),
+    ]);
     const { drop } = client(api);
     const state = await drop.claim();
     drop.stop();
