@@ -3,12 +3,15 @@
 Every figure in the page comes from one of those files, each written by a benchmark run with
 `--json docs/bench/NAME.json` and stamped with the command, the date, the commit and the machine
 (scripts/bench/harness.write_json). `python -m scripts.bench.report` rewrites the page;
-`--check` exits non-zero when the page is not what the files say (the unit tests run it)."""
+`--check` exits non-zero when the page is not what the files say (the unit tests run it).
+The README's performance paragraph quotes the load test's codedrop / floor ratios from
+docs/bench/loadtest-floor.json the same way."""
 
 from __future__ import annotations
 
 import json
 import sys
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,11 @@ from scripts.tools import generated
 REPO = Path(__file__).resolve().parents[2]
 FIGURES = REPO / "docs" / "bench"
 PAGE = REPO / "docs" / "benchmarks.md"
+README = REPO / "README.md"
+PERFORMANCE = (
+    "<!-- performance: python -m scripts.bench.report writes this -->",
+    "<!-- /performance -->",
+)
 PROVENANCE = ("command", "measured_at", "commit", "machine")
 # `./scripts/loadtest --floor --floor-json docs/bench/loadtest-floor*.json` writes these.
 FLOOR_COMPARISON = "loadtest-floor"
@@ -154,13 +162,37 @@ def _cell(value: Any) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
+def performance(comparison: Mapping[str, Any], source: str) -> str:
+    """The README's paragraph: the load test's ratios to the floor, with their run."""
+    scenario = comparison["scenario"]
+    ratios = comparison["codedrop / floor"]
+    wall = ratios["wall time (sale answered in)"]
+    cpu = ratios["CPU per shopper, the service's processes, counting included"]
+    text = (
+        f"A whole sale ({scenario['shoppers']:,} shoppers for {scenario['codes']:,} codes, "
+        f"counting included) costs **{wall:.2f}x the floor's wall time and {cpu:.2f}x its CPU "
+        "per shopper**, the floor being the least any claim service must do, run beside it on "
+        f"the same stack (`./scripts/loadtest --floor`; `{source}`, "
+        f"{comparison['started_at'][:10]}, commit {comparison['commit'][:12]}, "
+        f"{comparison['machine']['nproc']} cores)."
+    )
+    return textwrap.fill(text, width=96, break_on_hyphens=False) + "\n"
+
+
+def readme() -> str:
+    source = FIGURES / f"{FLOOR_COMPARISON}.json"
+    comparison = json.loads(source.read_text(encoding="utf-8"))
+    text = README.read_text(encoding="utf-8")
+    paragraph = performance(comparison, str(source.relative_to(REPO)))
+    return generated.replace_between(text, *PERFORMANCE, paragraph)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     return generated.main(
         argv,
         module="scripts.bench.report",
         doc=__doc__,
-        page=PAGE,
-        render=lambda: render(FIGURES.glob("*.json")),
+        pages={PAGE: lambda: render(FIGURES.glob("*.json")), README: readme},
     )
 
 

@@ -86,9 +86,7 @@ def _answers(responses: Mapping[str, Any], *, errors: bool) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return generated.main(
-        argv, module="scripts.tools.api_docs", doc=__doc__, page=PAGE, render=render
-    )
+    return generated.main(argv, module="scripts.tools.api_docs", doc=__doc__, pages={PAGE: render})
 
 
 if __name__ == "__main__":

@@ -35,3 +35,21 @@ def test_a_run_is_shown_with_its_command_date_commit_and_machine(tmp_path: Path)
     assert "| ratio | 0.6123 |" in page
     assert "| instances | seconds | reads.per_code |" in page
     assert "| 2 | 7.4 | 2.24 |" in page
+
+
+def test_the_readme_quotes_the_floor_ratios_of_the_run_it_names() -> None:
+    comparison = {
+        "scenario": {"shoppers": 10000, "codes": 5000},
+        "codedrop / floor": {
+            "wall time (sale answered in)": 1.914,
+            "CPU per shopper, the service's processes, counting included": 1.987,
+        },
+        "started_at": "2026-11-28T03:40:00+00:00",
+        "commit": "0123456789abcdef",
+        "machine": {"nproc": 2},
+    }
+
+    paragraph = " ".join(report.performance(comparison, "docs/bench/x.json").split())
+
+    assert "**1.91x the floor's wall time and 1.99x its CPU per shopper**" in paragraph
+    assert "`docs/bench/x.json`, 2026-11-28, commit 0123456789ab, 2 cores" in paragraph
