@@ -51,15 +51,6 @@ MAX_ROUNDS = 16
 # The slot a bulk assignment fills: one code per recipient, whatever max_per_user allows the
 # landing page, so a re-upload never hands out a second one.
 SLOT = 0
-# Errors after which nothing was written (or, for a deadline, maybe everything: the next
-# round recognises this job's own slots).
-TRANSIENT = (
-    gexc.Aborted,
-    gexc.DeadlineExceeded,
-    gexc.ServiceUnavailable,
-    gexc.InternalServerError,
-    gexc.ResourceExhausted,
-)
 
 
 class Outcome(StrEnum):
@@ -244,7 +235,9 @@ class BulkAssigner:
             # NotFound: a coupon was deleted since it was read; settled like one taken.
             self.metrics.add(commits=1, conflicts=1)
             return self._settle(pairs, outcomes)
-        except TRANSIENT as exc:
+        except writes.TRANSIENT as exc:
+            # Nothing was written (or, after a deadline, maybe all: the next round recognises
+            # this job's own slots).
             self.metrics.add(commits=1, transient=1)
             log.warning("assignment batch failed transiently", extra={"error": repr(exc)})
             self._supply.give_back(candidates)

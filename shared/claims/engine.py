@@ -33,20 +33,12 @@ from shared.clock import utcnow
 from shared.coupons import store as coupon_store
 from shared.coupons.store import Candidate
 from shared.errors import CampaignNotActive, Contended, SoldOut
+from shared.gcp import writes
 from shared.gcp.batched_reads import ReadCoalescer
 from shared.settings import Settings
 from shared.types import Tally
 
 log = logging.getLogger(__name__)
-
-# Errors after which the coupon is still free and the same request may try again.
-TRANSIENT = (
-    gexc.Aborted,
-    gexc.DeadlineExceeded,
-    gexc.ServiceUnavailable,
-    gexc.InternalServerError,
-    gexc.ResourceExhausted,
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,8 +296,8 @@ class ClaimEngine:
                 return answer
             attempt.slot = _free_slot(held)
             return _Retry.COUNTED
-        except TRANSIENT as exc:
-            pool.release(candidate)
+        except writes.TRANSIENT as exc:
+            pool.release(candidate)  # still free: the same request may try again
             self.metrics.add(commits=1, transient=1)
             log.warning("claim commit failed transiently", extra={"error": repr(exc)})
             time.sleep(random.uniform(0.005, 0.02))
