@@ -42,11 +42,9 @@ from shared.intake.models import (
     JobError,
     JobKind,
     JobRecord,
-    JobState,
     LineRange,
 )
 from shared.intake.service import StoredObject
-from shared.intake.write_rate import RampLimiter, Unlimited
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -267,47 +265,17 @@ class AssignmentService:
             emit=tally.outcomes,
             batch_size=settings.assignment_batch_size,
             parallel_commits=settings.assignment_parallel_commits,
-            limiter=self._limiter(job, now),
+            limiter=job_store.write_limiter(
+                self._db, job=job, now=now, ramp=self._settings.import_ramp_enabled
+            ),
             clock=self._clock,
             # A resumed attempt meets the slots its predecessor created: read before writing.
             read_first=job.attempts > 1,
         )
 
-    def _limiter(self, job: JobRecord, now: datetime) -> RampLimiter | Unlimited:
-        if not self._settings.import_ramp_enabled:
-            return Unlimited()
-        # Recorded before the first write, so a retried attempt finds where the ramp stands.
-        job_store.save_progress(self._db, job=job)
-        started = job.ramp_started_at or now
-        return RampLimiter(elapsed=(now - started).total_seconds())
-
     def _save_progress(self, job: JobRecord) -> None:
         job_store.save_progress(self._db, job=job.model_copy(update={"updated_at": self._clock()}))
 
     def _finish(self, job: JobRecord, *, failure: str | None = None) -> JobRecord | None:
-        now = self._clock()
-        done = job.model_copy(
-            update={
-                "state": JobState.FAILED if failure else JobState.DONE,
-                "failure_reason": failure,
-                "updated_at": now,
-                "finished_at": now,
-            }
-        )
-        if job_store.finish_job(self._db, job=done, now=now) is None:
-            return None  # another delivery of the same event finished it first
-        log.info(
-            "assignment finished",
-            extra={
-                "job_id": done.job_id,
-                "state": done.state.value,
-                "assigned": done.assigned,
-                "already_held": done.already_held,
-                "unassigned": done.unassigned,
-                "duplicates": done.duplicates_in_file,
-                "invalid": done.invalid,
-                "result": done.result,
-                "failure_reason": failure,
-            },
-        )
-        return done
+        finished = job_store.finish(self._db, job=job, now=self._clock(), failure=failure)
+        return finished.job if finished is not None else None

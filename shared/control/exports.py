@@ -232,20 +232,9 @@ class ExportService:
             ):
                 out.writerow(self._row(kind, snapshot))
                 rows += 1
-        now = self._clock()
-        done = job.model_copy(
-            update={
-                "state": JobState.DONE,
-                "exported": rows,
-                "rows_read": rows,
-                "updated_at": now,
-                "finished_at": now,
-            }
-        )
-        if job_store.finish_job(self._db, job=done, now=now) is None:
-            return None
-        log.info("export finished", extra={"job_id": job.job_id, "rows": rows})
-        return done
+        written = job.model_copy(update={"exported": rows, "rows_read": rows})
+        finished = job_store.finish(self._db, job=written, now=self._clock())
+        return finished.job if finished is not None else None
 
     def _query(self, campaign_id: str, kind: ExportKind) -> firestore.Query:
         if kind is ExportKind.CLAIMS:

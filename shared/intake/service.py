@@ -51,7 +51,6 @@ from shared.intake.models import (
 )
 from shared.intake.report import COLUMNS as REPORT_COLUMNS
 from shared.intake.report import RowReport, formula_warning
-from shared.intake.write_rate import RampLimiter, Unlimited
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -221,7 +220,9 @@ class IntakeService:
             generated=self._generated_here(job),
             batch_size=self._settings.import_batch_size,
             parallel_commits=self._settings.import_parallel_commits,
-            limiter=self._limiter(job, now),
+            limiter=job_store.write_limiter(
+                self._db, job=job, now=now, ramp=self._settings.import_ramp_enabled
+            ),
             clock=self._clock,
             on_duplicate=report.add,
         )
@@ -268,42 +269,15 @@ class IntakeService:
             and parent.campaign_id == job.campaign_id
         )
 
-    def _limiter(self, job: JobRecord, now: datetime) -> RampLimiter | Unlimited:
-        if not self._settings.import_ramp_enabled:
-            return Unlimited()
-        # Recorded before the first write, so a retried attempt finds where the ramp stands.
-        job_store.save_progress(self._db, job=job)
-        started = job.ramp_started_at or now
-        return RampLimiter(elapsed=(now - started).total_seconds())
-
     def _save_progress(self, job: JobRecord, importer: CodeImporter) -> None:
         snapshot = job.model_copy(update={**importer.counts.totals(), "updated_at": self._clock()})
         job_store.save_progress(self._db, job=snapshot)
 
     def _finish(self, job: JobRecord, *, failure: str | None = None) -> JobRecord | None:
-        now = self._clock()
-        done = job.model_copy(
-            update={
-                "state": JobState.FAILED if failure else JobState.DONE,
-                "failure_reason": failure,
-                "updated_at": now,
-                "finished_at": now,
-            }
-        )
-        outcome = job_store.finish_job(self._db, job=done, now=now)
+        outcome = job_store.finish(self._db, job=job, now=self._clock(), failure=failure)
         if outcome is None:
-            return None  # another delivery of the same event finished it first
-        log.info(
-            "import finished",
-            extra={
-                "job_id": done.job_id,
-                "state": done.state.value,
-                "imported": done.imported,
-                "duplicates": done.duplicates_in_file + done.duplicates_in_campaign,
-                "invalid": done.invalid,
-                "failure_reason": failure,
-            },
-        )
+            return None
+        done = outcome.job
         if self._on_job_finished is not None:
             self._on_job_finished(done)
         if outcome.parent is not None and outcome.parent.state is JobState.RUNNING:
