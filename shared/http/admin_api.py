@@ -63,7 +63,7 @@ from shared.errors import (
     WebhookUrlNotAllowed,
     shown,
 )
-from shared.http import openapi, shopify
+from shared.http import maintenance_api, openapi, shopify
 from shared.http.routing import (
     Access,
     Call,
@@ -163,14 +163,7 @@ class ReportQuery(BaseModel):
     granularity: ReportGranularity = ReportGranularity.HOUR
 
 
-@router.route(
-    "/openapi.json",
-    methods=["GET"],
-    access=Access.PUBLIC,
-    summary="This API's OpenAPI 3.1 document.",
-)
-def openapi_document(call: Call) -> flask.Response:
-    return json_response(openapi.cached_document(router))
+openapi.serve(router)
 
 
 @router.route(
@@ -721,17 +714,15 @@ def sign_out(call: Call) -> flask.Response:
     return flask.Response(status=204)
 
 
-@router.route(
+# The scheduler's sweep (shared/http/maintenance_api.py), for operators with an admin token.
+router.route(
     "/v1/maintenance/sweep",
     methods=["POST"],
     access=ADMIN,
     summary="Release expired holds, publish the outbox and lost events, drain due webhooks.",
     body=SweepRequest,
     responses={200: SweepResult},
-)
-def sweep(call: Call) -> flask.Response:
-    body = call.body_as(SweepRequest)
-    return json_response(call.services.sweeper.sweep(body))
+)(maintenance_api.sweep)
 
 
 # --- checkout: codes and redemptions -----------------------------------------------------------

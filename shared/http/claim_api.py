@@ -83,14 +83,7 @@ def _idempotency_key(request: flask.Request) -> str | None:
     return key
 
 
-@router.route(
-    "/openapi.json",
-    methods=["GET"],
-    access=Access.PUBLIC,
-    summary="This API's OpenAPI 3.1 document.",
-)
-def openapi_document(call: Call) -> flask.Response:
-    return json_response(openapi.cached_document(router))
+openapi.serve(router)
 
 
 @router.route(
