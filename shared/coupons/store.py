@@ -261,9 +261,9 @@ def find_expired_holds(
     return holds, (page[-1] if len(page) == limit else None)
 
 
-def release_fields() -> dict[str, Any]:
-    """What a released hold's coupon becomes: available again, its bucket out of the index.
-    `random_float` is kept: it was random when written and says nothing about who held it."""
+def returned_fields() -> dict[str, Any]:
+    """A coupon back in the pool: nobody's, free to be claimed again. `random_float` is kept:
+    it was random when written and says nothing about who held it."""
     return {
         "assigned": False,
         "state": CouponState.AVAILABLE.value,
@@ -271,6 +271,13 @@ def release_fields() -> dict[str, Any]:
         "claim_id": None,
         "assigned_at": None,
         "expires_at": None,
+    }
+
+
+def release_fields() -> dict[str, Any]:
+    """What a released hold's coupon becomes: back in the pool, its bucket out of the index."""
+    return {
+        **returned_fields(),
         EXPIRES_BUCKET: firestore.DELETE_FIELD,
         "releases": firestore.Increment(1),
     }
