@@ -8,6 +8,7 @@ and a retry or double click gets the code already held.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import threading
@@ -329,11 +330,10 @@ class ClaimEngine:
         if campaign.sold_out:
             return Exhausted.SOLD_OUT
         pivot = random.random()
-        found = coupon_store.find_unassigned(
-            self._db, campaign_id=campaign_id, low=pivot, limit=limit
-        ) or coupon_store.find_unassigned(
-            self._db, campaign_id=campaign_id, high=pivot, limit=limit
+        unassigned = functools.partial(
+            coupon_store.stream_unassigned, self._db, campaign_id=campaign_id, limit=limit
         )
+        found = list(unassigned(low=pivot)) or list(unassigned(high=pivot))
         if found:
             # Codes freed after the campaign was read (a release or an import committing in
             # between) are no miss of the ranges: their commit bumped the generation.

@@ -49,11 +49,13 @@ class FirestoreSupply:
         )
 
     def fetch(self, *, low: float, low_inclusive: bool, high: float, limit: int) -> list[Candidate]:
-        return coupon_store.find_unassigned(
-            self.db,
-            campaign_id=self.campaign_id,
-            low=low,
-            low_inclusive=low_inclusive,
-            high=high,
-            limit=limit,
+        return list(
+            coupon_store.stream_unassigned(
+                self.db,
+                campaign_id=self.campaign_id,
+                low=low,
+                low_inclusive=low_inclusive,
+                high=high,
+                limit=limit,
+            )
         )
