@@ -170,22 +170,7 @@ class AssignmentService:
             "assignment started",
             extra={"job_id": job.job_id, "source": obj.uri, "attempt": job.attempts},
         )
-        # Counts restart from zero on a resumed attempt: rows the crashed attempt committed are
-        # recognised as this job's own and counted again, exactly once.
-        job = job.model_copy(
-            update={
-                "rows_read": 0,
-                "assigned": 0,
-                "already_held": 0,
-                "unassigned": 0,
-                "duplicates_in_file": 0,
-                "invalid": 0,
-                "errors": [],
-                "unassigned_lines": [],
-                "result": None,
-                "ramp_started_at": job.ramp_started_at or now,
-            }
-        )
+        job = job.restarted(now)
         return self._run(job, obj, kind=kind, email_rule=campaign.email_canonicalization, now=now)
 
     def _run(

@@ -192,21 +192,7 @@ class IntakeService:
                 failure=f"campaign {campaign_id!r} does not exist; create it, then upload again",
             )
         log.info("import started", extra={"job_id": job.job_id, "source": obj.uri})
-        # Counts restart from zero on a resumed attempt: rows the crashed attempt wrote are
-        # recognised as this job's own and counted again, exactly once.
-        job = job.model_copy(
-            update={
-                "rows_read": 0,
-                "imported": 0,
-                "duplicates_in_file": 0,
-                "duplicates_in_campaign": 0,
-                "invalid": 0,
-                "errors": [],
-                "warnings": 0,
-                "report": None,
-                "ramp_started_at": job.ramp_started_at or now,
-            }
-        )
+        job = job.restarted(now)
         report = RowReport(
             self._storage,
             bucket=self._settings.imports_bucket,
