@@ -85,7 +85,6 @@ from shared.intake.models import (
     UploadCreate,
     UploadSession,
 )
-from shared.maintenance.models import SweepRequest, SweepResult
 from shared.types import FirebaseUid, JobId
 from shared.usage import reconciliation
 from shared.usage.models import (
@@ -701,15 +700,12 @@ def sign_out(call: Call) -> flask.Response:
     return flask.Response(status=204)
 
 
-# The scheduler's sweep (shared/http/maintenance_api.py), for operators with an admin token.
-router.route(
+maintenance_api.serve_sweep(
+    router,
     "/v1/maintenance/sweep",
-    methods=["POST"],
     access=ADMIN,
     summary="Release expired holds, publish the outbox and lost events, drain due webhooks.",
-    body=SweepRequest,
-    responses={200: SweepResult},
-)(maintenance_api.sweep)
+)
 
 
 # --- checkout: codes and redemptions -----------------------------------------------------------
