@@ -23,9 +23,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -41,6 +39,7 @@ from shared.coupons.store import Candidate, CouponState
 from shared.events.models import COMMIT_COUNT, CodesAssigned, assigned_event_id
 from shared.gcp import writes
 from shared.gcp.firestore import Snapshot, claims_collection, coupons_collection
+from shared.gcp.in_flight import InFlight
 from shared.types import Tally
 
 log = logging.getLogger(__name__)
@@ -152,8 +151,9 @@ class BulkAssigner:
         # library's proto-plus cost about 370 µs of the job's CPU per recipient.
         self._coupon_prefix = writes.document_prefix(self._coupons)
         self._claim_prefix = writes.document_prefix(self._claims)
-        self._executor = ThreadPoolExecutor(self.parallel_commits, thread_name_prefix="assign")
-        self._in_flight: deque[Future[list[RowOutcome]]] = deque()
+        self._batches = InFlight[list[RowOutcome]](
+            self.parallel_commits, name="assign", collect=self.emit
+        )
         self._chunk: dict[str, RecipientRow] = {}
         self._repeats: list[RecipientRow] = []
 
@@ -169,16 +169,15 @@ class BulkAssigner:
         """Assign what is left and hand every result on; re-raises a batch's failure."""
         try:
             self._submit()
-            while self._in_flight:
-                self.emit(self._in_flight.popleft().result())
+            self._batches.drain()
         finally:
-            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._batches.stop()
             self.supply.close()
 
     def abandon(self) -> None:
         """The job stops half-way: let running batches end (what they commit is recognised by
         the next attempt), start no other."""
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        self._batches.stop()
         self.supply.close()
 
     def _submit(self) -> None:
@@ -186,10 +185,7 @@ class BulkAssigner:
             return
         rows, repeats = list(self._chunk.values()), self._repeats
         self._chunk, self._repeats = {}, []
-        # Bounded: a slow database slows the reader instead of filling memory.
-        while len(self._in_flight) >= self.parallel_commits * 2:
-            self.emit(self._in_flight.popleft().result())
-        self._in_flight.append(self._executor.submit(self._assign, rows, repeats))
+        self._batches.submit(lambda: self._assign(rows, repeats))
 
     # --- one batch ------------------------------------------------------------------------
     def _assign(self, rows: list[RecipientRow], repeats: list[RecipientRow]) -> list[RowOutcome]:

@@ -16,9 +16,7 @@ import logging
 import random
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
@@ -30,6 +28,7 @@ from shared.campaigns.store import record_pool_growth
 from shared.coupons.store import coupon_fields, coupon_id_for
 from shared.errors import shown
 from shared.gcp.firestore import coupons_collection
+from shared.gcp.in_flight import InFlight
 from shared.intake.csv_rows import CodeRow
 
 log = logging.getLogger(__name__)
@@ -99,8 +98,9 @@ class CodeImporter:
 
     def __post_init__(self) -> None:
         self._collection = coupons_collection(self.db, self.campaign_id)
-        self._executor = ThreadPoolExecutor(self.parallel_commits, thread_name_prefix="import")
-        self._in_flight: deque[Future[ImportCounts]] = deque()
+        self._batches = InFlight[ImportCounts](
+            self.parallel_commits, name="import", collect=self._collect
+        )
         self._chunk: dict[str, CodeRow] = {}
         self._lock = threading.Lock()
 
@@ -125,10 +125,9 @@ class CodeImporter:
         """Write what is left and wait for every batch; re-raises a batch's failure."""
         try:
             self._submit()
-            while self._in_flight:
-                self._collect(self._in_flight.popleft())
+            self._batches.drain()
         finally:
-            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._batches.stop()
         return self.counts
 
     def _submit(self) -> None:
@@ -136,13 +135,9 @@ class CodeImporter:
             return
         rows = list(self._chunk.items())
         self._chunk = {}
-        # Bounded: a slow database slows the reader instead of filling memory.
-        while len(self._in_flight) >= self.parallel_commits * 2:
-            self._collect(self._in_flight.popleft())
-        self._in_flight.append(self._executor.submit(self._write, rows))
+        self._batches.submit(lambda: self._write(rows))
 
-    def _collect(self, future: Future[ImportCounts]) -> None:
-        result = future.result()
+    def _collect(self, result: ImportCounts) -> None:
         with self._lock:
             self.counts.add(result)
 
