@@ -99,3 +99,25 @@ class RecentReads(Generic[K, V]):
         with self._lock:
             self._entries.pop(key, None)
             self._forgotten[key] = self._clock()
+
+
+class WhenDue:
+    """Work done again once it is due, by one caller at a time: the very first call waits for it
+    (there is nothing to go on with yet); later callers, before it is due or while another caller
+    does it, go on at once with what the last run left. The work sets `due_at`."""
+
+    def __init__(self) -> None:
+        self.due_at: float | None = None  # None: never done
+        self._running = threading.Lock()
+
+    def run(self, now: float, work: Callable[[float], None]) -> None:
+        first = self.due_at is None
+        if self.due_at is not None and now < self.due_at:
+            return
+        if not self._running.acquire(blocking=first):
+            return
+        try:
+            if self.due_at is None or now >= self.due_at:
+                work(now)
+        finally:
+            self._running.release()

@@ -23,10 +23,8 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
@@ -41,6 +39,7 @@ from shared.coupons.store import Candidate, CouponState
 from shared.events.models import COMMIT_COUNT, CodesAssigned, assigned_event_id
 from shared.gcp import writes
 from shared.gcp.firestore import Snapshot, claims_collection, coupons_collection
+from shared.gcp.in_flight import InFlight
 from shared.types import Tally
 
 log = logging.getLogger(__name__)
@@ -51,15 +50,6 @@ MAX_ROUNDS = 16
 # The slot a bulk assignment fills: one code per recipient, whatever max_per_user allows the
 # landing page, so a re-upload never hands out a second one.
 SLOT = 0
-# Errors after which nothing was written (or, for a deadline, maybe everything: the next
-# round recognises this job's own slots).
-TRANSIENT = (
-    gexc.Aborted,
-    gexc.DeadlineExceeded,
-    gexc.ServiceUnavailable,
-    gexc.InternalServerError,
-    gexc.ResourceExhausted,
-)
 
 
 class Outcome(StrEnum):
@@ -137,89 +127,74 @@ def coupon_claimed_fields(*, row: RecipientRow, claim_id: str, now: datetime) ->
     }
 
 
+@dataclass(kw_only=True, eq=False)
 class BulkAssigner:
-    def __init__(
-        self,
-        *,
-        db: firestore.Client,
-        campaign_id: str,
-        job_id: str,
-        supply: CandidateSupply,
-        events: EventSink,
-        emit: Callable[[Sequence[RowOutcome]], None],
-        batch_size: int,
-        parallel_commits: int,
-        limiter: WriteLimiter,
-        clock: Callable[[], datetime],
-        read_first: bool = False,
-    ) -> None:
-        self._db = db
-        self._campaign_id = campaign_id
-        self._job_id = job_id
-        self._supply = supply
-        self._events = events
-        self._emit = emit
-        self._batch_size = batch_size
-        self._parallel = parallel_commits
-        self._limiter = limiter
-        self._clock = clock
-        # Read slots before committing: on for a resumed attempt, then while slots keep turning
-        # up (a re-upload) and off again once a batch finds none.
-        self._read_first = read_first
-        self._coupons = coupons_collection(db, campaign_id)
-        self._claims = claims_collection(db, campaign_id)
+    db: firestore.Client
+    campaign_id: str
+    job_id: str
+    supply: CandidateSupply
+    events: EventSink
+    emit: Callable[[Sequence[RowOutcome]], None]
+    batch_size: int
+    parallel_commits: int
+    limiter: WriteLimiter
+    clock: Callable[[], datetime]
+    # Read slots before committing: on for a resumed attempt, then while slots keep turning
+    # up (a re-upload) and off again once a batch finds none.
+    read_first: bool = False
+    metrics: AssignerMetrics = field(init=False, default_factory=AssignerMetrics)
+
+    def __post_init__(self) -> None:
+        self._coupons = coupons_collection(self.db, self.campaign_id)
+        self._claims = claims_collection(self.db, self.campaign_id)
         # Each pair's two writes are built and sent as raw protobufs (shared/gcp/writes): the
         # library's proto-plus cost about 370 µs of the job's CPU per recipient.
         self._coupon_prefix = writes.document_prefix(self._coupons)
         self._claim_prefix = writes.document_prefix(self._claims)
-        self._executor = ThreadPoolExecutor(parallel_commits, thread_name_prefix="assign")
-        self._in_flight: deque[Future[list[RowOutcome]]] = deque()
+        self._batches = InFlight[list[RowOutcome]](
+            self.parallel_commits, name="assign", collect=self.emit
+        )
         self._chunk: dict[str, RecipientRow] = {}
         self._repeats: list[RecipientRow] = []
-        self.metrics = AssignerMetrics()
 
     def add(self, row: RecipientRow) -> None:
         if row.key in self._chunk:
             self._repeats.append(row)  # settled with its batch, so results stay in order
             return
         self._chunk[row.key] = row
-        if len(self._chunk) >= self._batch_size:
+        if len(self._chunk) >= self.batch_size:
             self._submit()
 
     def finish(self) -> None:
         """Assign what is left and hand every result on; re-raises a batch's failure."""
         try:
             self._submit()
-            while self._in_flight:
-                self._emit(self._in_flight.popleft().result())
+            self._batches.drain()
         finally:
-            self._executor.shutdown(wait=True, cancel_futures=True)
-            self._supply.close()
+            self._batches.stop()
+            self.supply.close()
 
     def abandon(self) -> None:
         """The job stops half-way: let running batches end (what they commit is recognised by
         the next attempt), start no other."""
-        self._executor.shutdown(wait=True, cancel_futures=True)
-        self._supply.close()
+        self._batches.stop()
+        self.supply.close()
 
     def _submit(self) -> None:
         if not self._chunk and not self._repeats:
             return
         rows, repeats = list(self._chunk.values()), self._repeats
         self._chunk, self._repeats = {}, []
-        # Bounded: a slow database slows the reader instead of filling memory.
-        while len(self._in_flight) >= self._parallel * 2:
-            self._emit(self._in_flight.popleft().result())
-        self._in_flight.append(self._executor.submit(self._assign, rows, repeats))
+        self._batches.submit(lambda: self._assign(rows, repeats))
 
     # --- one batch ------------------------------------------------------------------------
     def _assign(self, rows: list[RecipientRow], repeats: list[RecipientRow]) -> list[RowOutcome]:
         self.metrics.add(batches=1)
         outcomes = [RowOutcome(row, Outcome.DUPLICATE) for row in repeats]
-        pending = self._without_holders(rows, outcomes) if self._read_first else rows
+        pending = self._without_holders(rows, outcomes) if self.read_first else rows
         refused = 0
         while pending:
-            candidates = self._supply.take(len(pending))
+            candidates = self.supply.take(len(pending))
             if not candidates:
                 # The pool is empty: whoever has no code yet gets none.
                 left = self._without_holders(pending, outcomes)
@@ -244,20 +219,22 @@ class BulkAssigner:
             # NotFound: a coupon was deleted since it was read; settled like one taken.
             self.metrics.add(commits=1, conflicts=1)
             return self._settle(pairs, outcomes)
-        except TRANSIENT as exc:
+        except writes.TRANSIENT as exc:
+            # Nothing was written (or, after a deadline, maybe all: the next round recognises
+            # this job's own slots).
             self.metrics.add(commits=1, transient=1)
             log.warning("assignment batch failed transiently", extra={"error": repr(exc)})
-            self._supply.give_back(candidates)
+            self.supply.give_back(candidates)
             time.sleep(random.uniform(0.05, 0.2))
             return [row for row, _ in pairs]
-        self._supply.settle(candidates)
+        self.supply.settle(candidates)
         self.metrics.add(commits=1)
         outcomes += [RowOutcome(row, Outcome.ASSIGNED, code) for row, code in codes]
         return None
 
     def _commit(self, pairs: list[Pair]) -> list[tuple[RecipientRow, str]]:
-        now = self._clock()
-        batch = self._db.batch()
+        now = self.clock()
+        batch = self.db.batch()
         pbs = []
         for row, candidate in pairs:
             claim_id = claim_id_for(row.key, SLOT)
@@ -269,11 +246,11 @@ class BulkAssigner:
                 )
             )
             fields = claim_fields(
-                campaign_id=self._campaign_id,
+                campaign_id=self.campaign_id,
                 row=row,
                 candidate=candidate,
                 now=now,
-                job_id=self._job_id,
+                job_id=self.job_id,
             )
             if row is pairs[0][0]:
                 # The commit's first claim records its size: count_usage checks the event by it.
@@ -283,17 +260,17 @@ class BulkAssigner:
         first = pairs[0][0]
         event = CodesAssigned(
             # One commit per first line succeeds (its slot is created once), in any attempt.
-            event_id=assigned_event_id(self._job_id, first.line),
-            campaign_id=self._campaign_id,
+            event_id=assigned_event_id(self.job_id, first.line),
+            campaign_id=self.campaign_id,
             occurred_at=now,
             count=len(pairs),
-            job_id=self._job_id,
+            job_id=self.job_id,
             claim_id=claim_id_for(first.key, SLOT),
         )
-        self._events.stage(batch, event, now=now)
-        self._limiter.acquire(2 * len(pairs) + 1)
+        self.events.stage(batch, event, now=now)
+        self.limiter.acquire(2 * len(pairs) + 1)
         writes.commit(batch)
-        self._events.deliver_staged([event])
+        self.events.deliver_staged([event])
         return [(row, candidate.code) for row, candidate in pairs]
 
     def _settle(self, pairs: list[Pair], outcomes: list[RowOutcome]) -> list[RecipientRow]:
@@ -316,10 +293,10 @@ class BulkAssigner:
             else:
                 taken.append(candidate)
         if len(still) < len(pairs):
-            self._read_first = True
+            self.read_first = True
         self.metrics.add(coupons_taken_elsewhere=len(taken))
-        self._supply.settle(taken, taken_elsewhere=len(taken))
-        self._supply.give_back(free)
+        self.supply.settle(taken, taken_elsewhere=len(taken))
+        self.supply.give_back(free)
         return still
 
     def _without_holders(
@@ -335,16 +312,16 @@ class BulkAssigner:
                 outcomes.append(self._holder(row, held))
             else:
                 rest.append(row)
-        self._read_first = len(rest) < len(rows)
+        self.read_first = len(rest) < len(rows)
         return rest
 
     def _read(self, refs: list[firestore.DocumentReference]) -> dict[str, Snapshot]:
         self.metrics.add(settled_reads=len(refs))
-        return {s.reference.path: s for s in self._db.get_all(refs)}
+        return {s.reference.path: s for s in self.db.get_all(refs)}
 
     def _holder(self, row: RecipientRow, slot: Snapshot) -> RowOutcome:
         data = slot.to_dict() or {}
-        if data.get("job_id") == self._job_id:
+        if data.get("job_id") == self.job_id:
             if data.get("line") == row.line:
                 # Committed by an earlier attempt of this job (or a commit whose answer was lost).
                 return RowOutcome(row, Outcome.ASSIGNED, data.get("code"))

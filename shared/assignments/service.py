@@ -20,6 +20,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from google.api_core import exceptions as gexc
@@ -42,11 +43,9 @@ from shared.intake.models import (
     JobError,
     JobKind,
     JobRecord,
-    JobState,
     LineRange,
 )
 from shared.intake.service import StoredObject
-from shared.intake.write_rate import RampLimiter, Unlimited
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -113,29 +112,20 @@ class _Tally:
             self._range_open = True
 
 
+@dataclass(kw_only=True, eq=False)
 class AssignmentService:
-    def __init__(
-        self,
-        *,
-        db: firestore.Client,
-        storage_client: StorageClient,
-        settings: Settings,
-        events: EventSink,
-        clock: Callable[[], datetime],
-        streams: firestore.Client | None = None,
-    ) -> None:
-        self._db = db
-        # The walk of the pool is read through a client whose streams are read on the reading
-        # thread (gcp.firestore.make_streaming_client): one thread reads a query at a time.
-        self._streams = streams or db
-        self._storage = storage_client
-        self._settings = settings
-        self._events = events
-        self._clock = clock
+    db: firestore.Client
+    storage_client: StorageClient
+    settings: Settings
+    events: EventSink
+    clock: Callable[[], datetime]
+    # The walk of the pool is read through a client whose streams are read on the reading
+    # thread (gcp.firestore.make_streaming_client): one thread reads a query at a time.
+    streams: firestore.Client | None = None
 
     def handles(self, obj: StoredObject) -> bool:
         """Objects under assignments/ in the imports bucket (lists, and results to ignore)."""
-        return obj.bucket == self._settings.imports_bucket and obj.name.startswith("assignments/")
+        return obj.bucket == self.settings.imports_bucket and obj.name.startswith("assignments/")
 
     def handle_object_finalized(self, obj: StoredObject) -> JobRecord | None:
         match = ASSIGNMENT_PATH.match(obj.name)
@@ -145,7 +135,7 @@ class AssignmentService:
         return self.assign_object(obj, campaign_id=match["campaign"])
 
     def assign_object(self, obj: StoredObject, *, campaign_id: str) -> JobRecord | None:
-        now = self._clock()
+        now = self.clock()
         job_id = assignment_job_id(obj)
         fresh = JobRecord(
             job_id=job_id,
@@ -155,11 +145,11 @@ class AssignmentService:
             created_at=now,
             updated_at=now,
         )
-        job = job_store.start_or_resume(self._db, job=fresh, now=now)
+        job = job_store.start_or_resume(self.db, job=fresh, now=now)
         if job is None:
             log.info("assignment already finished; redelivery ignored", extra={"job_id": job_id})
             return None
-        snapshot = campaign_store.get_campaign_snapshot(self._db, campaign_id=campaign_id)
+        snapshot = campaign_store.get_campaign_snapshot(self.db, campaign_id=campaign_id)
         if snapshot is None:
             failure = f"campaign {campaign_id!r} does not exist; create it, then upload again"
             return self._finish(job, failure=failure)
@@ -172,22 +162,7 @@ class AssignmentService:
             "assignment started",
             extra={"job_id": job.job_id, "source": obj.uri, "attempt": job.attempts},
         )
-        # Counts restart from zero on a resumed attempt: rows the crashed attempt committed are
-        # recognised as this job's own and counted again, exactly once.
-        job = job.model_copy(
-            update={
-                "rows_read": 0,
-                "assigned": 0,
-                "already_held": 0,
-                "unassigned": 0,
-                "duplicates_in_file": 0,
-                "invalid": 0,
-                "errors": [],
-                "unassigned_lines": [],
-                "result": None,
-                "ramp_started_at": job.ramp_started_at or now,
-            }
-        )
+        job = job.restarted(now)
         return self._run(job, obj, kind=kind, email_rule=campaign.email_canonicalization, now=now)
 
     def _run(
@@ -200,10 +175,10 @@ class AssignmentService:
         now: datetime,
     ) -> JobRecord | None:
         result = ResultFile(
-            self._storage, bucket=obj.bucket, name=result_name(obj.name), job_id=job.job_id
+            self.storage_client, bucket=obj.bucket, name=result_name(obj.name), job_id=job.job_id
         )
         chunks = storage_objects.object_chunks(
-            self._storage, bucket=obj.bucket, name=obj.name, generation=obj.generation
+            self.storage_client, bucket=obj.bucket, name=obj.name, generation=obj.generation
         )
         reader = RecipientReader(chunks, kind=kind, email_rule=email_rule)
         tally = _Tally(job, result, reader)
@@ -244,10 +219,10 @@ class AssignmentService:
         return None
 
     def _assigner(self, job: JobRecord, tally: _Tally, now: datetime) -> BulkAssigner:
-        settings = self._settings
+        settings = self.settings
         supply = CandidateSupply(
             stream=lambda low, inclusive, high, limit: coupon_store.stream_unassigned(
-                self._streams,
+                self.streams or self.db,
                 campaign_id=job.campaign_id,
                 low=low,
                 low_inclusive=inclusive,
@@ -259,55 +234,25 @@ class AssignmentService:
             query_limit=settings.assignment_query_limit,
         )
         return BulkAssigner(
-            db=self._db,
+            db=self.db,
             campaign_id=job.campaign_id,
             job_id=job.job_id,
             supply=supply,
-            events=self._events,
+            events=self.events,
             emit=tally.outcomes,
             batch_size=settings.assignment_batch_size,
             parallel_commits=settings.assignment_parallel_commits,
-            limiter=self._limiter(job, now),
-            clock=self._clock,
+            limiter=job_store.write_limiter(
+                self.db, job=job, now=now, ramp=self.settings.import_ramp_enabled
+            ),
+            clock=self.clock,
             # A resumed attempt meets the slots its predecessor created: read before writing.
             read_first=job.attempts > 1,
         )
 
-    def _limiter(self, job: JobRecord, now: datetime) -> RampLimiter | Unlimited:
-        if not self._settings.import_ramp_enabled:
-            return Unlimited()
-        # Recorded before the first write, so a retried attempt finds where the ramp stands.
-        job_store.save_progress(self._db, job=job)
-        started = job.ramp_started_at or now
-        return RampLimiter(elapsed=(now - started).total_seconds())
-
     def _save_progress(self, job: JobRecord) -> None:
-        job_store.save_progress(self._db, job=job.model_copy(update={"updated_at": self._clock()}))
+        job_store.save_progress(self.db, job=job.model_copy(update={"updated_at": self.clock()}))
 
     def _finish(self, job: JobRecord, *, failure: str | None = None) -> JobRecord | None:
-        now = self._clock()
-        done = job.model_copy(
-            update={
-                "state": JobState.FAILED if failure else JobState.DONE,
-                "failure_reason": failure,
-                "updated_at": now,
-                "finished_at": now,
-            }
-        )
-        if job_store.finish_job(self._db, job=done, now=now) is None:
-            return None  # another delivery of the same event finished it first
-        log.info(
-            "assignment finished",
-            extra={
-                "job_id": done.job_id,
-                "state": done.state.value,
-                "assigned": done.assigned,
-                "already_held": done.already_held,
-                "unassigned": done.unassigned,
-                "duplicates": done.duplicates_in_file,
-                "invalid": done.invalid,
-                "result": done.result,
-                "failure_reason": failure,
-            },
-        )
-        return done
+        finished = job_store.finish(self.db, job=job, now=self.clock(), failure=failure)
+        return finished.job if finished is not None else None

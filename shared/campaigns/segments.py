@@ -175,26 +175,34 @@ def _commit_guarded(
     ]
 
 
-def lease_changes(
-    segment: Segment, *, holder: str, until: datetime, generation: int
-) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """Who reads a run of segments, until when, under which pool generation."""
+
+    holder: str
+    until: datetime
+    generation: int
+
+
+def lease_changes(segment: Segment, lease: Lease) -> dict[str, Any]:
     """What leasing a segment writes: a new holder reads from the segment's start, whatever an
     earlier holder had read."""
     return {
-        "holder": holder,
-        "lease_until": until,
+        "holder": lease.holder,
+        "lease_until": lease.until,
         **_cursor_fields(
-            segment, generation, bottom=None if segment.holder == holder else segment.low
+            segment,
+            lease.generation,
+            bottom=None if segment.holder == lease.holder else segment.low,
         ),
     }
 
 
-def progress_changes(
-    segment: Segment, *, reached: float, holder: str, until: datetime, generation: int
-) -> dict[str, Any]:
+def progress_changes(segment: Segment, *, reached: float, lease: Lease) -> dict[str, Any]:
     """What the holder writes once it has read every unassigned coupon up to `reached`: a
-    segment read to its top is drained at `generation` (and let go), the one `reached` falls in
-    gets its bottom raised, and the lease of the rest is renewed."""
+    segment read to its top is drained at the lease's generation (and let go), the one `reached`
+    falls in gets its bottom raised, and the lease of the rest is renewed."""
+    generation = lease.generation
     bottom, top = segment.cursors(generation)
     if reached >= top:
         return {
@@ -206,8 +214,8 @@ def progress_changes(
     raised = max(bottom, reached) if reached >= segment.low else bottom
     return {
         **_cursor_fields(segment, generation, bottom=raised),
-        "holder": holder,
-        "lease_until": until,
+        "holder": lease.holder,
+        "lease_until": lease.until,
     }
 
 
@@ -217,38 +225,18 @@ def lower_top_changes(segment: Segment, *, top: float, generation: int) -> dict[
 
 
 def lease_run(
-    db: firestore.Client,
-    *,
-    campaign_id: str,
-    run: Sequence[Segment],
-    holder: str,
-    until: datetime,
-    generation: int,
+    db: firestore.Client, *, campaign_id: str, run: Sequence[Segment], lease: Lease
 ) -> list[Segment] | None:
     """Lease adjacent segments in one atomic write, unless one changed since it was read."""
-    return _commit_guarded(
-        db,
-        campaign_id,
-        [(s, lease_changes(s, holder=holder, until=until, generation=generation)) for s in run],
-    )
+    return _commit_guarded(db, campaign_id, [(s, lease_changes(s, lease)) for s in run])
 
 
 def record_progress(
-    db: firestore.Client,
-    *,
-    campaign_id: str,
-    run: Sequence[Segment],
-    reached: float,
-    holder: str,
-    until: datetime,
-    generation: int,
+    db: firestore.Client, *, campaign_id: str, run: Sequence[Segment], reached: float, lease: Lease
 ) -> list[Segment] | None:
     """Record the holder's progress over its run (progress_changes), all or none, unless a
     segment changed since it was read (a steal lowered its top, or the lease was lost)."""
-    changes = [
-        (s, progress_changes(s, reached=reached, holder=holder, until=until, generation=generation))
-        for s in run
-    ]
+    changes = [(s, progress_changes(s, reached=reached, lease=lease)) for s in run]
     return _commit_guarded(db, campaign_id, changes)
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import re
 import secrets
 from datetime import datetime
+from typing import Any, TypeVar
 
 from google.cloud import firestore
+from pydantic import BaseModel
 
 from shared.audit import store as audit_store
 from shared.audit.models import AuditContext
@@ -26,6 +28,8 @@ from shared.errors import CampaignChanged, RequestValidationFailed
 
 # A refused save lists the edits made since its version among the campaign's latest entries.
 CHANGES_SHOWN = 20
+# A view of a campaign (the landing page's, the console's).
+V = TypeVar("V", bound=BaseModel)
 
 
 def new_campaign_id(title: str) -> str:
@@ -113,52 +117,23 @@ def update_campaign(
 def public_view(
     campaign: CampaignRecord, *, now: datetime, remaining: int, room: WaitingRoomStatus
 ) -> CampaignPublic:
-    return CampaignPublic(
-        waiting_room=room,
-        campaign_id=campaign.campaign_id,
-        title=campaign.title,
-        starts_at=campaign.starts_at,
-        ends_at=campaign.ends_at,
-        status=campaign.status_at(now),
-        remaining=remaining,
-        max_per_user=campaign.max_per_user,
-        identity=campaign.identity,
-        allowed_sign_in_providers=campaign.allowed_sign_in_providers,
-        require_app_check=campaign.require_app_check,
-        pre_queue_opens_at=campaign.pre_queue_opens_at,
-    )
+    status = campaign.status_at(now)
+    return _view(campaign, CampaignPublic, status=status, remaining=remaining, waiting_room=room)
 
 
 def admin_view(
     campaign: CampaignRecord, *, now: datetime, stats: CampaignStats | None
 ) -> CampaignAdmin:
-    return CampaignAdmin(
-        campaign_id=campaign.campaign_id,
-        title=campaign.title,
-        starts_at=campaign.starts_at,
-        ends_at=campaign.ends_at,
-        status=campaign.status_at(now),
-        max_per_user=campaign.max_per_user,
-        low_stock_threshold=campaign.low_stock_threshold,
-        paused=campaign.paused,
-        waiting_room_enabled=campaign.waiting_room_enabled,
-        admissions_per_second=campaign.admissions_per_second,
-        hold_seconds=campaign.hold_seconds,
-        identity=campaign.identity,
-        email_canonicalization=campaign.email_canonicalization,
-        allowed_sign_in_providers=campaign.allowed_sign_in_providers,
-        require_app_check=campaign.require_app_check,
-        on_cancel=campaign.on_cancel,
-        codes_valid_for_seconds=campaign.codes_valid_for_seconds,
-        codes_valid_until=campaign.codes_valid_until,
-        code_format=campaign.code_format,
-        version=campaign.version,
-        archived=campaign.archived,
-        pre_queue_seconds=campaign.pre_queue_seconds,
-        seed_commitment=campaign.seed_commitment,
-        created_at=campaign.created_at,
-        updated_at=campaign.updated_at,
-        stats=stats,
+    return _view(campaign, CampaignAdmin, status=campaign.status_at(now), stats=stats)
+
+
+def _view(campaign: CampaignRecord, view: type[V], **computed: Any) -> V:
+    """The view's fields: those computed for it, the others as the campaign has them."""
+    return view(
+        **{
+            name: computed[name] if name in computed else getattr(campaign, name)
+            for name in view.model_fields
+        }
     )
 
 

@@ -40,7 +40,7 @@ from enum import Enum
 from typing import Protocol
 
 from shared.campaigns import segments
-from shared.campaigns.segments import Segment
+from shared.campaigns.segments import Lease, Segment
 from shared.clock import utcnow
 from shared.coupons.store import Candidate
 
@@ -102,18 +102,10 @@ class Supply(Protocol):
 
     def get_segments(self, segment_ids: Sequence[str]) -> list[Segment]: ...
 
-    def lease_run(
-        self, run: Sequence[Segment], *, holder: str, until: datetime, generation: int
-    ) -> list[Segment] | None: ...
+    def lease_run(self, run: Sequence[Segment], lease: Lease) -> list[Segment] | None: ...
 
     def record_progress(
-        self,
-        run: Sequence[Segment],
-        *,
-        reached: float,
-        holder: str,
-        until: datetime,
-        generation: int,
+        self, run: Sequence[Segment], *, reached: float, lease: Lease
     ) -> list[Segment] | None: ...
 
     def lower_top(self, segment: Segment, *, top: float, generation: int) -> Segment | None: ...
@@ -478,10 +470,8 @@ class CandidatePool:
         self.metrics.queries += 1
         reached = raw[-1].random_float if len(raw) == limit else end
         found = [c for c in raw if _owned(leased, c.random_float, generation)]
-        until = self.clock() + timedelta(seconds=LEASE_SECONDS)
-        recorded = self.supply.record_progress(
-            leased, reached=reached, holder=self.holder, until=until, generation=generation
-        )
+        lease = Lease(self.holder, self.clock() + timedelta(seconds=LEASE_SECONDS), generation)
+        recorded = self.supply.record_progress(leased, reached=reached, lease=lease)
         for _ in range(RECORD_ATTEMPTS - 1):
             if recorded is not None:
                 break
@@ -494,9 +484,7 @@ class CandidatePool:
                 s.holder == self.holder and s.drained_generation < generation for s in fresh
             ):
                 break
-            recorded = self.supply.record_progress(
-                fresh, reached=reached, holder=self.holder, until=until, generation=generation
-            )
+            recorded = self.supply.record_progress(fresh, reached=reached, lease=lease)
         with self._lock:
             if recorded is None or generation != self._generation:
                 # Lost, or an import reset the floors meanwhile: lease afresh next time. What
@@ -576,11 +564,9 @@ class CandidatePool:
     ) -> _Run | None:
         """Lease the first of `runs` (adjacent segments among `free`) that is still free; keep
         the others for next time. Two tries: a lost race means others are leasing here too."""
-        until = self.clock() + timedelta(seconds=LEASE_SECONDS)
+        lease = Lease(self.holder, self.clock() + timedelta(seconds=LEASE_SECONDS), generation)
         for candidate_run in runs[:2]:
-            leased = self.supply.lease_run(
-                candidate_run, holder=self.holder, until=until, generation=generation
-            )
+            leased = self.supply.lease_run(candidate_run, lease)
             if leased is None:
                 self.metrics.segment_races += 1
                 continue

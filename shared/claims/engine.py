@@ -8,6 +8,7 @@ and a retry or double click gets the code already held.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import threading
@@ -33,20 +34,12 @@ from shared.clock import utcnow
 from shared.coupons import store as coupon_store
 from shared.coupons.store import Candidate
 from shared.errors import CampaignNotActive, Contended, SoldOut
+from shared.gcp import writes
 from shared.gcp.batched_reads import ReadCoalescer
 from shared.settings import Settings
 from shared.types import Tally
 
 log = logging.getLogger(__name__)
-
-# Errors after which the coupon is still free and the same request may try again.
-TRANSIENT = (
-    gexc.Aborted,
-    gexc.DeadlineExceeded,
-    gexc.ServiceUnavailable,
-    gexc.InternalServerError,
-    gexc.ResourceExhausted,
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,8 +297,8 @@ class ClaimEngine:
                 return answer
             attempt.slot = _free_slot(held)
             return _Retry.COUNTED
-        except TRANSIENT as exc:
-            pool.release(candidate)
+        except writes.TRANSIENT as exc:
+            pool.release(candidate)  # still free: the same request may try again
             self.metrics.add(commits=1, transient=1)
             log.warning("claim commit failed transiently", extra={"error": repr(exc)})
             time.sleep(random.uniform(0.005, 0.02))
@@ -337,11 +330,10 @@ class ClaimEngine:
         if campaign.sold_out:
             return Exhausted.SOLD_OUT
         pivot = random.random()
-        found = coupon_store.find_unassigned(
-            self._db, campaign_id=campaign_id, low=pivot, limit=limit
-        ) or coupon_store.find_unassigned(
-            self._db, campaign_id=campaign_id, high=pivot, limit=limit
+        unassigned = functools.partial(
+            coupon_store.stream_unassigned, self._db, campaign_id=campaign_id, limit=limit
         )
+        found = list(unassigned(low=pivot)) or list(unassigned(high=pivot))
         if found:
             # Codes freed after the campaign was read (a release or an import committing in
             # between) are no miss of the ranges: their commit bumped the generation.

@@ -104,13 +104,11 @@ class ReleaseReport:
             self.by_campaign[campaign_id] = self.by_campaign.get(campaign_id, 0) + count
 
 
+@dataclass(kw_only=True, eq=False)
 class HoldReleaser:
-    def __init__(
-        self, *, db: firestore.Client, bus: EventBus, clock: Callable[[], datetime]
-    ) -> None:
-        self._db = db
-        self._bus = bus
-        self._clock = clock
+    db: firestore.Client
+    bus: EventBus
+    clock: Callable[[], datetime]
 
     def release_expired(self, *, limit: int = 50_000) -> ReleaseReport:
         """Release every hold that has expired by now (up to `limit`), across all campaigns.
@@ -119,7 +117,7 @@ class HoldReleaser:
         are committed side by side: a sweep costs a few round trips, not one per shard or batch.
         """
         started = time.monotonic()
-        now = self._clock()
+        now = self.clock()
         report = ReleaseReport()
         cursors: dict[str, Any] = dict.fromkeys(HOLD_SHARDS)
         with ThreadPoolExecutor(len(HOLD_SHARDS), thread_name_prefix="release") as pool:
@@ -149,12 +147,12 @@ class HoldReleaser:
     def _page(
         self, shard: str, after: Any, limit: int, now: datetime
     ) -> tuple[list[ExpiredHold], Any]:
-        return find_expired_holds(self._db, shard=shard, now=now, limit=limit, after=after)
+        return find_expired_holds(self.db, shard=shard, now=now, limit=limit, after=after)
 
     def release(self, holds: Sequence[ExpiredHold]) -> ReleaseReport:
         """Release these holds (as read by the caller) if they are still releasable now."""
         report = ReleaseReport(examined=len(holds))
-        now = self._clock()
+        now = self.clock()
         for campaign_id, group in _batches(holds):
             report.add(self._release_batch(campaign_id, group, now))
         return report
@@ -167,24 +165,24 @@ class HoldReleaser:
             if not holds:
                 return report
             events = [coupon_released(hold, now=now) for hold in holds]
-            batch = self._db.batch()
-            coupons = coupons_collection(self._db, campaign_id)
-            claims = claims_collection(self._db, campaign_id)
-            released = released_holds_collection(self._db, campaign_id)
+            batch = self.db.batch()
+            coupons = coupons_collection(self.db, campaign_id)
+            claims = claims_collection(self.db, campaign_id)
+            released = released_holds_collection(self.db, campaign_id)
             for hold, event in zip(holds, events, strict=True):
                 batch.update(
                     coupons.document(hold.coupon_id),
                     release_fields(),
-                    option=self._db.write_option(last_update_time=hold.read_at),
+                    option=self.db.write_option(last_update_time=hold.read_at),
                 )
                 batch.delete(claims.document(hold.claim_id))
                 batch.create(
                     released.document(released_record_id(hold.claim_id, hold.assigned_at)),
                     released_record(hold, now=now),
                 )
-                self._bus.stage(batch, event, now=now)
+                self.bus.stage(batch, event, now=now)
             batch.update(
-                campaign_ref(self._db, campaign_id),
+                campaign_ref(self.db, campaign_id),
                 {"sold_out": False, "pool_generation": firestore.Increment(1)},
             )
             try:
@@ -200,7 +198,7 @@ class HoldReleaser:
                 return report
             report.released += len(holds)
             report.by_campaign[campaign_id] = report.by_campaign.get(campaign_id, 0) + len(holds)
-            self._bus.deliver_staged(events)
+            self.bus.deliver_staged(events)
             return report
         report.failures.append(f"{campaign_id}: {len(holds)} holds kept changing; next sweep")
         return report
@@ -208,9 +206,9 @@ class HoldReleaser:
     def _reread(
         self, campaign_id: str, holds: list[ExpiredHold], now: datetime
     ) -> list[ExpiredHold]:
-        coupons = coupons_collection(self._db, campaign_id)
+        coupons = coupons_collection(self.db, campaign_id)
         refs = [coupons.document(hold.coupon_id) for hold in holds]
-        fresh = self._db.get_all(refs, field_paths=HOLD_FIELDS)
+        fresh = self.db.get_all(refs, field_paths=HOLD_FIELDS)
         return [hold for s in fresh if (hold := expired_hold(s, now=now)) is not None]
 
 

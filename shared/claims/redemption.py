@@ -69,18 +69,16 @@ class RedemptionOutcome:
     created: bool  # False: this order had redeemed the code already
 
 
+@dataclass(kw_only=True, eq=False)
 class RedemptionService:
-    def __init__(
-        self, *, db: firestore.Client, bus: EventBus, clock: Callable[[], datetime]
-    ) -> None:
-        self._db = db
-        self._bus = bus
-        self._clock = clock
+    db: firestore.Client
+    bus: EventBus
+    clock: Callable[[], datetime]
 
     def _coupon(self, campaign_id: str, code: str) -> Snapshot:
         """The coupon of `code` as a cashier typed it (any letter case; see shared.codes).
         Every miss answers alike: another campaign's code is an unknown code here."""
-        snapshot = find_coupon(self._db, campaign_id=campaign_id, code=code)
+        snapshot = find_coupon(self.db, campaign_id=campaign_id, code=code)
         if snapshot is None:
             raise CodeNotFound(f"Campaign {campaign_id!r} has no code {shown(code)}.")
         found: Snapshot = snapshot
@@ -88,7 +86,7 @@ class RedemptionService:
 
     def _coupon_and_campaign(self, campaign_id: str, code: str) -> tuple[Snapshot, CampaignRecord]:
         """The coupon and its campaign, whose validity the redemption checks."""
-        return self._coupon(campaign_id, code), get_campaign(self._db, campaign_id=campaign_id)
+        return self._coupon(campaign_id, code), get_campaign(self.db, campaign_id=campaign_id)
 
     def status(self, *, campaign_id: str, code: str) -> CodeStatus:
         data = self._coupon(campaign_id, code).to_dict() or {}
@@ -131,7 +129,7 @@ class RedemptionService:
                     f"Nobody holds code {code!r}: it is available, or its hold was released."
                 )
             valid_until = campaign.valid_until(data["assigned_at"])
-            if valid_until is not None and self._clock() > valid_until:
+            if valid_until is not None and self.clock() > valid_until:
                 raise CodeExpired(f"Code {code!r} was valid until {valid_until.isoformat()}.")
             try:
                 return self._commit(campaign_id, code, order_id, snapshot, data)
@@ -145,7 +143,7 @@ class RedemptionService:
     def _commit(
         self, campaign_id: str, code: str, order_id: str, snapshot: Snapshot, data: dict[str, Any]
     ) -> RedemptionOutcome:
-        now = self._clock()
+        now = self.clock()
         was_held = coupon_state(data) is CouponState.HELD
         number = int(data.get("redemptions", 0)) + 1  # the guard makes it this coupon's n-th
         event = CouponRedeemed(
@@ -161,7 +159,7 @@ class RedemptionService:
         # expires_at stays: it tells a redeemed hold from a redeemed final claim (count_usage
         # checks coupon.redeemed's was_held against it); the views show it only while held.
         redeemed = {"redeemed_at": now, "order_id": order_id}
-        batch = self._db.batch()
+        batch = self.db.batch()
         batch.update(
             snapshot.reference,
             {
@@ -171,22 +169,22 @@ class RedemptionService:
                 # Never above 1 + its reversals while the guard holds; the audit proves that.
                 "redemptions": firestore.Increment(1),
             },
-            option=self._db.write_option(last_update_time=snapshot.update_time),
+            option=self.db.write_option(last_update_time=snapshot.update_time),
         )
         batch.update(
-            claims_collection(self._db, campaign_id).document(data["claim_id"]),
+            claims_collection(self.db, campaign_id).document(data["claim_id"]),
             {**redeemed, "state": ClaimState.REDEEMED.value},
         )
         # Unguarded: entries are only ever added, each by the commit of its own redemption.
         entry = {"campaign_id": campaign_id, "coupon_id": snapshot.id, "redemption": number}
         batch.set(
-            redeemed_order_ref(self._db, order_key(order_id)),
+            redeemed_order_ref(self.db, order_key(order_id)),
             {"order_id": order_id, "redemptions": firestore.ArrayUnion([entry])},
             merge=True,
         )
-        self._bus.stage(batch, event, now=now)
+        self.bus.stage(batch, event, now=now)
         batch.commit()
-        self._bus.deliver_staged([event])
+        self.bus.deliver_staged([event])
         return RedemptionOutcome(
             redemption=RedemptionPublic(
                 code=code, order_id=order_id, user_id=data["assigned_to"], redeemed_at=now
@@ -204,7 +202,7 @@ class RedemptionService:
         results = []
         for discount in order.discount_codes:
             code = discount.code
-            campaign_id = campaign_for(campaigns_with_code(self._db, code=code), order.id)
+            campaign_id = campaign_for(campaigns_with_code(self.db, code=code), order.id)
             if campaign_id is None:
                 results.append(
                     OrderCodeResult(code=code, campaign_id=None, outcome="CODE_NOT_FOUND")

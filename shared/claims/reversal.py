@@ -45,7 +45,13 @@ from shared.claims.models import (
     ReversalPublic,
 )
 from shared.claims.redemption import TRANSIENT, RedemptionService, order_key
-from shared.coupons.store import EXPIRES_BUCKET, CouponState, coupon_state, find_coupon
+from shared.coupons.store import (
+    EXPIRES_BUCKET,
+    CouponState,
+    coupon_state,
+    find_coupon,
+    returned_fields,
+)
 from shared.errors import (
     CodeAlreadyRedeemed,
     CodeNotFound,
@@ -96,12 +102,7 @@ def _coupon_fields(policy: OnCancel, now: datetime) -> dict[str, Any]:
     if policy is OnCancel.RETURN_TO_POOL:
         return {
             **reversed_once,
-            "assigned": False,
-            "state": CouponState.AVAILABLE.value,
-            "assigned_to": None,
-            "claim_id": None,
-            "assigned_at": None,
-            "expires_at": None,
+            **returned_fields(),
             "redeemed_at": None,
             "order_id": None,
         }

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 
 from google.cloud import firestore
 
 from shared.campaigns import segments
-from shared.campaigns.segments import Segment
+from shared.campaigns.segments import Lease, Segment
 from shared.coupons import store as coupon_store
 from shared.coupons.store import Candidate
 
@@ -34,35 +33,14 @@ class FirestoreSupply:
     def get_segments(self, segment_ids: Sequence[str]) -> list[Segment]:
         return segments.get_segments(self.db, campaign_id=self.campaign_id, segment_ids=segment_ids)
 
-    def lease_run(
-        self, run: Sequence[Segment], *, holder: str, until: datetime, generation: int
-    ) -> list[Segment] | None:
-        return segments.lease_run(
-            self.db,
-            campaign_id=self.campaign_id,
-            run=run,
-            holder=holder,
-            until=until,
-            generation=generation,
-        )
+    def lease_run(self, run: Sequence[Segment], lease: Lease) -> list[Segment] | None:
+        return segments.lease_run(self.db, campaign_id=self.campaign_id, run=run, lease=lease)
 
     def record_progress(
-        self,
-        run: Sequence[Segment],
-        *,
-        reached: float,
-        holder: str,
-        until: datetime,
-        generation: int,
+        self, run: Sequence[Segment], *, reached: float, lease: Lease
     ) -> list[Segment] | None:
         return segments.record_progress(
-            self.db,
-            campaign_id=self.campaign_id,
-            run=run,
-            reached=reached,
-            holder=holder,
-            until=until,
-            generation=generation,
+            self.db, campaign_id=self.campaign_id, run=run, reached=reached, lease=lease
         )
 
     def lower_top(self, segment: Segment, *, top: float, generation: int) -> Segment | None:
@@ -71,11 +49,13 @@ class FirestoreSupply:
         )
 
     def fetch(self, *, low: float, low_inclusive: bool, high: float, limit: int) -> list[Candidate]:
-        return coupon_store.find_unassigned(
-            self.db,
-            campaign_id=self.campaign_id,
-            low=low,
-            low_inclusive=low_inclusive,
-            high=high,
-            limit=limit,
+        return list(
+            coupon_store.stream_unassigned(
+                self.db,
+                campaign_id=self.campaign_id,
+                low=low,
+                low_inclusive=low_inclusive,
+                high=high,
+                limit=limit,
+            )
         )

@@ -20,6 +20,7 @@ import logging
 import re
 import secrets
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -149,32 +150,23 @@ def documents(query: firestore.Query, *, page_size: int = PAGE_SIZE) -> Iterator
             return
 
 
+@dataclass(kw_only=True, eq=False)
 class ExportService:
-    def __init__(
-        self,
-        *,
-        db: firestore.Client,
-        storage_client: StorageClient,
-        settings: Settings,
-        clock: Callable[[], datetime],
-        streams: firestore.Client | None = None,
-        page_size: int = PAGE_SIZE,
-    ) -> None:
-        self._db = db
-        # Long streamed reads go through a client that reads them on the calling thread.
-        self._streams = streams or db
-        self._storage = storage_client
-        self._settings = settings
-        self._clock = clock
-        self._page_size = page_size
+    db: firestore.Client
+    storage_client: StorageClient
+    settings: Settings
+    clock: Callable[[], datetime]
+    # Long streamed reads go through a client that reads them on the calling thread.
+    streams: firestore.Client | None = None
+    page_size: int = PAGE_SIZE
 
     # --- admin_api ----------------------------------------------------------------------------
     def request(self, *, campaign_id: str, kind: ExportKind, audit: AuditContext) -> JobRecord:
         """Record the job with its audit entry, then drop the request object that runs it."""
-        campaign_store.get_campaign(self._db, campaign_id=campaign_id)
-        now = self._clock()
+        campaign_store.get_campaign(self.db, campaign_id=campaign_id)
+        now = self.clock()
         job_id = f"exp-{secrets.token_hex(8)}"
-        bucket = self._settings.imports_bucket
+        bucket = self.settings.imports_bucket
         job = JobRecord(
             job_id=job_id,
             kind=JobKind.EXPORT,
@@ -188,9 +180,9 @@ class ExportService:
         entry = audit.entry(
             AuditAction.EXPORT, campaign_id=campaign_id, target=job_id, after={"kind": kind.value}
         )
-        job_store.create_job(self._db, job=job, audit=entry)
+        job_store.create_job(self.db, job=job, audit=entry)
         storage_objects.write_json_if_absent(
-            self._storage,
+            self.storage_client,
             bucket=bucket,
             name=f"export/{campaign_id}/{job_id}.json",
             body={"job_id": job_id, "kind": kind.value},
@@ -207,7 +199,7 @@ class ExportService:
         match = EXPORT_REQUEST.match(name)
         if match is None:
             return None
-        job = job_store.find_job(self._db, job_id=match["job"])
+        job = job_store.find_job(self.db, job_id=match["job"])
         if job is None or job.kind is not JobKind.EXPORT or job.campaign_id != match["campaign"]:
             log.warning("export request without its job; ignored", extra={"object": name})
             return None
@@ -219,42 +211,30 @@ class ExportService:
         """Write the job's CSV (the whole object, again on a retried attempt) and finish it."""
         rows = 0
         writer = storage_objects.open_text_writer(
-            self._storage,
-            bucket=self._settings.imports_bucket,
+            self.storage_client,
+            bucket=self.settings.imports_bucket,
             name=export_object(job.campaign_id, job.job_id),
             metadata={"codedrop-export-job": job.job_id},
         )
         with writer:
             out = csv.writer(writer, lineterminator="\r\n")
             out.writerow(COLUMNS[kind])
-            for snapshot in documents(
-                self._query(job.campaign_id, kind), page_size=self._page_size
-            ):
+            for snapshot in documents(self._query(job.campaign_id, kind), page_size=self.page_size):
                 out.writerow(self._row(kind, snapshot))
                 rows += 1
-        now = self._clock()
-        done = job.model_copy(
-            update={
-                "state": JobState.DONE,
-                "exported": rows,
-                "rows_read": rows,
-                "updated_at": now,
-                "finished_at": now,
-            }
-        )
-        if job_store.finish_job(self._db, job=done, now=now) is None:
-            return None
-        log.info("export finished", extra={"job_id": job.job_id, "rows": rows})
-        return done
+        written = job.model_copy(update={"exported": rows, "rows_read": rows})
+        finished = job_store.finish(self.db, job=written, now=self.clock())
+        return finished.job if finished is not None else None
 
     def _query(self, campaign_id: str, kind: ExportKind) -> firestore.Query:
+        client = self.streams or self.db
         if kind is ExportKind.CLAIMS:
-            query: firestore.Query = claims_collection(self._streams, campaign_id).select(
+            query: firestore.Query = claims_collection(client, campaign_id).select(
                 ["user_id", "code", "state", "claimed_at", "expires_at", "redeemed_at", "order_id"]
             )
             return query
         fields = ["code", "state", "assigned", "assigned_to", "assigned_at", "redeemed_at"]
-        coupons: firestore.Query = coupons_collection(self._streams, campaign_id).select(
+        coupons: firestore.Query = coupons_collection(client, campaign_id).select(
             [*fields, "order_id"]
         )
         if kind is ExportKind.REDEMPTIONS:
@@ -264,8 +244,8 @@ class ExportService:
     def download(self, job: JobRecord) -> Iterator[bytes]:
         """A finished export's CSV, 1 MiB at a time."""
         return storage_objects.stream_object(
-            self._storage,
-            bucket=self._settings.imports_bucket,
+            self.storage_client,
+            bucket=self.settings.imports_bucket,
             name=export_object(job.campaign_id, job.job_id),
         )
 

@@ -10,6 +10,7 @@ them no more than one view a second (60 a minute) per instance."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import InitVar, dataclass
 from datetime import datetime
 
 from google.cloud import firestore
@@ -23,20 +24,15 @@ from shared.waiting_room.service import WaitingRoomService
 LIVE_CACHE_SECONDS = 1.0
 
 
+@dataclass(kw_only=True, eq=False)
 class LiveService:
-    def __init__(
-        self,
-        *,
-        db: firestore.Client,
-        usage: UsageService,
-        room: WaitingRoomService,
-        clock: Callable[[], datetime],
-        cache_seconds: float = LIVE_CACHE_SECONDS,
-    ) -> None:
-        self._db = db
-        self._usage = usage
-        self._room = room
-        self._clock = clock
+    db: firestore.Client
+    usage: UsageService
+    room: WaitingRoomService
+    clock: Callable[[], datetime]
+    cache_seconds: InitVar[float] = LIVE_CACHE_SECONDS
+
+    def __post_init__(self, cache_seconds: float) -> None:
         self._views: RecentReads[str, LiveCounters] = RecentReads(max_age=cache_seconds)
 
     def view(self, campaign_id: str) -> LiveCounters:
@@ -44,11 +40,11 @@ class LiveService:
         return self._views.get(campaign_id, lambda: self._read(campaign_id))
 
     def _read(self, campaign_id: str) -> LiveCounters:
-        campaign = campaign_store.get_campaign(self._db, campaign_id=campaign_id)
-        now = self._clock()
-        totals = self._usage.recent_totals(campaign_id)
+        campaign = campaign_store.get_campaign(self.db, campaign_id=campaign_id)
+        now = self.clock()
+        totals = self.usage.recent_totals(campaign_id)
         stats = stats_of(campaign, totals, now=now)
-        room = self._room.observe(campaign_id) if campaign.waiting_room_enabled else None
+        room = self.room.observe(campaign_id) if campaign.waiting_room_enabled else None
         seconds_left = (
             (stats.projected_sold_out_at - now).total_seconds()
             if stats.projected_sold_out_at is not None

@@ -156,28 +156,6 @@ def coupon_fields(
     }
 
 
-def unassigned_query(
-    db: firestore.Client,
-    *,
-    campaign_id: str,
-    limit: int,
-    low: float | None = None,
-    low_inclusive: bool = True,
-    high: float | None = None,
-) -> firestore.Query:
-    """Unassigned coupons above `low` and below `high`, in random_float order (served by the
-    composite index on assigned, random_float)."""
-    query = coupons_collection(db, campaign_id).where(filter=FieldFilter("assigned", "==", False))
-    if low is not None:
-        query = query.where(filter=FieldFilter("random_float", ">=" if low_inclusive else ">", low))
-    if high is not None:
-        query = query.where(filter=FieldFilter("random_float", "<", high))
-    selected: firestore.Query = (
-        query.order_by("random_float").select(["code", "random_float"]).limit(limit)
-    )
-    return selected
-
-
 def coupon_state(data: dict[str, Any]) -> CouponState:
     """The stored state; coupons written before holds existed have only `assigned`."""
     state = data.get("state")
@@ -261,9 +239,9 @@ def find_expired_holds(
     return holds, (page[-1] if len(page) == limit else None)
 
 
-def release_fields() -> dict[str, Any]:
-    """What a released hold's coupon becomes: available again, its bucket out of the index.
-    `random_float` is kept: it was random when written and says nothing about who held it."""
+def returned_fields() -> dict[str, Any]:
+    """A coupon back in the pool: nobody's, free to be claimed again. `random_float` is kept:
+    it was random when written and says nothing about who held it."""
     return {
         "assigned": False,
         "state": CouponState.AVAILABLE.value,
@@ -271,6 +249,13 @@ def release_fields() -> dict[str, Any]:
         "claim_id": None,
         "assigned_at": None,
         "expires_at": None,
+    }
+
+
+def release_fields() -> dict[str, Any]:
+    """What a released hold's coupon becomes: back in the pool, its bucket out of the index."""
+    return {
+        **returned_fields(),
         EXPIRES_BUCKET: firestore.DELETE_FIELD,
         "releases": firestore.Increment(1),
     }
@@ -297,32 +282,6 @@ def campaigns_with_code(
     return dict(sorted(found.items()))
 
 
-def find_unassigned(
-    db: firestore.Client,
-    *,
-    campaign_id: str,
-    limit: int,
-    low: float | None = None,
-    low_inclusive: bool = True,
-    high: float | None = None,
-) -> list[Candidate]:
-    """Unassigned coupons above `low` and below `high`, in random_float order.
-
-    Without bounds it is the proof query for "sold out": any unassigned coupon at all. Read as
-    stream_unassigned reads them (the claim path reads every code of a sale this way).
-    """
-    return list(
-        stream_unassigned(
-            db,
-            campaign_id=campaign_id,
-            limit=limit,
-            low=low,
-            low_inclusive=low_inclusive,
-            high=high,
-        )
-    )
-
-
 def stream_unassigned(
     db: firestore.Client,
     *,
@@ -332,8 +291,10 @@ def stream_unassigned(
     low_inclusive: bool = True,
     high: float | None = None,
 ) -> Generator[Candidate, None, None]:
-    """find_unassigned's query, its results read as the caller consumes them (gRPC flow control
-    keeps the rest on the server side: a long walk holds no page in memory).
+    """Unassigned coupons above `low` and below `high`, in random_float order (served by the
+    composite index on assigned, random_float), read as the caller consumes them (gRPC flow
+    control keeps the rest on the server side: a long walk holds no page in memory). Without
+    bounds it is the proof query for "sold out": any unassigned coupon at all.
 
     For walks of a million codes the responses are read as the protobuf messages they are:
     the library's snapshots cost about 157 µs of Python per document here, this about 50. The
@@ -343,14 +304,15 @@ def stream_unassigned(
     read = 0
     failures = 0
     while read < limit:
-        query = unassigned_query(
-            db,
-            campaign_id=campaign_id,
-            limit=limit - read,
-            low=low,
-            low_inclusive=low_inclusive,
-            high=high,
+        query = coupons_collection(db, campaign_id).where(
+            filter=FieldFilter("assigned", "==", False)
         )
+        if low is not None:
+            op = ">=" if low_inclusive else ">"
+            query = query.where(filter=FieldFilter("random_float", op, low))
+        if high is not None:
+            query = query.where(filter=FieldFilter("random_float", "<", high))
+        query = query.order_by("random_float").select(["code", "random_float"]).limit(limit - read)
         try:
             for message in client_internals.run_query_messages(
                 db, query, timeout=STREAM_TIMEOUT_SECONDS

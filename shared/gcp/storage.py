@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TextIO
 
 from google.api_core import exceptions as gexc
@@ -53,25 +53,33 @@ def write_lines_if_absent(
     """Stream a text object; False when it already exists (a repeated call wrote it)."""
     blob = client.bucket(bucket).blob(name)
     blob.metadata = metadata
-    try:
+
+    def write() -> None:
         with blob.open(
             "w", encoding="utf-8", content_type="text/csv", if_generation_match=0
         ) as writer:
             for line in lines:
                 writer.write(line)
-    except gexc.PreconditionFailed:
-        return False
-    return True
+
+    return _created(write)
 
 
 def write_json_if_absent(
     client: StorageClient, *, bucket: str, name: str, body: dict[str, Any]
 ) -> bool:
     blob = client.bucket(bucket).blob(name)
-    try:
-        blob.upload_from_string(
+    return _created(
+        lambda: blob.upload_from_string(
             json.dumps(body), content_type="application/json", if_generation_match=0
         )
+    )
+
+
+def _created(write: Callable[[], object]) -> bool:
+    """Run a write made only if the object does not exist (if_generation_match=0): False when
+    it did."""
+    try:
+        write()
     except gexc.PreconditionFailed:
         return False
     return True

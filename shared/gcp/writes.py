@@ -36,6 +36,15 @@ _CommitRequest = firestore_types.CommitRequest
 _SIMPLE_FIELD = re.compile(r"^[_a-zA-Z][_a-zA-Z0-9]*$")
 # The library's default timeout for Commit (transports/base.py).
 COMMIT_TIMEOUT_SECONDS = 60.0
+# Commit failures worth another attempt: contention, a busy or briefly unavailable backend. After
+# a deadline the commit may have landed all the same: retry only writes that recognise their own.
+TRANSIENT = (
+    exceptions.Aborted,
+    exceptions.DeadlineExceeded,
+    exceptions.ServiceUnavailable,
+    exceptions.InternalServerError,
+    exceptions.ResourceExhausted,
+)
 
 
 def document_name(ref: firestore.DocumentReference) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 import flask
-from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from shared.audit import store as audit_store
 from shared.audit.models import Actor, AuditContext, AuditEntryPublic, AuditList, AuditQuery
@@ -61,9 +61,8 @@ from shared.errors import (
     TooManyWebhooks,
     WebhookNotFound,
     WebhookUrlNotAllowed,
-    shown,
 )
-from shared.http import openapi, shopify
+from shared.http import maintenance_api, openapi, shopify
 from shared.http.routing import (
     Access,
     Call,
@@ -72,6 +71,7 @@ from shared.http.routing import (
     campaign_id_param,
     client_address,
     json_response,
+    path_id,
 )
 from shared.intake import jobs as job_store
 from shared.intake.csv_rows import MAX_CODE_LENGTH
@@ -85,7 +85,6 @@ from shared.intake.models import (
     UploadCreate,
     UploadSession,
 )
-from shared.maintenance.models import SweepRequest, SweepResult
 from shared.types import FirebaseUid, JobId
 from shared.usage import reconciliation
 from shared.usage.models import (
@@ -163,14 +162,7 @@ class ReportQuery(BaseModel):
     granularity: ReportGranularity = ReportGranularity.HOUR
 
 
-@router.route(
-    "/openapi.json",
-    methods=["GET"],
-    access=Access.PUBLIC,
-    summary="This API's OpenAPI 3.1 document.",
-)
-def openapi_document(call: Call) -> flask.Response:
-    return json_response(openapi.cached_document(router))
+openapi.serve(router)
 
 
 @router.route(
@@ -367,12 +359,7 @@ def get_job(call: Call, job_id: str) -> flask.Response:
 
 
 def job_id_param(value: str) -> str:
-    try:
-        _JOB_ID.validate_python(value)
-    except ValidationError:
-        # Never a Firestore read: ids like __x__ are reserved there.
-        raise JobNotFound(f"Job {shown(value)} does not exist.") from None
-    return value
+    return path_id(value, _JOB_ID, JobNotFound, "Job {} does not exist.")
 
 
 @router.route(
@@ -520,9 +507,7 @@ def reconcile(call: Call, campaign_id: str) -> flask.Response:
 
 
 def webhook_id_param(value: str) -> str:
-    if not _WEBHOOK_ID.match(value):
-        raise WebhookNotFound(f"Webhook {shown(value)} does not exist.")
-    return value
+    return path_id(value, _WEBHOOK_ID, WebhookNotFound, "Webhook {} does not exist.")
 
 
 @router.route(
@@ -592,9 +577,7 @@ def list_deliveries(call: Call, campaign_id: str, webhook_id: str) -> flask.Resp
 
 
 def event_id_param(value: str) -> str:
-    if not _EVENT_ID.match(value):
-        raise DeliveryNotFound(f"No delivery {shown(value)}.")
-    return value
+    return path_id(value, _EVENT_ID, DeliveryNotFound, "No delivery {}.")
 
 
 @router.route(
@@ -696,11 +679,7 @@ def invite_admin(call: Call) -> flask.Response:
 )
 def remove_admin(call: Call, uid: str) -> flask.Response:
     audit = owner_audit(call)
-    try:
-        _UID.validate_python(uid)
-    except ValidationError:
-        # Never a Firestore read: ids like __x__ are reserved there.
-        raise AdminNotFound(f"{shown(uid)} is not an admin.") from None
+    uid = path_id(uid, _UID, AdminNotFound, "{} is not an admin.")
     call.services.admins.remove(uid=uid, audit=audit)
     return flask.Response(status=204)
 
@@ -721,17 +700,12 @@ def sign_out(call: Call) -> flask.Response:
     return flask.Response(status=204)
 
 
-@router.route(
+maintenance_api.serve_sweep(
+    router,
     "/v1/maintenance/sweep",
-    methods=["POST"],
     access=ADMIN,
     summary="Release expired holds, publish the outbox and lost events, drain due webhooks.",
-    body=SweepRequest,
-    responses={200: SweepResult},
 )
-def sweep(call: Call) -> flask.Response:
-    body = call.body_as(SweepRequest)
-    return json_response(call.services.sweeper.sweep(body))
 
 
 # --- checkout: codes and redemptions -----------------------------------------------------------
@@ -791,10 +765,7 @@ def redeem(call: Call, campaign_id: str) -> flask.Response:
 
 
 def order_id_param(value: str) -> str:
-    try:
-        return _ORDER_ID.validate_python(value)
-    except ValidationError:
-        raise RedemptionNotFound(f"No order {shown(value)} redeemed a code here.") from None
+    return path_id(value, _ORDER_ID, RedemptionNotFound, "No order {} redeemed a code here.")
 
 
 @router.route(

@@ -7,7 +7,7 @@ import re
 import flask
 
 from shared.campaigns import service as campaign_service
-from shared.campaigns.models import CampaignPublic
+from shared.campaigns.models import CampaignPublic, CampaignRecord
 from shared.claims.models import ClaimPublic, HeldClaim, HeldClaims
 from shared.clock import utcnow
 from shared.errors import (
@@ -83,14 +83,13 @@ def _idempotency_key(request: flask.Request) -> str | None:
     return key
 
 
-@router.route(
-    "/openapi.json",
-    methods=["GET"],
-    access=Access.PUBLIC,
-    summary="This API's OpenAPI 3.1 document.",
-)
-def openapi_document(call: Call) -> flask.Response:
-    return json_response(openapi.cached_document(router))
+openapi.serve(router)
+
+
+def engine_campaign(call: Call, campaign_id: str) -> CampaignRecord:
+    """The engine's copy of the campaign (at most campaign_cache_seconds old): landing pages
+    poll these routes."""
+    return call.services.engine.campaign(campaign_id_param(campaign_id))
 
 
 @router.route(
@@ -102,9 +101,8 @@ def openapi_document(call: Call) -> flask.Response:
     raises=[CampaignNotFound],
 )
 def get_campaign(call: Call, campaign_id: str) -> flask.Response:
-    # The engine's copy (at most campaign_cache_seconds old): landing pages poll this.
     services = call.services
-    campaign = services.engine.campaign(campaign_id_param(campaign_id))
+    campaign = engine_campaign(call, campaign_id)
     remaining = services.usage.remaining(campaign)
     room = services.room.status(campaign)
     view = campaign_service.public_view(campaign, now=utcnow(), remaining=remaining, room=room)
@@ -197,7 +195,7 @@ def _keep_ticket(response: flask.Response, cookie: str, ticket: object, max_age:
 )
 def my_claims(call: Call, campaign_id: str) -> flask.Response:
     services = call.services
-    campaign = services.engine.campaign(campaign_id_param(campaign_id))
+    campaign = engine_campaign(call, campaign_id)
     held = services.claims.held(campaign, call.user.shopper())
     if not held:
         raise ClaimNotFound(f"You hold no code in campaign {campaign.campaign_id!r}.")
@@ -247,7 +245,7 @@ def join_pre_queue(call: Call, campaign_id: str) -> flask.Response:
 )
 def fairness(call: Call, campaign_id: str) -> flask.Response:
     services = call.services
-    campaign = services.engine.campaign(campaign_id_param(campaign_id))
+    campaign = engine_campaign(call, campaign_id)
     return json_response(services.fairness.fairness(campaign))
 
 
@@ -262,7 +260,7 @@ def fairness(call: Call, campaign_id: str) -> flask.Response:
 )
 def fairness_entries(call: Call, campaign_id: str) -> flask.Response:
     services = call.services
-    campaign = services.engine.campaign(campaign_id_param(campaign_id))
+    campaign = engine_campaign(call, campaign_id)
     page_token = call.query_as(PageQuery).page_token
     return json_response(services.fairness.entries(campaign, page_token))
 
@@ -278,7 +276,7 @@ def fairness_entries(call: Call, campaign_id: str) -> flask.Response:
 )
 def fairness_admissions(call: Call, campaign_id: str) -> flask.Response:
     services = call.services
-    campaign = services.engine.campaign(campaign_id_param(campaign_id))
+    campaign = engine_campaign(call, campaign_id)
     page_token = call.query_as(PageQuery).page_token
     return json_response(services.fairness.admissions(campaign, page_token))
 
@@ -293,5 +291,5 @@ def fairness_admissions(call: Call, campaign_id: str) -> flask.Response:
 )
 def transparency(call: Call, campaign_id: str) -> flask.Response:
     services = call.services
-    campaign = services.engine.campaign(campaign_id_param(campaign_id))
+    campaign = engine_campaign(call, campaign_id)
     return json_response(services.fairness.transparency(campaign))

@@ -12,14 +12,23 @@ from shared.maintenance.models import SweepRequest, SweepResult
 router = Router(title="codedrop sweep")
 
 
-@router.route(
-    "/",
-    methods=["POST"],
-    access=Access.IAM,
-    summary="Publish the outbox and events the counters never saw.",
-    body=SweepRequest,
-    responses={200: SweepResult},
-)
 def sweep(call: Call) -> flask.Response:
     body = call.body_as(SweepRequest)
     return json_response(call.services.sweeper.sweep(body))
+
+
+def serve_sweep(on: Router, rule: str, *, access: Access, summary: str) -> None:
+    """Add the sweep's route: here for the scheduler, in admin_api for operators."""
+    on.route(
+        rule,
+        methods=["POST"],
+        access=access,
+        summary=summary,
+        body=SweepRequest,
+        responses={200: SweepResult},
+    )(sweep)
+
+
+serve_sweep(
+    router, "/", access=Access.IAM, summary="Publish the outbox and events the counters never saw."
+)

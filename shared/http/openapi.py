@@ -9,12 +9,21 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import flask
 from pydantic import BaseModel, TypeAdapter
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from shared import errors
 from shared.claims.models import OrderId
-from shared.http.routing import MAX_BODY_BYTES, Access, ErrorBody, RouteInfo, Router
+from shared.http.routing import (
+    MAX_BODY_BYTES,
+    Access,
+    Call,
+    ErrorBody,
+    RouteInfo,
+    Router,
+    json_response,
+)
 from shared.http.shopify import SIGNATURE_HEADER
 from shared.intake.csv_rows import MAX_CODE_LENGTH
 from shared.types import CampaignId, FirebaseUid, JobId
@@ -199,3 +208,16 @@ def document(router: Router, *, version: str = "1.0.0") -> dict[str, Any]:
 def cached_document(router: Router) -> dict[str, Any]:
     """The document is fixed once the routes are registered: built on first request."""
     return document(router)
+
+
+def serve(router: Router) -> None:
+    """Add the route that answers the router's own document."""
+
+    @router.route(
+        "/openapi.json",
+        methods=["GET"],
+        access=Access.PUBLIC,
+        summary="This API's OpenAPI 3.1 document.",
+    )
+    def openapi_document(call: Call) -> flask.Response:
+        return json_response(cached_document(router))

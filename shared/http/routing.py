@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -245,13 +246,28 @@ def parse_query(request: flask.Request, model: type[M]) -> M:
         raise errors.RequestValidationFailed(describe(exc)) from exc
 
 
+def path_id(
+    value: str,
+    valid: TypeAdapter[str] | re.Pattern[str],
+    missing: type[errors.NotFound],
+    message: str,
+) -> str:
+    """`value` when it is a well-formed id (`valid`), else `missing` with `message` ({} stands
+    for the value): a malformed id names nothing, and never reaches Firestore (which reserves
+    ids like __x__)."""
+    if isinstance(valid, re.Pattern):
+        if valid.match(value):
+            return value
+    else:
+        try:
+            return valid.validate_python(value)
+        except ValidationError:
+            pass
+    raise missing(message.format(errors.shown(value)))
+
+
 def campaign_id_param(value: str) -> str:
-    """A malformed id names no campaign; it never reaches Firestore (which reserves __x__)."""
-    try:
-        _CAMPAIGN_ID.validate_python(value)
-    except ValidationError:
-        raise errors.CampaignNotFound(f"Campaign {errors.shown(value)} does not exist.") from None
-    return value
+    return path_id(value, _CAMPAIGN_ID, errors.CampaignNotFound, "Campaign {} does not exist.")
 
 
 def client_address(request: flask.Request) -> str:

@@ -16,9 +16,7 @@ import logging
 import random
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
@@ -30,6 +28,7 @@ from shared.campaigns.store import record_pool_growth
 from shared.coupons.store import coupon_fields, coupon_id_for
 from shared.errors import shown
 from shared.gcp.firestore import coupons_collection
+from shared.gcp.in_flight import InFlight
 from shared.intake.csv_rows import CodeRow
 
 log = logging.getLogger(__name__)
@@ -83,35 +82,27 @@ def _case_duplicate(row: CodeRow, other: str, where: str) -> CaseDuplicate | Non
     return CaseDuplicate(row, f"the same code as {shown(other)} {where} but for letter case")
 
 
+@dataclass(kw_only=True, eq=False)
 class CodeImporter:
-    def __init__(
-        self,
-        *,
-        db: firestore.Client,
-        campaign_id: str,
-        job_id: str,
-        generated: bool,
-        batch_size: int,
-        parallel_commits: int,
-        limiter: WriteLimiter,
-        clock: Callable[[], datetime],
-        on_duplicate: DuplicateSink | None = None,
-    ) -> None:
-        self._db = db
-        self._on_duplicate = on_duplicate
-        self._campaign_id = campaign_id
-        self._job_id = job_id
-        self._generated = generated
-        self._batch_size = batch_size
-        self._parallel = parallel_commits
-        self._limiter = limiter
-        self._clock = clock
-        self._collection = coupons_collection(db, campaign_id)
-        self._executor = ThreadPoolExecutor(parallel_commits, thread_name_prefix="import")
-        self._in_flight: deque[Future[ImportCounts]] = deque()
+    db: firestore.Client
+    campaign_id: str
+    job_id: str
+    generated: bool
+    batch_size: int
+    parallel_commits: int
+    limiter: WriteLimiter
+    clock: Callable[[], datetime]
+    on_duplicate: DuplicateSink | None = None
+    # Of finished batches, plus duplicates seen in a chunk.
+    counts: ImportCounts = field(init=False, default_factory=ImportCounts)
+
+    def __post_init__(self) -> None:
+        self._collection = coupons_collection(self.db, self.campaign_id)
+        self._batches = InFlight[ImportCounts](
+            self.parallel_commits, name="import", collect=self._collect
+        )
         self._chunk: dict[str, CodeRow] = {}
         self._lock = threading.Lock()
-        self.counts = ImportCounts()  # of finished batches, plus duplicates seen in a chunk
 
     def add(self, row: CodeRow) -> None:
         coupon_id = coupon_id_for(row.code)
@@ -127,17 +118,16 @@ class CodeImporter:
                 )
             return
         self._chunk[coupon_id] = row
-        if len(self._chunk) >= self._batch_size:
+        if len(self._chunk) >= self.batch_size:
             self._submit()
 
     def finish(self) -> ImportCounts:
         """Write what is left and wait for every batch; re-raises a batch's failure."""
         try:
             self._submit()
-            while self._in_flight:
-                self._collect(self._in_flight.popleft())
+            self._batches.drain()
         finally:
-            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._batches.stop()
         return self.counts
 
     def _submit(self) -> None:
@@ -145,13 +135,9 @@ class CodeImporter:
             return
         rows = list(self._chunk.items())
         self._chunk = {}
-        # Bounded: a slow database slows the reader instead of filling memory.
-        while len(self._in_flight) >= self._parallel * 2:
-            self._collect(self._in_flight.popleft())
-        self._in_flight.append(self._executor.submit(self._write, rows))
+        self._batches.submit(lambda: self._write(rows))
 
-    def _collect(self, future: Future[ImportCounts]) -> None:
-        result = future.result()
+    def _collect(self, result: ImportCounts) -> None:
         with self._lock:
             self.counts.add(result)
 
@@ -161,22 +147,22 @@ class CodeImporter:
         for _ in range(MAX_ROUNDS):
             if not pending:
                 return counts
-            now = self._clock()
-            batch = self._db.batch()
+            now = self.clock()
+            batch = self.db.batch()
             for coupon_id, row in pending:
                 batch.create(
                     self._collection.document(coupon_id),
-                    coupon_fields(code=row.code, now=now, job_id=self._job_id, line=row.line),
+                    coupon_fields(code=row.code, now=now, job_id=self.job_id, line=row.line),
                 )
             record_pool_growth(
                 batch,
-                self._db,
-                campaign_id=self._campaign_id,
+                self.db,
+                campaign_id=self.campaign_id,
                 added=len(pending),
                 now=now,
-                generated=self._generated,
+                generated=self.generated,
             )
-            self._limiter.acquire(len(pending) + 1)
+            self.limiter.acquire(len(pending) + 1)
             try:
                 batch.commit()
             except gexc.AlreadyExists:
@@ -199,7 +185,7 @@ class CodeImporter:
         refs = [self._collection.document(coupon_id) for coupon_id, _ in rows]
         existing = {
             s.id: s.to_dict() or {}
-            for s in self._db.get_all(refs, field_paths=["job_id", "line", "code"])
+            for s in self.db.get_all(refs, field_paths=["job_id", "line", "code"])
             if s.exists
         }
         still_new = []
@@ -207,9 +193,9 @@ class CodeImporter:
             found = existing.get(coupon_id)
             if found is None:
                 still_new.append((coupon_id, row))
-            elif found.get("job_id") == self._job_id and found.get("line") == row.line:
+            elif found.get("job_id") == self.job_id and found.get("line") == row.line:
                 counts.imported += 1  # written by an earlier attempt of this same import
-            elif found.get("job_id") == self._job_id:
+            elif found.get("job_id") == self.job_id:
                 counts.duplicates_in_file += 1
                 self._note_duplicate(
                     counts,
@@ -237,5 +223,5 @@ class CodeImporter:
         case = _case_duplicate(row, other, where)
         if case is not None:
             counts.case_duplicates.append(case)
-        if self._on_duplicate is not None:
-            self._on_duplicate(row.line, case.reason if case else plain, row.code)
+        if self.on_duplicate is not None:
+            self.on_duplicate(row.line, case.reason if case else plain, row.code)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -14,6 +15,22 @@ from shared.audit.models import AuditEntry
 from shared.errors import JobNotFound
 from shared.gcp.firestore import jobs_collection
 from shared.intake.models import JobRecord, JobState
+from shared.intake.write_rate import RampLimiter, Unlimited
+
+log = logging.getLogger(__name__)
+# What a finished job's log line counts (those its kind does not use stay 0).
+_LOGGED = {
+    "rows_read",
+    "imported",
+    "duplicates_in_file",
+    "duplicates_in_campaign",
+    "invalid",
+    "assigned",
+    "already_held",
+    "unassigned",
+    "exported",
+    "result",
+}
 
 
 def job_ref(db: firestore.Client, job_id: str) -> firestore.DocumentReference:
@@ -75,6 +92,18 @@ def save_progress(db: firestore.Client, *, job: JobRecord) -> None:
     )
 
 
+def write_limiter(
+    db: firestore.Client, *, job: JobRecord, now: datetime, ramp: bool
+) -> RampLimiter | Unlimited:
+    """What paces a job's writes: Firestore's 500/50/5 ramp when `ramp`, else nothing."""
+    if not ramp:
+        return Unlimited()
+    # Recorded before the first write, so a retried attempt finds where the ramp stands.
+    save_progress(db, job=job)
+    started = job.ramp_started_at or now
+    return RampLimiter(elapsed=(now - started).total_seconds())
+
+
 @dataclass(frozen=True)
 class Finished:
     job: JobRecord
@@ -122,6 +151,33 @@ def finish_job(db: firestore.Client, *, job: JobRecord, now: datetime) -> Finish
 
     result: Finished | None = apply(db.transaction())
     return result
+
+
+def finish(
+    db: firestore.Client, *, job: JobRecord, now: datetime, failure: str | None = None
+) -> Finished | None:
+    """End a running job: failed with `failure`, else done (finish_job), and log its counts.
+    None when it had ended already (another delivery of the same event got there first)."""
+    done = job.model_copy(
+        update={
+            "state": JobState.FAILED if failure else JobState.DONE,
+            "failure_reason": failure,
+            "updated_at": now,
+            "finished_at": now,
+        }
+    )
+    outcome = finish_job(db, job=done, now=now)
+    if outcome is not None:
+        log.info(
+            f"{done.kind.value} finished",
+            extra={
+                "job_id": done.job_id,
+                "state": done.state.value,
+                "failure_reason": failure,
+                **done.model_dump(include=_LOGGED),
+            },
+        )
+    return outcome
 
 
 def next_round(db: firestore.Client, *, job_id: str, now: datetime) -> JobRecord:

@@ -89,6 +89,29 @@ class JobRecord(BaseModel):
     updated_at: datetime
     finished_at: datetime | None = None
 
+    def restarted(self, now: datetime) -> JobRecord:
+        """An attempt's starting point: counts from zero (rows a crashed attempt wrote are
+        recognised as this job's own and counted again, exactly once), the write ramp going on
+        from where it began."""
+        return self.model_copy(
+            update={
+                "rows_read": 0,
+                "imported": 0,
+                "duplicates_in_file": 0,
+                "duplicates_in_campaign": 0,
+                "invalid": 0,
+                "errors": [],
+                "warnings": 0,
+                "report": None,
+                "assigned": 0,
+                "already_held": 0,
+                "unassigned": 0,
+                "unassigned_lines": [],
+                "result": None,
+                "ramp_started_at": self.ramp_started_at or now,
+            }
+        )
+
 
 class JobPublic(BaseModel):
     job_id: str

@@ -51,7 +51,6 @@ from shared.intake.models import (
 )
 from shared.intake.report import COLUMNS as REPORT_COLUMNS
 from shared.intake.report import RowReport, formula_warning
-from shared.intake.write_rate import RampLimiter, Unlimited
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -112,29 +111,21 @@ def import_job_id(obj: StoredObject) -> str:
     return f"imp-{digest[:24]}"
 
 
+@dataclass(kw_only=True, eq=False)
 class IntakeService:
-    def __init__(
-        self,
-        *,
-        db: firestore.Client,
-        storage_client: StorageClient,
-        settings: Settings,
-        clock: Callable[[], datetime],
-        on_job_finished: Callable[[JobRecord], None] | None = None,
-    ) -> None:
-        self._db = db
-        self._storage = storage_client
-        self._settings = settings
-        self._clock = clock
-        self._on_job_finished = on_job_finished
+    db: firestore.Client
+    storage_client: StorageClient
+    settings: Settings
+    clock: Callable[[], datetime]
+    on_job_finished: Callable[[JobRecord], None] | None = None
 
     @property
     def bucket(self) -> str:
-        return self._settings.imports_bucket
+        return self.settings.imports_bucket
 
     # --- events ---------------------------------------------------------------------------
     def handle_object_finalized(self, obj: StoredObject) -> JobRecord | None:
-        if obj.bucket != self._settings.imports_bucket:
+        if obj.bucket != self.settings.imports_bucket:
             log.warning("object in an unexpected bucket ignored", extra={"object": obj.uri})
             return None
         if obj.name.startswith(IMPORTS_FOLDER):
@@ -154,7 +145,7 @@ class IntakeService:
 
     # --- imports --------------------------------------------------------------------------
     def _new_import_job(self, obj: StoredObject, *, campaign_id: str) -> JobRecord:
-        now = self._clock()
+        now = self.clock()
         return JobRecord(
             job_id=import_job_id(obj),
             kind=JobKind.IMPORT,
@@ -170,7 +161,7 @@ class IntakeService:
     ) -> JobRecord | None:
         """A file that cannot be imported still leaves a job, failed with the reason."""
         fresh = self._new_import_job(obj, campaign_id=campaign_id)
-        job = job_store.start_or_resume(self._db, job=fresh, now=fresh.created_at)
+        job = job_store.start_or_resume(self.db, job=fresh, now=fresh.created_at)
         if job is None:
             return None  # a redelivery: the failed job is already there
         log.warning("object refused", extra={"object": obj.uri, "reason": reason})
@@ -179,57 +170,45 @@ class IntakeService:
     def import_object(self, obj: StoredObject, *, campaign_id: str) -> JobRecord | None:
         fresh = self._new_import_job(obj, campaign_id=campaign_id)
         now = fresh.created_at
-        job = job_store.start_or_resume(self._db, job=fresh, now=now)
+        job = job_store.start_or_resume(self.db, job=fresh, now=now)
         if job is None:
             log.info("import already finished; redelivery ignored", extra={"job_id": fresh.job_id})
             if fresh.parent_job_id:
                 self._continue_generation(fresh.parent_job_id)
             return None
         try:
-            campaign_store.get_campaign(self._db, campaign_id=campaign_id)
+            campaign_store.get_campaign(self.db, campaign_id=campaign_id)
         except CampaignNotFound:
             return self._finish(
                 job,
                 failure=f"campaign {campaign_id!r} does not exist; create it, then upload again",
             )
         log.info("import started", extra={"job_id": job.job_id, "source": obj.uri})
-        # Counts restart from zero on a resumed attempt: rows the crashed attempt wrote are
-        # recognised as this job's own and counted again, exactly once.
-        job = job.model_copy(
-            update={
-                "rows_read": 0,
-                "imported": 0,
-                "duplicates_in_file": 0,
-                "duplicates_in_campaign": 0,
-                "invalid": 0,
-                "errors": [],
-                "warnings": 0,
-                "report": None,
-                "ramp_started_at": job.ramp_started_at or now,
-            }
-        )
+        job = job.restarted(now)
         report = RowReport(
-            self._storage,
-            bucket=self._settings.imports_bucket,
+            self.storage_client,
+            bucket=self.settings.imports_bucket,
             name=f"{REPORTS_FOLDER}{campaign_id}/{job.job_id}.csv",
             job_id=job.job_id,
         )
         importer = CodeImporter(
-            db=self._db,
+            db=self.db,
             campaign_id=campaign_id,
             job_id=job.job_id,
             generated=self._generated_here(job),
-            batch_size=self._settings.import_batch_size,
-            parallel_commits=self._settings.import_parallel_commits,
-            limiter=self._limiter(job, now),
-            clock=self._clock,
+            batch_size=self.settings.import_batch_size,
+            parallel_commits=self.settings.import_parallel_commits,
+            limiter=job_store.write_limiter(
+                self.db, job=job, now=now, ramp=self.settings.import_ramp_enabled
+            ),
+            clock=self.clock,
             on_duplicate=report.add,
         )
         failure: str | None = None
         last_progress = time.monotonic()
         try:
             chunks = storage_objects.object_chunks(
-                self._storage, bucket=obj.bucket, name=obj.name, generation=obj.generation
+                self.storage_client, bucket=obj.bucket, name=obj.name, generation=obj.generation
             )
             for row in parse_rows(chunks):
                 job.rows_read += 1
@@ -261,51 +240,24 @@ class IntakeService:
         job's format); anything else is an upload of codes of no known format."""
         if job.parent_job_id is None:
             return False
-        parent = job_store.find_job(self._db, job_id=job.parent_job_id)
+        parent = job_store.find_job(self.db, job_id=job.parent_job_id)
         return (
             parent is not None
             and parent.kind is JobKind.GENERATE
             and parent.campaign_id == job.campaign_id
         )
 
-    def _limiter(self, job: JobRecord, now: datetime) -> RampLimiter | Unlimited:
-        if not self._settings.import_ramp_enabled:
-            return Unlimited()
-        # Recorded before the first write, so a retried attempt finds where the ramp stands.
-        job_store.save_progress(self._db, job=job)
-        started = job.ramp_started_at or now
-        return RampLimiter(elapsed=(now - started).total_seconds())
-
     def _save_progress(self, job: JobRecord, importer: CodeImporter) -> None:
-        snapshot = job.model_copy(update={**importer.counts.totals(), "updated_at": self._clock()})
-        job_store.save_progress(self._db, job=snapshot)
+        snapshot = job.model_copy(update={**importer.counts.totals(), "updated_at": self.clock()})
+        job_store.save_progress(self.db, job=snapshot)
 
     def _finish(self, job: JobRecord, *, failure: str | None = None) -> JobRecord | None:
-        now = self._clock()
-        done = job.model_copy(
-            update={
-                "state": JobState.FAILED if failure else JobState.DONE,
-                "failure_reason": failure,
-                "updated_at": now,
-                "finished_at": now,
-            }
-        )
-        outcome = job_store.finish_job(self._db, job=done, now=now)
+        outcome = job_store.finish(self.db, job=job, now=self.clock(), failure=failure)
         if outcome is None:
-            return None  # another delivery of the same event finished it first
-        log.info(
-            "import finished",
-            extra={
-                "job_id": done.job_id,
-                "state": done.state.value,
-                "imported": done.imported,
-                "duplicates": done.duplicates_in_file + done.duplicates_in_campaign,
-                "invalid": done.invalid,
-                "failure_reason": failure,
-            },
-        )
-        if self._on_job_finished is not None:
-            self._on_job_finished(done)
+            return None
+        done = outcome.job
+        if self.on_job_finished is not None:
+            self.on_job_finished(done)
         if outcome.parent is not None and outcome.parent.state is JobState.RUNNING:
             self._write_generated_round(outcome.parent)
         return done
@@ -318,11 +270,11 @@ class IntakeService:
         file straight to the bucket, never through a function, and its import starts when the
         object is finalized. The audit entry is written before the session's URL is handed
         out, so no upload happens without it."""
-        campaign_store.get_campaign(self._db, campaign_id=campaign_id)
+        campaign_store.get_campaign(self.db, campaign_id=campaign_id)
         name_in_bucket = f"{IMPORTS_FOLDER}{campaign_id}/{name}"
         url = storage_objects.open_upload_session(
-            self._storage,
-            bucket=self._settings.imports_bucket,
+            self.storage_client,
+            bucket=self.settings.imports_bucket,
             name=name_in_bucket,
             content_type="text/csv",
             origin=origin,
@@ -331,13 +283,13 @@ class IntakeService:
         entry = audit.entry(
             AuditAction.UPLOAD,
             campaign_id=campaign_id,
-            target=f"gs://{self._settings.imports_bucket}/{name_in_bucket}",
+            target=f"gs://{self.settings.imports_bucket}/{name_in_bucket}",
             after={"name": name},
         )
-        audit_store.record(self._db, entry)
+        audit_store.record(self.db, entry)
         log.info("upload session opened", extra={"object": name_in_bucket})
         return UploadSession(
-            upload_url=url, bucket=self._settings.imports_bucket, object=name_in_bucket
+            upload_url=url, bucket=self.settings.imports_bucket, object=name_in_bucket
         )
 
     # --- rejected rows ----------------------------------------------------------------------
@@ -347,7 +299,7 @@ class IntakeService:
         the job (an assignment's, or an import older than reports)."""
         if job.report is not None:
             bucket, _, name = job.report.removeprefix("gs://").partition("/")
-            return storage_objects.stream_object(self._storage, bucket=bucket, name=name)
+            return storage_objects.stream_object(self.storage_client, bucket=bucket, name=name)
         buffer = io.StringIO()
         out = csv.writer(buffer, lineterminator="\r\n")
         out.writerow(REPORT_COLUMNS)
@@ -364,16 +316,16 @@ class IntakeService:
         """Record the job and drop a request object; the import function does the work."""
         code_format = spec.code_format()
         campaign_store.record_generated_format(
-            self._db, campaign_id=campaign_id, code_format=code_format
+            self.db, campaign_id=campaign_id, code_format=code_format
         )
-        now = self._clock()
+        now = self.clock()
         job_id = f"gen-{secrets.token_hex(8)}"
         name = f"generate/{campaign_id}/{job_id}.json"
         job = JobRecord(
             job_id=job_id,
             kind=JobKind.GENERATE,
             campaign_id=campaign_id,
-            source=f"gs://{self._settings.imports_bucket}/{name}",
+            source=f"gs://{self.settings.imports_bucket}/{name}",
             requested=spec.count,
             code_format=code_format,
             created_at=now,
@@ -387,10 +339,10 @@ class IntakeService:
                 target=job_id,
                 after=spec.model_dump(mode="json"),
             )
-        job_store.create_job(self._db, job=job, audit=entry)
+        job_store.create_job(self.db, job=job, audit=entry)
         storage_objects.write_json_if_absent(
-            self._storage,
-            bucket=self._settings.imports_bucket,
+            self.storage_client,
+            bucket=self.settings.imports_bucket,
             name=name,
             body=spec.model_dump(),
         )
@@ -398,20 +350,20 @@ class IntakeService:
         return job
 
     def run_generation_request(self, *, campaign_id: str, job_id: str) -> JobRecord | None:
-        job = job_store.find_job(self._db, job_id=job_id)
+        job = job_store.find_job(self.db, job_id=job_id)
         if job is None or job.kind is not JobKind.GENERATE or job.campaign_id != campaign_id:
             log.warning("generation request without its job; ignored", extra={"job_id": job_id})
             return None
         if job.state is not JobState.RUNNING:
             return None
         if job.rounds == 0:
-            job = job_store.next_round(self._db, job_id=job_id, now=self._clock())
+            job = job_store.next_round(self.db, job_id=job_id, now=self.clock())
         self._write_generated_round(job)
         return job
 
     def _continue_generation(self, parent_id: str) -> None:
         """A finished child import was redelivered: make sure the next round's file exists."""
-        parent = job_store.find_job(self._db, job_id=parent_id)
+        parent = job_store.find_job(self.db, job_id=parent_id)
         if parent is not None and parent.state is JobState.RUNNING and parent.rounds:
             self._write_generated_round(parent)
 
@@ -425,8 +377,8 @@ class IntakeService:
         name = f"imports/{job.campaign_id}/generated-{job.job_id}-{job.rounds:02d}.csv"
         codes = generate_codes(wanted, code_format=_generated_format(job))
         written = storage_objects.write_lines_if_absent(
-            self._storage,
-            bucket=self._settings.imports_bucket,
+            self.storage_client,
+            bucket=self.settings.imports_bucket,
             name=name,
             lines=itertools.chain(["code\n"], (f"{code}\n" for code in codes)),
             metadata={PARENT_METADATA: job.job_id},

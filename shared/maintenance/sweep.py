@@ -9,6 +9,7 @@ webhook endpoint with a delivery due (retries, and what a crashed drainer left).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from google.cloud import firestore
@@ -22,50 +23,41 @@ from shared.usage.service import UsageService
 from shared.webhooks.service import WebhookService
 
 
+@dataclass(kw_only=True, eq=False)
 class Sweeper:
-    def __init__(
-        self,
-        *,
-        db: firestore.Client,
-        bus: EventBus,
-        usage: UsageService,
-        holds: HoldReleaser,
-        webhooks: WebhookService,
-        clock: Callable[[], datetime],
-    ) -> None:
-        self._db = db
-        self._bus = bus
-        self._holds = holds
-        self._usage = usage
-        self._webhooks = webhooks
-        self._clock = clock
+    db: firestore.Client
+    bus: EventBus
+    usage: UsageService
+    holds: HoldReleaser
+    webhooks: WebhookService
+    clock: Callable[[], datetime]
 
     def sweep(self, request: SweepRequest) -> SweepResult:
-        now = self._clock()
+        now = self.clock()
         window = timedelta(minutes=request.window_minutes)
         grace = timedelta(seconds=request.grace_seconds)
-        released = self._holds.release_expired(limit=request.max_releases)
+        released = self.holds.release_expired(limit=request.max_releases)
         # After the releases: an event whose publish failed just now goes out on this sweep.
-        outbox = self._bus.flush_outbox()
+        outbox = self.bus.flush_outbox()
         failures = released.failures + outbox.failures
         republished = 0
         # Every campaign, page by page: a sweep that stopped at the first thousand would leave
         # the others' lost events unpublished for good.
-        for campaign in campaign_store.iter_campaigns(self._db):
+        for campaign in campaign_store.iter_campaigns(self.db):
             if campaign.ends_at <= now - window:
                 continue
             report = republish_unseen_claims(
-                self._db,
-                self._bus,
+                self.db,
+                self.bus,
                 campaign_id=campaign.campaign_id,
                 since=now - window,
                 until=now - grace,
             )
             republished += report.republished
             failures += report.failures
-            self._usage.check_stock(campaign.campaign_id, force=True)
+            self.usage.check_stock(campaign.campaign_id, force=True)
         # Last: it takes up to the drain budget when endpoints are slow.
-        webhooks = self._webhooks.drain_due()
+        webhooks = self.webhooks.drain_due()
         return SweepResult(
             holds_released=released.released,
             outbox_published=outbox.published,

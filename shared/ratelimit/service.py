@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from collections.abc import Callable
 from google.api_core.exceptions import GoogleAPIError
 from google.cloud import firestore
 
+from shared.cache import WhenDue
 from shared.errors import RateLimited
 from shared.gcp.firestore import limiter_instances_collection
 from shared.ratelimit.buckets import Limit, TokenBuckets, take
@@ -83,8 +83,7 @@ class GuessLimiter:
         self.instance_id = uuid.uuid4().hex[:12]
         self._instances = 1
         self._heartbeats = 0
-        self._due_at: float | None = None
-        self._refreshing = threading.Lock()
+        self._heartbeat = WhenDue()
 
     def check(self, *, caller: str, address: str) -> None:
         """Let one look-up or redemption of `caller` from `address` through, or raise
@@ -107,25 +106,19 @@ class GuessLimiter:
         """Instances serving look-ups (this one included), from their heartbeats. Only the first
         request waits for an exchange; later ones go on with what the instance knows while one
         of them exchanges."""
-        now = self._clock()
-        first = self._due_at is None
-        if self._due_at is not None and now < self._due_at:
-            return self._instances
-        if not self._refreshing.acquire(blocking=first):
-            return self._instances
+        self._heartbeat.run(self._clock(), self._exchange)
+        return self._instances
+
+    def _exchange(self, now: float) -> None:
         try:
-            if self._due_at is None or now >= self._due_at:
-                self._exchange(now)
+            self._count_instances(now)
         except GoogleAPIError as exc:
             # The last count stands (or one instance): the limit goes on, looser at worst by
             # the instances this one has not heard of.
             log.warning("limiter heartbeat failed", extra={"error": repr(exc)})
-            self._due_at = now + HEARTBEAT_SECONDS
-        finally:
-            self._refreshing.release()
-        return self._instances
+            self._heartbeat.due_at = now + HEARTBEAT_SECONDS
 
-    def _exchange(self, now: float) -> None:
+    def _count_instances(self, now: float) -> None:
         beats = limiter_instances_collection(self._db)
         beats.document(self.instance_id).set({"seen_at": now})
         live = {self.instance_id}
@@ -138,7 +131,7 @@ class GuessLimiter:
         self._instances = len(live)
         done = self._heartbeats
         self._heartbeats += 1
-        self._due_at = now + (
+        self._heartbeat.due_at = now + (
             FIRST_HEARTBEATS_SECONDS[done]
             if done < len(FIRST_HEARTBEATS_SECONDS)
             else HEARTBEAT_SECONDS

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from google.api_core.exceptions import GoogleAPIError
 from google.cloud import firestore
 
+from shared.cache import WhenDue
 from shared.campaigns.models import CampaignRecord, WaitingRoomStatus
 from shared.errors import WaitingRoom
 from shared.gcp.firestore import room_instances_collection
@@ -135,12 +136,11 @@ class _Room:
     controller: AdmissionController
     admitted: deque[float]
     lock: threading.Lock
-    # When this instance exchanges heartbeats next (None: it never did), how many instances were
-    # live at the last exchange, and how many heartbeats it has written.
-    due_at: float | None = None
+    # When this instance exchanges heartbeats next, how many instances were live at the last
+    # exchange, and how many heartbeats it has written.
+    heartbeat: WhenDue = field(default_factory=WhenDue)
     instances: int = 1
     heartbeats: int = 0
-    refreshing: threading.Lock = field(default_factory=threading.Lock)
     drawn: Callable[[float], RoomShare] | None = None
 
 
@@ -190,21 +190,13 @@ class WaitingRoomService:
         what the room knows (only the very first request waits for it): without that, every
         request arriving after the interval writes the same heartbeat document at once, and
         under a burst those writes abort on contention and fail the shoppers' claims."""
-        first = room.due_at is None
-        if room.due_at is not None and now < room.due_at:
-            return room.instances
-        if not room.refreshing.acquire(blocking=first):
-            return room.instances
         try:
-            if room.due_at is None or now >= room.due_at:
-                self._exchange(room, campaign_id, now)
-            return room.instances
+            room.heartbeat.run(now, lambda at: self._exchange(room, campaign_id, at))
         except GoogleAPIError:
-            if room.due_at is None:
+            if room.heartbeat.due_at is None:
                 raise
-            return room.instances  # go on with what the room knows; the next request retries
-        finally:
-            room.refreshing.release()
+            # Go on with what the room knows; the next request retries.
+        return room.instances
 
     def _exchange(self, room: _Room, campaign_id: str, now: float) -> None:
         """Write this instance's heartbeat (its counts) and read everyone's."""
@@ -239,7 +231,7 @@ class WaitingRoomService:
             # Sooner while this instance learns the room or the queue is young (the horizon, the
             # oldest heartbeat heard, must stay ahead of the threshold).
             interval = heartbeat_interval(room.heartbeats - 1)
-            room.due_at = now + room.controller.heartbeat_within(now, interval)
+            room.heartbeat.due_at = now + room.controller.heartbeat_within(now, interval)
 
     def admit(
         self,

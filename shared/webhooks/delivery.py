@@ -202,54 +202,45 @@ class _Streak:
         return self.failures >= DOWN_AFTER_FAILURES
 
 
+@dataclass(kw_only=True, eq=False)
 class DrainRun:
     """Drains one endpoint's due deliveries until none is left (and none came for `linger`
     seconds) or `deadline` (time.monotonic) passes; the caller holds the lease."""
 
-    def __init__(
-        self,
-        *,
-        db: firestore.Client,
-        endpoint: Endpoint,
-        client: httpx.Client,
-        policy: RetryPolicy,
-        clock: Callable[[], datetime],
-        deadline: float,
-        linger: float,
-        still_subscribed: Callable[[], bool],
-    ) -> None:
-        self._db = db
-        self._endpoint = endpoint
-        self._client = client
-        self._policy = policy
-        self._clock = clock
-        self._deadline = deadline
-        self._linger = linger
-        self._still_subscribed = still_subscribed
-        self._limiter = RateLimiter(endpoint.max_per_second)
+    db: firestore.Client
+    endpoint: Endpoint
+    client: httpx.Client
+    policy: RetryPolicy
+    clock: Callable[[], datetime]
+    deadline: float
+    linger: float
+    still_subscribed: Callable[[], bool]
+    report: RunReport = field(init=False, default_factory=RunReport)
+
+    def __post_init__(self) -> None:
+        self._limiter = RateLimiter(self.endpoint.max_per_second)
         self._streak = _Streak()
-        self.report = RunReport()
 
     def run(self) -> RunReport:
         idle_since: float | None = None
         with ThreadPoolExecutor(
-            self._endpoint.max_in_flight, thread_name_prefix=f"webhook-{self._endpoint.webhook_id}"
+            self.endpoint.max_in_flight, thread_name_prefix=f"webhook-{self.endpoint.webhook_id}"
         ) as pool:
-            while time.monotonic() < self._deadline and not self._streak.down:
+            while time.monotonic() < self.deadline and not self._streak.down:
                 due = store.due_deliveries(
-                    self._db,
-                    webhook_id=self._endpoint.webhook_id,
-                    now=self._clock(),
+                    self.db,
+                    webhook_id=self.endpoint.webhook_id,
+                    now=self.clock(),
                     limit=ROUND_SIZE,
                 )
                 if not due:
                     idle_since = idle_since or time.monotonic()
-                    if time.monotonic() - idle_since >= self._linger:
+                    if time.monotonic() - idle_since >= self.linger:
                         break
-                    time.sleep(min(0.2, self._linger))
+                    time.sleep(min(0.2, self.linger))
                     continue
                 idle_since = None
-                if not self._still_subscribed():
+                if not self.still_subscribed():
                     break
                 self._round(pool, due)
         self.report.endpoint_down = self._streak.down
@@ -265,21 +256,21 @@ class DrainRun:
             self.report.attempted += attempted
             self.report.delivered += fields["state"] == DeliveryState.DELIVERED.value
             self.report.failed += fields["state"] == DeliveryState.FAILED.value
-        store.save_attempts(self._db, webhook_id=self._endpoint.webhook_id, updates=updates)
+        store.save_attempts(self.db, webhook_id=self.endpoint.webhook_id, updates=updates)
 
     def _one(self, delivery: DeliveryRecord) -> tuple[str, dict[str, Any], bool] | None:
-        if self._policy.expired(delivery.created_at, self._clock()):
+        if self.policy.expired(delivery.created_at, self.clock()):
             return delivery.event_id, expired_fields(delivery), False
-        if self._streak.down or not self._limiter.acquire(self._deadline):
+        if self._streak.down or not self._limiter.acquire(self.deadline):
             return None  # left due for the next run
-        result = attempt(self._client, self._endpoint, delivery)
+        result = attempt(self.client, self.endpoint, delivery)
         self._streak.note(result.ok)
-        fields = outcome_fields(delivery, result, now=self._clock(), policy=self._policy)
+        fields = outcome_fields(delivery, result, now=self.clock(), policy=self.policy)
         if not result.ok:
             log.info(
                 "webhook delivery failed",
                 extra={
-                    "webhook_id": self._endpoint.webhook_id,
+                    "webhook_id": self.endpoint.webhook_id,
                     "event_id": delivery.event_id,
                     "status": result.status,
                     "error": result.error,

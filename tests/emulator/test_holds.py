@@ -44,7 +44,7 @@ def expire_holds(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
 
     def later() -> None:
         releaser = instance_services().holds
-        monkeypatch.setattr(releaser, "_clock", lambda: utcnow() + timedelta(seconds=1.1))
+        monkeypatch.setattr(releaser, "clock", lambda: utcnow() + timedelta(seconds=1.1))
 
     return later
 

@@ -15,6 +15,7 @@ from typing import Any
 from shared.campaigns.segments import (
     COUNT,
     NEVER_DRAINED,
+    Lease,
     Segment,
     lease_changes,
     lower_top_changes,
@@ -111,40 +112,18 @@ class FakeSupply:
             self._segments[segment.segment_id] = replace(segment, **changes, read_at=at)
         return [self._segments[s.segment_id] for s, _ in writes]
 
-    def lease_run(
-        self, run: Sequence[Segment], *, holder: str, until: datetime, generation: int
-    ) -> list[Segment] | None:
+    def lease_run(self, run: Sequence[Segment], lease: Lease) -> list[Segment] | None:
         self._pause()
         with self.lock:
-            return self._commit(
-                [
-                    (s, lease_changes(s, holder=holder, until=until, generation=generation))
-                    for s in run
-                ]
-            )
+            return self._commit([(s, lease_changes(s, lease)) for s in run])
 
     def record_progress(
-        self,
-        run: Sequence[Segment],
-        *,
-        reached: float,
-        holder: str,
-        until: datetime,
-        generation: int,
+        self, run: Sequence[Segment], *, reached: float, lease: Lease
     ) -> list[Segment] | None:
         self._pause()
         with self.lock:
-            return self._commit(
-                [
-                    (
-                        s,
-                        progress_changes(
-                            s, reached=reached, holder=holder, until=until, generation=generation
-                        ),
-                    )
-                    for s in run
-                ]
-            )
+            changes = [(s, progress_changes(s, reached=reached, lease=lease)) for s in run]
+            return self._commit(changes)
 
     def lower_top(self, segment: Segment, *, top: float, generation: int) -> Segment | None:
         self._pause()

@@ -1,5 +1,5 @@
 """Recent reads: one re-read at a time, the others served what was read (pure logic, a clock
-the test moves and reads the test holds open)."""
+the test moves and reads the test holds open); WhenDue, the same for work done when due."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 
-from shared.cache import RecentReads
+from shared.cache import RecentReads, WhenDue
 
 
 class Clock:
@@ -132,3 +132,46 @@ def test_with_max_age_zero_every_call_reads() -> None:
     cache = _cache(Clock(), max_age=0)
     values = iter(["v1", "v2", "v3"])
     assert [cache.get("c", lambda: next(values)) for _ in range(3)] == ["v1", "v2", "v3"]
+
+
+# --- WhenDue: work done again once due, by one caller at a time ---------------------------------
+def test_when_due_runs_only_once_due() -> None:
+    runs: list[float] = []
+
+    def work(now: float) -> None:
+        runs.append(now)
+        gate.due_at = now + 10
+
+    gate = WhenDue()
+    gate.run(100.0, work)
+    gate.run(109.0, work)  # not due yet
+    gate.run(110.0, work)
+    assert runs == [100.0, 110.0]
+
+
+def test_when_due_others_go_on_while_one_runs_and_a_failed_first_run_is_tried_again() -> None:
+    def failing(now: float) -> None:
+        raise RuntimeError("unavailable")
+
+    gate = WhenDue()
+    with pytest.raises(RuntimeError):
+        gate.run(100.0, failing)
+    assert gate.due_at is None  # nothing done yet: the next caller runs it again
+
+    started, release = threading.Event(), threading.Event()
+
+    def slow(now: float) -> None:
+        started.set()
+        assert release.wait(5)
+        gate.due_at = now + 10
+
+    gate.due_at = 90.0  # done once, due again
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(gate.run, 100.0, slow)
+        assert started.wait(5)
+        others: list[float] = []
+        gate.run(100.0, others.append)  # returns at once: another caller is at it
+        assert others == []
+        release.set()
+        running.result(5)
+    assert gate.due_at == 110.0
