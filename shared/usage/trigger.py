@@ -8,27 +8,11 @@ backoff, and dead-letters it in the end.
 
 from __future__ import annotations
 
-import logging
-
 from cloudevents.http import CloudEvent
 
 from shared.events import push
-from shared.events.models import ClaimedBatch, MalformedEvent
 from shared.usage.service import UsageService
-
-log = logging.getLogger(__name__)
 
 
 def handle(event: CloudEvent, usage: UsageService) -> None:
-    try:
-        parsed, _ = push.decode(event)
-    except MalformedEvent as exc:
-        log.error(
-            "malformed message acknowledged",
-            extra={"cloudevent_id": event.get("id"), "reason": str(exc)[:500]},
-        )
-        return
-    if isinstance(parsed, ClaimedBatch):
-        usage.handle_batch(parsed)
-    else:
-        usage.handle(parsed)
+    push.dispatch(event, one=lambda parsed, _: usage.handle(parsed), batch=usage.handle_batch)

@@ -9,27 +9,11 @@ and never fails the message.
 
 from __future__ import annotations
 
-import logging
-
 from cloudevents.http import CloudEvent
 
 from shared.events import push
-from shared.events.models import ClaimedBatch, MalformedEvent
 from shared.webhooks.service import WebhookService
-
-log = logging.getLogger(__name__)
 
 
 def handle(event: CloudEvent, webhooks: WebhookService) -> None:
-    try:
-        parsed, payload = push.decode(event)
-    except MalformedEvent as exc:
-        log.error(
-            "malformed message acknowledged",
-            extra={"cloudevent_id": event.get("id"), "reason": str(exc)[:500]},
-        )
-        return
-    if isinstance(parsed, ClaimedBatch):
-        webhooks.handle_batch(parsed)
-    else:
-        webhooks.handle(parsed, payload)
+    push.dispatch(event, one=webhooks.handle, batch=webhooks.handle_batch)
