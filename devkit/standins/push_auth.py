@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import threading
 import time
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler
@@ -27,6 +28,7 @@ ISSUER = "https://accounts.google.com"
 LOCAL_AUDIENCE = "codedrop-local-push"
 LOCAL_ACCOUNT = "codedrop-invoker@demo-codedrop.iam.gserviceaccount.com"
 _FORWARD_TIMEOUT_SECONDS = 120  # deliver_webhooks may drain an endpoint for a while
+_TOKEN_REUSE_SECONDS = 600
 
 
 class DevPushKeys(DevSigningKey):
@@ -80,6 +82,11 @@ class PushRelay(KeySetServer):
         # 35 ms of this process's CPU against 1.5 ms, which the load test counted against the
         # stack for every message pushed.
         self._client = httpx.Client(timeout=_FORWARD_TIMEOUT_SECONDS)
+        # One token signed per ten minutes, not one per push: an RSA signature costs about a
+        # millisecond of this process's CPU, as much again as the forward itself, and a token is
+        # good for an hour (the functions check the signature, audience, account and expiry).
+        self._token: tuple[float, dict[str, str]] | None = None
+        self._token_lock = threading.Lock()
         super().__init__(keys, port=port)
 
     def push_endpoint(self, function: str) -> str:
@@ -89,11 +96,17 @@ class PushRelay(KeySetServer):
         super().stop()
         self._client.close()
 
+    def _authorization(self) -> dict[str, str]:
+        with self._token_lock:
+            if self._token is None or time.monotonic() - self._token[0] > _TOKEN_REUSE_SECONDS:
+                authorization = self.keys.authorization(
+                    audience=self._audience, email=self._account
+                )
+                self._token = (time.monotonic(), authorization)
+            return self._token[1]
+
     def _forward(self, function: str, body: bytes, content_type: str) -> tuple[int, bytes]:
-        headers = {
-            "Content-Type": content_type,
-            **self.keys.authorization(audience=self._audience, email=self._account),
-        }
+        headers = {"Content-Type": content_type, **self._authorization()}
         try:
             answer = self._client.post(self.targets[function], content=body, headers=headers)
         except httpx.HTTPError:
