@@ -216,8 +216,12 @@ def test_a_message_without_data_is_acknowledged(
 def assert_acknowledged_unread(caplog: pytest.LogCaptureFixture) -> None:
     """Logged once as malformed, and never handed to the counters (the usage service logs each
     event it applies, or already applied)."""
-    messages = [r.getMessage() for r in caplog.records if r.name.startswith("shared.usage")]
-    assert messages == ["malformed message acknowledged"]
+    messages = [
+        (r.name, r.getMessage())
+        for r in caplog.records
+        if r.name.startswith(("shared.usage", "shared.events"))
+    ]
+    assert messages == [("shared.events.push", "malformed message acknowledged")]
 
 
 def test_claims_reach_the_counters_through_pubsub_and_stock_alerts_fire_once(
