@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 from google.cloud import firestore
@@ -41,15 +42,28 @@ def claims_at(db: firestore.Client, campaign_id: str, first: int, count: int, at
     )
 
 
+def campaign_with_claims(
+    db: firestore.Client, make_campaign: MakeCampaign, count: int
+) -> tuple[str, datetime]:
+    """A campaign with `count` claims made 10 minutes ago, and now."""
+    campaign_id = make_campaign()
+    now = utcnow()
+    claims_at(db, campaign_id, 0, count, now - timedelta(minutes=10))
+    return campaign_id, now
+
+
 def checked_until(db: firestore.Client, campaign_id: str) -> datetime | None:
     return (sweep_checkpoint_ref(db, campaign_id).get().to_dict() or {}).get("checked_until")
 
 
-def plain_bus(db: firestore.Client) -> EventBus:
-    """The events topic without the webhook routing attributes (which read Firestore)."""
-    return EventBus(
-        db=db, publisher=instance_services().publisher, project_id=PROJECT, topic=EVENTS_TOPIC
-    )
+def bus_arguments(db: firestore.Client) -> dict[str, Any]:
+    """The events topic, without the webhook routing attributes (which read Firestore)."""
+    return {
+        "db": db,
+        "publisher": instance_services().publisher,
+        "project_id": PROJECT,
+        "topic": EVENTS_TOPIC,
+    }
 
 
 def test_two_sweeps_in_a_row_read_each_claim_and_its_marker_once(
@@ -57,7 +71,7 @@ def test_two_sweeps_in_a_row_read_each_claim_and_its_marker_once(
 ) -> None:
     campaign_id = make_campaign()
     counted = firestore.Client(project=db.project)
-    bus = plain_bus(counted)
+    bus = EventBus(**bus_arguments(counted))
     now = utcnow()
     claims_at(db, campaign_id, 0, 5, now - timedelta(minutes=10))
     claims_at(db, campaign_id, 5, 4, now - timedelta(seconds=90))
@@ -102,9 +116,7 @@ def test_a_pass_with_a_failed_publish_leaves_the_checkpoint_and_the_next_republi
     db: firestore.Client, make_campaign: MakeCampaign
 ) -> None:
     campaign_id = make_campaign()
-    broken = EventBus(
-        db=db, publisher=instance_services().publisher, project_id=PROJECT, topic="no-such-topic"
-    )
+    broken = EventBus(**{**bus_arguments(db), "topic": "no-such-topic"})
     now = utcnow()
     sweep_pass(instance_services().bus, db, campaign_id, now - timedelta(minutes=5))
     before = checked_until(db, campaign_id)
@@ -123,9 +135,7 @@ class HeldBus(EventBus):
     """A bus whose publishes wait until the test lets them go (a slow sweep)."""
 
     def __init__(self, db: firestore.Client) -> None:
-        super().__init__(
-            db=db, publisher=instance_services().publisher, project_id=PROJECT, topic=EVENTS_TOPIC
-        )
+        super().__init__(**bus_arguments(db))
         self.started = threading.Event()
         self.go = threading.Event()
 
@@ -138,9 +148,7 @@ class HeldBus(EventBus):
 def test_a_slow_sweep_finishing_last_never_moves_the_checkpoint_back(
     db: firestore.Client, make_campaign: MakeCampaign
 ) -> None:
-    campaign_id = make_campaign()
-    now = utcnow()
-    claims_at(db, campaign_id, 0, 2, now - timedelta(minutes=10))
+    campaign_id, now = campaign_with_claims(db, make_campaign, 2)
     held = HeldBus(db)
 
     with ThreadPoolExecutor(max_workers=1) as pool:
@@ -158,9 +166,7 @@ def test_a_slow_sweep_finishing_last_never_moves_the_checkpoint_back(
 def test_concurrent_sweeps_leave_the_furthest_checkpoint(
     db: firestore.Client, make_campaign: MakeCampaign
 ) -> None:
-    campaign_id = make_campaign()
-    now = utcnow()
-    claims_at(db, campaign_id, 0, 4, now - timedelta(minutes=10))
+    campaign_id, now = campaign_with_claims(db, make_campaign, 4)
     bus = instance_services().bus
     starts = [now + timedelta(seconds=s) for s in (0, 20, 40, 10)]
 
