@@ -17,6 +17,7 @@ campaigns/{campaign_id}/fairness/draw                    the draw: digest, count
 campaigns/{campaign_id}/entry_shards/{nn}/entries/{id}  an identity's entry, by range of ids
 campaigns/{campaign_id}/admissions/{entry_id or key}     a fair drop's first admission of each
 campaigns/{campaign_id}/refusals/{instance_id}           claims refused, by reason (per instance)
+campaigns/{campaign_id}/sweep/claims                     how far the sweep has checked claims
 jobs/{job_id}                                            import and generation jobs
 outbox/{event_id}                                        events waiting to be published
 webhooks/{webhook_id}                                    a campaign's webhook and its drain lease
@@ -59,6 +60,7 @@ ENTRY_SHARDS = "entry_shards"
 ENTRIES = "entries"
 ADMISSIONS = "admissions"
 REFUSALS = "refusals"
+SWEEP = "sweep"
 JOBS = "jobs"
 OUTBOX = "outbox"
 WEBHOOKS = "webhooks"
@@ -210,6 +212,11 @@ def admissions_collection(db: firestore.Client, campaign_id: str) -> firestore.C
 
 def refusals_collection(db: firestore.Client, campaign_id: str) -> firestore.CollectionReference:
     return _sub(db, campaign_id, REFUSALS)
+
+
+def sweep_checkpoint_ref(db: firestore.Client, campaign_id: str) -> firestore.DocumentReference:
+    """`checked_until`: the sweep has checked every claim of the campaign made before it."""
+    return _sub(db, campaign_id, SWEEP).document("claims")
 
 
 def jobs_collection(db: firestore.Client) -> firestore.CollectionReference:
