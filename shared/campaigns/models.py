@@ -207,6 +207,9 @@ class CampaignRecord(BaseModel):
     version: int = 0
     # Archived campaigns (ended, kept for their claims and reports) are left out of lists.
     archived: bool = False
+    # Being deleted by a job (shared/control/deletion.py): gone for admins and imports, ended
+    # for shoppers, until the job removes the document itself.
+    deleting: bool = False
     created_at: datetime
     updated_at: datetime
 
@@ -225,7 +228,7 @@ class CampaignRecord(BaseModel):
         return self.starts_at - timedelta(seconds=self.pre_queue_seconds)
 
     def status_at(self, now: datetime) -> CampaignStatus:
-        if now >= self.ends_at:
+        if now >= self.ends_at or self.deleting:
             return CampaignStatus.ENDED
         if self.paused:
             return CampaignStatus.PAUSED

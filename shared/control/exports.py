@@ -204,15 +204,11 @@ class ExportService:
         return EXPORT_REQUEST.match(name) is not None
 
     def handle_request(self, name: str) -> JobRecord | None:
-        match = EXPORT_REQUEST.match(name)
-        if match is None:
+        job = job_store.requested_job(
+            self._db, request=EXPORT_REQUEST, name=name, kind=JobKind.EXPORT
+        )
+        if job is None or job.export_kind is None:
             return None
-        job = job_store.find_job(self._db, job_id=match["job"])
-        if job is None or job.kind is not JobKind.EXPORT or job.campaign_id != match["campaign"]:
-            log.warning("export request without its job; ignored", extra={"object": name})
-            return None
-        if job.state is not JobState.RUNNING or job.export_kind is None:
-            return None  # a redelivery of a finished export
         return self.run(job, ExportKind(job.export_kind))
 
     def run(self, job: JobRecord, kind: ExportKind) -> JobRecord | None:

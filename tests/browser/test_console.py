@@ -13,6 +13,7 @@ import csv
 import io
 import os
 import secrets
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -461,24 +462,53 @@ def test_webhooks_show_their_secret_once(
     assert marketer.console_errors == []
 
 
-def test_a_sale_ended_now_then_archived_leaves_the_list(
-    marketer: Marketer, console_stack: ConsoleStack, make_campaign: MakeCampaign
+def test_a_sale_ended_now_then_archived_leaves_the_list_then_is_deleted(
+    marketer: Marketer,
+    console_stack: ConsoleStack,
+    make_campaign: MakeCampaign,
+    db: firestore.Client,
+    forget_campaign: Callable[[str], None],
 ) -> None:
     campaign_id = make_campaign(codes=2, title="Over soon")
+    forget_campaign(campaign_id)
     page = marketer.page
-    page.on("dialog", lambda dialog: dialog.accept())
+    # The delete button asks for the campaign's id to be typed; the others for an OK.
+    page.on(
+        "dialog",
+        lambda dialog: dialog.accept(campaign_id if dialog.type == "prompt" else None),
+    )
     sign_in(page, console_stack)
     row = page.locator(f"[data-testid=campaign-row][data-campaign-id={campaign_id}]")
     row.get_by_role("link").click()
+    expect(page.get_by_test_id("delete")).to_be_hidden()  # the sale is running
     page.get_by_test_id("end").click()
     expect(page.locator("#campaign-status")).to_have_text("Ended")
     expect(page.get_by_test_id("pause")).to_be_hidden()
+    expect(page.get_by_test_id("delete")).to_be_hidden()  # ended, not archived
     refused = claim_over_http(console_stack, campaign_id)
     assert refused.json()["error_code"] == "CAMPAIGN_NOT_ACTIVE"
     page.get_by_test_id("archive").click()
     expect(page.locator("#notice")).to_have_text("“Over soon” is archived.")
     expect(page.get_by_test_id("campaign-list")).to_be_visible()
     expect(row).to_have_count(0)
+
+    page.get_by_test_id("show-archived").check()
+    row.get_by_role("link").click()
+    page.get_by_test_id("delete").click()
+    expect(page.locator("#notice")).to_contain_text("“Over soon” is deleted")
+    page.get_by_test_id("show-archived").check()
+    expect(page.get_by_test_id("campaign-list")).to_be_visible()
+    expect(row).to_have_count(0)
+    # The job runs from its request object's event (the storage notifier here).
+    deadline = time.monotonic() + 30
+    while campaign_ref(db, campaign_id).get().exists:
+        assert time.monotonic() < deadline, "the deletion job did not remove the campaign"
+        time.sleep(0.2)
+    assert list(claims_collection(db, campaign_id).limit(1).stream()) == []
+    page.get_by_role("link", name="Audit log").first.click()
+    entry = page.get_by_test_id("audit-log").locator("li[data-action=delete]", has_text=campaign_id)
+    expect(entry).to_contain_text("Deleted the campaign")
+    assert marketer.console_errors == []
 
 
 def test_owners_invite_and_remove_admins(
