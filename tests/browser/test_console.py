@@ -12,6 +12,7 @@ import contextlib
 import csv
 import io
 import os
+import re
 import secrets
 import time
 from collections.abc import Callable, Iterator
@@ -39,7 +40,7 @@ from shared.gcp.firestore import (
 )
 from tests.browser.conftest import LOCAL_HOSTS, PHONE
 from tests.support.servers import fast_notifier, function_servers
-from tests.support.stack import PROJECT, MakeCampaign
+from tests.support.stack import BUCKET, PROJECT, MakeCampaign
 
 pytestmark = [pytest.mark.emulator, pytest.mark.browser]
 # Two shared cores: an admin_api call may take seconds while other suites run.
@@ -417,6 +418,73 @@ def test_a_marketer_runs_a_drop(
     assert actions.index("pause") > actions.index("resume") > actions.index("export") - 1
     expect(log).to_contain_text(console_stack.admin_email)
     assert marketer.console_errors == []
+
+
+# The console's upload chunk (web/console/upload.js CHUNK_BYTES).
+UPLOAD_CHUNK = 1024 * 1024
+
+
+def test_an_interrupted_upload_resumes_from_what_the_bucket_holds(
+    marketer: Marketer,
+    console_stack: ConsoleStack,
+    make_campaign: MakeCampaign,
+    forget_campaign: Callable[[str], None],
+    storage_client: StorageClient,
+    tmp_path: Path,
+) -> None:
+    """The connection drops after the first chunk: the console retries, then stops and offers
+    to resume; after a reload, choosing the same file asks the session what it holds and sends
+    only the rest. The import sees every row once."""
+    campaign_id = make_campaign(title="Resumed upload")
+    forget_campaign(campaign_id)
+    codes = [f"RESUME-{n:06d}-{'X' * 50}" for n in range(20_000)]  # about 1.3 chunks
+    path = tmp_path / "resumed.csv"
+    path.write_text("code\n" + "\n".join(codes) + "\n")
+    size = path.stat().st_size
+    assert UPLOAD_CHUNK < size < 2 * UPLOAD_CHUNK
+    page = marketer.page
+    sent: list[str] = []
+    offline = {"on": True}
+
+    def network(route: Any, request: Any) -> None:
+        content_range = request.headers.get("content-range", "")
+        if request.method == "PUT":
+            sent.append(content_range)
+            # Down after the first chunk: later chunks and status queries get no answer.
+            if offline["on"] and not content_range.startswith("bytes 0-"):
+                route.abort("internetdisconnected")
+                return
+        route.fallback()
+
+    page.route(re.compile(r".*[?&]upload_id="), network)
+    sign_in(page, console_stack)
+    page.goto(f"{console_stack.url}#/c/{campaign_id}/codes")
+    page.get_by_test_id("upload-input").set_input_files(path)
+    expect(page.get_by_test_id("upload-resume")).to_be_visible(timeout=30_000)
+    stopped_at = f"stopped at {100 * UPLOAD_CHUNK // size}%"
+    expect(page.locator(".form-error", has_text=stopped_at)).to_be_visible()
+    assert sent[0] == f"bytes 0-{UPLOAD_CHUNK - 1}/{size}"
+    # Retried three times, each after asking the session what it holds.
+    assert sent.count(f"bytes */{size}") == 3
+    assert f"bytes {UPLOAD_CHUNK}-{size - 1}/{size}" in sent
+
+    offline["on"] = False
+    interrupted = len(sent)
+    page.reload()
+    page.goto(f"{console_stack.url}#/c/{campaign_id}/codes")
+    page.get_by_test_id("upload-input").set_input_files(path)
+    job = page.get_by_test_id("job").first
+    expect(job.get_by_test_id("job-state")).to_have_attribute("data-state", "done", timeout=90_000)
+
+    # Never the first chunk again: the rest of the file only.
+    assert sent[interrupted:] == [f"bytes */{size}", f"bytes {UPLOAD_CHUNK}-{size - 1}/{size}"]
+    counts = job.locator("dl.counts dd").all_inner_texts()
+    assert [re.sub(r"\D", "", c) for c in counts] == [str(len(codes)), str(len(codes)), "0", "0"]
+    [stored] = list(storage_client.list_blobs(BUCKET, prefix=f"imports/{campaign_id}/"))
+    assert stored.download_as_bytes() == path.read_bytes()
+    assert page.evaluate("localStorage.getItem('codedrop.uploads')") == "{}"
+    # Chromium logs each request that got no answer; nothing else went wrong.
+    assert [e for e in marketer.console_errors if "ERR_INTERNET_DISCONNECTED" not in e] == []
 
 
 def test_webhooks_show_their_secret_once(
