@@ -5,6 +5,7 @@ events whose claim exists, shared/usage/service.py)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 
 from google.cloud import firestore
 
@@ -15,6 +16,19 @@ from shared.gcp.firestore import claims_collection
 
 # Firestore's limit for one atomic batch.
 MAX_BATCH_WRITES = 500
+
+
+def numbered_claim(campaign_id: str, n: int, *, now: datetime) -> ClaimRecord:
+    """The n-th of a run of claims by distinct shoppers, each of its own code."""
+    return ClaimRecord(
+        claim_id=f"u{n:09d}-0",
+        campaign_id=campaign_id,
+        user_id=f"user-{n:09d}",
+        coupon_id=f"c{n:09d}",
+        code=f"CODE-{n:09d}",
+        slot=0,
+        claimed_at=now,
+    )
 
 
 def add_claims(db: firestore.Client, claims: Iterable[ClaimRecord]) -> list[CouponClaimed]:

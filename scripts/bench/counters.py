@@ -62,7 +62,7 @@ from typing import Any
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
-from devkit.claims import add_claims
+from devkit.claims import add_claims, numbered_claim
 from devkit.firestore_rpcs import RpcCounter, RpcCounts
 from devkit.measure import per, percentiles
 from scripts.bench import harness
@@ -279,18 +279,7 @@ def published_event(payload: bytes, *, message_id: str, now: datetime) -> dict[s
 def claim_records(campaign_id: str, count: int, *, now: datetime) -> list[ClaimRecord]:
     """`count` claims of distinct shoppers. count_usage counts only claims that exist, so each
     phase writes their documents (devkit/claims.py) before it delivers their events."""
-    return [
-        ClaimRecord(
-            claim_id=f"u{i:06d}-0",
-            campaign_id=campaign_id,
-            user_id=f"user-{i:06d}",
-            coupon_id=f"c{i:06d}",
-            code=f"CODE-{i:06d}",
-            slot=0,
-            claimed_at=now,
-        )
-        for i in range(count)
-    ]
+    return [numbered_claim(campaign_id, i, now=now) for i in range(count)]
 
 
 def make_deliveries(

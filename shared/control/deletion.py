@@ -50,7 +50,7 @@ from shared.gcp.firestore import (
     webhooks_collection,
 )
 from shared.intake import jobs as job_store
-from shared.intake.models import JobKind, JobRecord, JobState
+from shared.intake.models import JobKind, JobRecord
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -228,16 +228,8 @@ class DeletionService:
             break
         else:
             raise Contended(retry_after=60)
-        now = self._clock()
-        done = job.model_copy(
-            update={
-                "state": JobState.DONE,
-                "deleted": progress.deleted,
-                "updated_at": now,
-                "finished_at": now,
-            }
-        )
-        if job_store.finish_job(self._db, job=done, now=now) is None:
+        done = job_store.finish_done(self._db, job=job, now=self._clock(), deleted=progress.deleted)
+        if done is None:
             return None
         storage_objects.delete_if_exists(
             self._storage,

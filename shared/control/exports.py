@@ -36,7 +36,7 @@ from shared.gcp import storage as storage_objects
 from shared.gcp.firestore import Snapshot, claims_collection, coupons_collection
 from shared.intake import jobs as job_store
 from shared.intake.csv_rows import spreadsheet_safe
-from shared.intake.models import JobKind, JobRecord, JobState
+from shared.intake.models import JobKind, JobRecord
 from shared.settings import Settings
 from shared.types import RequestBody, rfc3339
 
@@ -228,17 +228,10 @@ class ExportService:
             ):
                 out.writerow(self._row(kind, snapshot))
                 rows += 1
-        now = self._clock()
-        done = job.model_copy(
-            update={
-                "state": JobState.DONE,
-                "exported": rows,
-                "rows_read": rows,
-                "updated_at": now,
-                "finished_at": now,
-            }
+        done = job_store.finish_done(
+            self._db, job=job, now=self._clock(), exported=rows, rows_read=rows
         )
-        if job_store.finish_job(self._db, job=done, now=now) is None:
+        if done is None:
             return None
         log.info("export finished", extra={"job_id": job.job_id, "rows": rows})
         return done

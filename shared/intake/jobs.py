@@ -144,6 +144,17 @@ def finish_job(db: firestore.Client, *, job: JobRecord, now: datetime) -> Finish
     return result
 
 
+def finish_done(
+    db: firestore.Client, *, job: JobRecord, now: datetime, **counts: int
+) -> JobRecord | None:
+    """Record a job done, with its final counts, once: None when another delivery of its event
+    finished it first."""
+    done = job.model_copy(
+        update={**counts, "state": JobState.DONE, "updated_at": now, "finished_at": now}
+    )
+    return done if finish_job(db, job=done, now=now) is not None else None
+
+
 def next_round(db: firestore.Client, *, job_id: str, now: datetime) -> JobRecord:
     """Start a generation job's first round exactly once, however often its request arrives."""
     ref = job_ref(db, job_id)

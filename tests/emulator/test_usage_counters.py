@@ -18,7 +18,7 @@ import pytest
 from flask.testing import FlaskClient
 from google.cloud import firestore
 
-from devkit.claims import add_claims
+from devkit.claims import add_claims, numbered_claim
 from shared.claims.engine import ClaimEngine
 from shared.claims.models import ClaimRecord, coupon_claimed
 from shared.claims.store import claim_id_for, user_key
@@ -40,15 +40,7 @@ pytestmark = pytest.mark.emulator
 
 
 def claim_record(campaign_id: str, n: int, *, hours_ago: int = 0) -> ClaimRecord:
-    return ClaimRecord(
-        claim_id=f"claim-{n}",
-        campaign_id=campaign_id,
-        user_id=f"user-{n}",
-        coupon_id=f"coupon-{n}",
-        code=f"CODE-{n}",
-        slot=0,
-        claimed_at=utcnow() - timedelta(hours=hours_ago),
-    )
+    return numbered_claim(campaign_id, n, now=utcnow() - timedelta(hours=hours_ago))
 
 
 def claimed_events(
