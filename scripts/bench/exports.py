@@ -166,6 +166,17 @@ def run_child(page_size: int) -> dict[str, Any]:
         return result
 
 
+def summary(results: list[dict[str, Any]], sizes: list[int]) -> dict[str, Any]:
+    """The figures so far; with two sizes or more, the largest's memory over the smallest's."""
+    report: dict[str, Any] = {"bucket": BUCKET, "sizes_asked": sizes, "results": results}
+    if len(results) > 1 and results[0]["rss_growth_mb"]:
+        report["memory_ratio"] = round(
+            results[-1]["rss_growth_mb"] / results[0]["rss_growth_mb"], 2
+        )
+        report["peak_rss_ratio"] = round(results[-1]["peak_rss_mb"] / results[0]["peak_rss_mb"], 2)
+    return report
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", default="100000,1000000", help="sizes, comma-separated")
@@ -181,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     stop_on_sigterm()  # a stopped run still stops its emulators
     sizes = [int(n) for n in args.rows.split(",") if n.strip()]
     results: list[dict[str, Any]] = []
+    report: dict[str, Any] = {}
     with Emulators(storage=True) as emulators:
         from shared.container import instance_services
 
@@ -191,14 +203,10 @@ def main(argv: list[str] | None = None) -> int:
             result = {"rows": rows, **run_child(args.page_size)}
             log.info("export of %d claims: %s", rows, result)
             results.append(result)
-    report: dict[str, Any] = {"bucket": BUCKET, "results": results}
-    if len(results) > 1 and results[0]["rss_growth_mb"]:
-        report["memory_ratio"] = round(
-            results[-1]["rss_growth_mb"] / results[0]["rss_growth_mb"], 2
-        )
-        report["peak_rss_ratio"] = round(results[-1]["peak_rss_mb"] / results[0]["peak_rss_mb"], 2)
+            # After each size: a run stopped during a larger one keeps the sizes it finished.
+            report = summary(results, sizes)
+            write_json(args.json, report)
     print(json.dumps(report, indent=2))
-    write_json(args.json, report)
     exact = all(r["exported"] == r["rows"] == r["csv_rows"] for r in results)
     return 0 if exact else 1
 
