@@ -207,11 +207,15 @@ class CampaignRecord(BaseModel):
     version: int = 0
     # Archived campaigns (ended, kept for their claims and reports) are left out of lists.
     archived: bool = False
-    # Being deleted by a job (shared/control/deletion.py): gone for admins and imports, ended
-    # for shoppers, until the job removes the document itself.
-    deleting: bool = False
+    # The job deleting the campaign (shared/control/deletion.py): from then on it is gone for
+    # admins and imports and ended for shoppers, until the job removes the document itself.
+    deletion_job_id: str | None = None
     created_at: datetime
     updated_at: datetime
+
+    @property
+    def deleting(self) -> bool:
+        return self.deletion_job_id is not None
 
     def valid_until(self, claimed_at: datetime) -> datetime | None:
         """Until when a code claimed at `claimed_at` may be redeemed (None: no end)."""

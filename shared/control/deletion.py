@@ -122,18 +122,38 @@ class DeletionService:
     # --- admin_api ----------------------------------------------------------------------------
     def request(self, *, campaign_id: str, audit: AuditContext) -> JobRecord:
         """Mark the campaign deleting, with its job and audit entry in the same commit, then drop
-        the request object that runs the job."""
+        the request object that runs the job. A campaign already being deleted answers its job,
+        its request dropped again if it was lost: a repeated DELETE is safe."""
         now = self._clock()
-        campaign = campaign_store.get_campaign(self._db, campaign_id=campaign_id)
-        self._check(campaign, now)
-        if not campaign.archived:
-            # Codes handed out before the sale (an assignment job) are held by shoppers.
-            held = claims_collection(self._db, campaign_id).select([FieldPath.document_id()])
-            if list(held.limit(1).stream()):
-                raise CampaignNotDeletable(
-                    f"Campaign {campaign_id!r} has codes assigned to shoppers: end it and "
-                    "archive it, then delete it."
-                )
+        snapshot = campaign_store.get_campaign_snapshot(self._db, campaign_id=campaign_id)
+        if snapshot is None:
+            raise CampaignNotFound(f"Campaign {campaign_id!r} does not exist.")
+        campaign = campaign_store.record_from_snapshot(snapshot)
+        if not campaign.deleting:
+            self._check(campaign, now)
+            if not campaign.archived:
+                # Codes handed out before the sale (an assignment job) are held by shoppers.
+                held = claims_collection(self._db, campaign_id).select([FieldPath.document_id()])
+                if list(held.limit(1).stream()):
+                    raise CampaignNotDeletable(
+                        f"Campaign {campaign_id!r} has codes assigned to shoppers: end it and "
+                        "archive it, then delete it."
+                    )
+        job_id = self._mark(campaign_id, audit=audit, now=now)
+        storage_objects.write_json_if_absent(
+            self._storage,
+            bucket=self._settings.imports_bucket,
+            name=request_object(campaign_id, job_id),
+            body={"job_id": job_id},
+        )
+        log.info(
+            "campaign deletion requested", extra={"campaign_id": campaign_id, "job_id": job_id}
+        )
+        return job_store.get_job(self._db, job_id=job_id)
+
+    def _mark(self, campaign_id: str, *, audit: AuditContext, now: datetime) -> str:
+        """The deletion's job id: a new job recorded with the mark and its audit entry, or the
+        job of a deletion already under way."""
         job_id = f"del-{secrets.token_hex(8)}"
         bucket = self._settings.imports_bucket
         job = JobRecord(
@@ -147,16 +167,18 @@ class DeletionService:
         ref = campaign_ref(self._db, campaign_id)
 
         @firestore.transactional
-        def mark(transaction: firestore.Transaction) -> None:
+        def mark(transaction: firestore.Transaction) -> str:
             snapshot = ref.get(transaction=transaction)
             if not snapshot.exists:
                 raise CampaignNotFound(f"Campaign {campaign_id!r} does not exist.")
             current = campaign_store.record_from_snapshot(snapshot)
-            if current.deleting:
-                raise CampaignNotFound(f"Campaign {campaign_id!r} is being deleted.")
+            if current.deletion_job_id is not None:
+                return current.deletion_job_id
             self._check(current, now)
             version = current.version + 1
-            transaction.update(ref, {"deleting": True, "updated_at": now, "version": version})
+            transaction.update(
+                ref, {"deletion_job_id": job_id, "updated_at": now, "version": version}
+            )
             transaction.create(
                 job_store.job_ref(self._db, job_id),
                 job.model_dump(mode="python", exclude={"job_id"}),
@@ -170,18 +192,10 @@ class DeletionService:
                 version=version,
             )
             audit_store.add(transaction, self._db, entry)
+            return job_id
 
-        mark(self._db.transaction())
-        storage_objects.write_json_if_absent(
-            self._storage,
-            bucket=bucket,
-            name=request_object(campaign_id, job_id),
-            body={"job_id": job_id},
-        )
-        log.info(
-            "campaign deletion requested", extra={"campaign_id": campaign_id, "job_id": job_id}
-        )
-        return job
+        marked: str = mark(self._db.transaction())
+        return marked
 
     @staticmethod
     def _check(campaign: CampaignRecord, now: datetime) -> None:
@@ -208,9 +222,9 @@ class DeletionService:
         ref = campaign_ref(self._db, job.campaign_id)
         for _ in range(MAX_SWEEPS):
             snapshot = ref.get()
-            if snapshot.exists and not (snapshot.to_dict() or {}).get("deleting"):
-                # Never a campaign that was not marked (a new one under the same id).
-                log.error("deletion job for a campaign not marked deleting", extra=progress.extra)
+            if snapshot.exists and (snapshot.to_dict() or {}).get("deletion_job_id") != job.job_id:
+                # Never a campaign this job did not mark (a new one under the same id).
+                log.error("deletion job for a campaign it did not mark", extra=progress.extra)
                 return None
             self._sweep(job, progress)
             if not snapshot.exists:

@@ -296,7 +296,8 @@ def archive_campaign(call: Call, campaign_id: str) -> flask.Response:
     access=ADMIN,
     summary=(
         "Delete a campaign that never started, or an archived one, with its codes, claims, "
-        "counters, webhooks, jobs and files (a job; the audit log is kept)."
+        "counters, webhooks, jobs and files (a job; repeated, the same job; the audit log is "
+        "kept)."
     ),
     responses={202: JobAccepted},
     raises=[CampaignNotFound, CampaignNotDeletable],

@@ -142,6 +142,9 @@ def test_a_campaign_that_never_started_is_gone_at_once_and_deleted_page_by_page(
 
     def request(self: deletion.DeletionService, **kwargs: Any) -> Any:
         job = original(self, **kwargs)
+        if accepted:
+            return job  # the repeated DELETE below
+        accepted["first"] = job
         # Between the request and its job: the campaign is gone for admins, ended for shoppers.
         accepted["get"] = admin_client.get(f"/v1/campaigns/{campaign_id}", headers=ADMIN)
         accepted["listed"] = admin_client.get("/v1/campaigns", headers=ADMIN).get_json()
@@ -160,7 +163,9 @@ def test_a_campaign_that_never_started_is_gone_at_once_and_deleted_page_by_page(
     assert "being deleted" in accepted["get"].get_json()["error_message"]
     assert campaign_id not in {c["campaign_id"] for c in accepted["listed"]["campaigns"]}
     assert accepted["edit"].status_code == 404
-    assert accepted["again"].status_code == 404
+    # A repeated DELETE (its first answer lost) answers the same job.
+    assert accepted["again"].status_code == 202
+    assert accepted["again"].get_json()["job_id"] == job["job_id"]
     assert accepted["public"].get_json()["status"] == "ended"
     assert job["state"] == "done"
     assert job["deleted"] >= 250 + 1
