@@ -53,6 +53,7 @@ def import_codes(event: CloudEvent) -> None:
         intake=services.intake,
         assignments=services.assignments,
         exports=services.exports,
+        deletions=services.deletions,
     )
 
 

@@ -24,6 +24,7 @@ from shared.claims.service import ClaimService
 from shared.claims.typed_codes import TypedCodes
 from shared.clock import utcnow
 from shared.control.admins import AdminService
+from shared.control.deletion import DeletionService
 from shared.control.exports import ExportService
 from shared.control.live import LiveService
 from shared.events.bus import EventBus
@@ -226,6 +227,15 @@ class Services:
                 storage_client=self.storage,
                 settings=self.settings,
                 clock=utcnow,
+            ),
+        )
+
+    @property
+    def deletions(self) -> DeletionService:
+        return self._once(
+            "deletions",
+            lambda: DeletionService(
+                db=self.db, storage_client=self.storage, settings=self.settings, clock=utcnow
             ),
         )
 

@@ -168,6 +168,11 @@ class CampaignNotEnded(Conflict):
     default_message = "Only an ended campaign can be archived."
 
 
+class CampaignNotDeletable(Conflict):
+    error_code = "CAMPAIGN_NOT_DELETABLE"
+    default_message = "Only a campaign that never started, or an archived one, can be deleted."
+
+
 class JobNotFinished(Conflict):
     error_code = "JOB_NOT_FINISHED"
     default_message = "The job has not finished: its file is not written yet."

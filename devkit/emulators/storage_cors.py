@@ -6,8 +6,13 @@ their preflight) with `Access-Control-Allow-Origin` for the origin the session w
 the emulator implements resumable sessions but answers no OPTIONS request and sends no CORS
 header, so a browser could not PUT to it. This launcher adds exactly that, for development only:
 a preflight is answered with the methods and headers an upload uses, and every answer to a
-request with an Origin echoes it (the emulator does not remember the session's origin). Nothing
-else of the emulator changes; production code never runs this file.
+request with an Origin echoes it (the emulator does not remember the session's origin).
+
+It also answers a session's status query (`Content-Range: bytes */TOTAL`) as Cloud Storage does
+before any byte was persisted: a 308 without `Range`. The emulator answers `Range: bytes=0-0`
+there, which says one byte arrived, so a console resuming from it would skip the file's first
+byte (and the emulator then refuses the chunk). Nothing else of the emulator changes; production
+code never runs this file.
 
 Run as a script by the interpreter that has the emulator:
 `python devkit/emulators/storage_cors.py start --host=... --port=...` takes the emulator's
@@ -17,9 +22,11 @@ own arguments.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from gcp_storage_emulator import server
 from gcp_storage_emulator.__main__ import main
+from gcp_storage_emulator.handlers import objects
 
 UPLOAD_METHODS = "GET, POST, PUT"
 EXPOSED = "Location, Range, Content-Length, X-GUploader-UploadID"
@@ -44,8 +51,21 @@ class CorsRequestHandler(server.RequestHandler):  # type: ignore[misc]
         self.end_headers()
 
 
-# The emulator's HTTP server builds its handler from this module attribute when it starts.
+def _resumable_incomplete(
+    response: Any, storage: Any, upload_id: str, fallback_end: int = 0
+) -> None:
+    """The emulator's 308 for a session not complete yet, without its Range before the first
+    byte (`fallback_end` is the emulator's own argument, unused as Cloud Storage has none)."""
+    response.status = objects.GoogleHTTPStatus.RESUME_INCOMPLETE
+    received = storage.get_resumable_byte_count(upload_id)
+    if received:
+        response["Range"] = f"bytes=0-{received - 1}"
+
+
+# The emulator's HTTP server builds its handler from this module attribute when it starts, and
+# its object handlers call the module's function by name.
 server.RequestHandler = CorsRequestHandler
+objects._resumable_incomplete = _resumable_incomplete
 
 if __name__ == "__main__":
     sys.exit(main())

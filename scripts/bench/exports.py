@@ -1,19 +1,31 @@
 """Export benchmark: a claims export of N claims and the exporter's memory, on emulators of its own.
 
-    .venv/bin/python -m scripts.bench.exports [--rows 100000,1000000] [--page-size N] [-v]
+    .venv/bin/python -m scripts.bench.exports [--rows 100000,1000000] [--page-size N]
+        [--json docs/bench/exports.json] [-v]
 
 Starts a Firestore and a Cloud Storage emulator on free ports (project demo-codedrop-bench,
 bucket codedrop-imports), each in its own process group, and stops them at the end. For each
-size it empties the database, writes a campaign and that many claim documents (batches of 500
-on a few threads, not timed), and runs the real export path, `ExportService.run` of a claims
-export, in a child process of its own, so that the child's peak RSS is the exporter's alone. The
-child reports the export's wall time, its CPU time, its peak RSS (VmHWM), its RSS growth (the
-highest RSS sampled every 50 ms during the export minus the RSS just before it, clients created
-and connected beforehand) and the rows the CSV holds, read back.
+size it empties the database, writes a campaign and that many claim documents as the claim
+engine stores them (devkit.claims, atomic batches of 500 on a few threads, a batch's documents
+made by the thread that writes them: the seeder's memory is bounded too; not timed), and runs the
+real export path, `ExportService.run` of a claims export, in a child process of its own, so that
+the child's peak RSS is the exporter's alone. The child reports the export's wall time, its CPU
+time, its peak RSS (VmHWM), its RSS growth (the highest RSS sampled every 50 ms during the export
+minus the RSS just before it, clients created and connected beforehand), the Firestore documents
+it read (counted on the wire by devkit.firestore_rpcs, as Firestore bills them) and the rows the
+CSV holds, read back.
 
-Prints one JSON object to stdout (logs go to stderr): a result per size and, with two sizes or
-more, `memory_ratio`, the largest size's peak RSS growth over the smallest's (flat: close to 1).
-Exit code 1: an export did not write exactly the claims there are; 2: the benchmark failed.
+`--page-size` is the exporter's page (ExportService's own, 10,000, by default). The emulator
+charges a page's query more the further into the collection its cursor starts, which production
+Firestore does not, so a run at a million rows takes hours at the default; larger pages (e.g.
+`--page-size 100000`) keep it to minutes and the export still pages. Every size of one run uses
+the same page size, so their memory compares.
+
+Prints one JSON object to stdout (logs go to stderr), also written with --json (for
+docs/benchmarks.md): a result per size and, with two sizes or more, `memory_ratio`, the largest
+size's RSS growth over the smallest's, and `peak_rss_ratio` (flat memory: both close to 1 while
+the rows grow tenfold). Exit code 1: an export did not write exactly the claims there are; 2:
+the benchmark failed.
 """
 
 from __future__ import annotations
@@ -32,8 +44,17 @@ from typing import Any
 
 from google.cloud import firestore
 
+from devkit.claims import MAX_BATCH_WRITES, add_claims, claim_record
+from devkit.firestore_rpcs import RpcCounter
 from devkit.measure import cpu_seconds, peak_rss_bytes, rss_bytes
-from scripts.bench.harness import BUCKET, Emulators, level, setup_logging, stop_on_sigterm
+from scripts.bench.harness import (
+    BUCKET,
+    Emulators,
+    level,
+    setup_logging,
+    stop_on_sigterm,
+    write_json,
+)
 from shared.campaigns import service as campaign_service
 from shared.campaigns.models import CampaignCreate
 from shared.clock import utcnow
@@ -42,7 +63,6 @@ log = logging.getLogger("bench.exports")
 
 REPO = Path(__file__).resolve().parents[2]
 CAMPAIGN = "export-bench"
-SEED_BATCH = 500
 SEED_THREADS = 4
 SAMPLE_SECONDS = 0.05
 
@@ -56,28 +76,21 @@ def seed(db: firestore.Client, *, rows: int) -> None:
     campaign_service.create_campaign(
         db, data=data.model_copy(update={"campaign_id": CAMPAIGN}), now=now
     )
-    claims = db.collection("campaigns").document(CAMPAIGN).collection("claims")
 
     def write(start: int) -> None:
-        batch = db.batch()
-        for n in range(start, min(start + SEED_BATCH, rows)):
-            batch.create(
-                claims.document(f"u{n:09d}-0"),
-                {
-                    "campaign_id": CAMPAIGN,
-                    "user_id": f"shopper-{n:09d}",
-                    "coupon_id": f"c{n:09d}",
-                    "code": f"BENCH-{n:09d}",
-                    "slot": 0,
-                    "state": "claimed",
-                    "claimed_at": now,
-                },
-            )
-        batch.commit()
+        add_claims(
+            db,
+            (
+                claim_record(CAMPAIGN, n, claimed_at=now)
+                for n in range(start, min(start + MAX_BATCH_WRITES, rows))
+            ),
+        )
 
     started = time.perf_counter()
     with ThreadPoolExecutor(SEED_THREADS) as pool:
-        list(pool.map(write, range(0, rows, SEED_BATCH)))
+        for done, _ in enumerate(pool.map(write, range(0, rows, MAX_BATCH_WRITES)), 1):
+            if done % 200 == 0:
+                log.info("%d claims written", done * MAX_BATCH_WRITES)
     log.info("%d claims written in %.1f s", rows, time.perf_counter() - started)
 
 
@@ -108,6 +121,11 @@ def child_main(page_size: int) -> dict[str, Any]:
             highest = max(highest, rss_bytes())
 
     sampler = threading.Thread(target=sample, daemon=True)
+    # The export streams its reads through the streaming client, and finishes its job with the
+    # other one: both are counted.
+    clients = {id(c): c for c in (services.streams_db, services.db)}
+    counters = [RpcCounter(c) for c in clients.values()]
+    reads_before = sum(c.snapshot().documents_read for c in counters)
     sampler.start()
     cpu_before = cpu_seconds(tree=False) or 0.0
     started = time.perf_counter()
@@ -116,6 +134,7 @@ def child_main(page_size: int) -> dict[str, Any]:
     cpu = (cpu_seconds(tree=False) or 0.0) - cpu_before
     done.set()
     sampler.join()
+    reads = sum(c.snapshot().documents_read for c in counters) - reads_before
     lines = sum(chunk.count(b"\n") for chunk in exports.download(job))
     return {
         "exported": finished.exported if finished is not None else None,
@@ -123,6 +142,8 @@ def child_main(page_size: int) -> dict[str, Any]:
         "wall_seconds": round(wall, 2),
         "cpu_seconds": round(cpu, 2),
         "rows_per_second": round(lines / wall) if wall else None,
+        "documents_read": reads,
+        "reads_per_row": round(reads / max(lines - 1, 1), 4),
         "peak_rss_mb": round(peak_rss_bytes() / 2**20, 1),
         "rss_growth_mb": round((highest - baseline) / 2**20, 1),
         "page_size": page_size,
@@ -145,11 +166,23 @@ def run_child(page_size: int) -> dict[str, Any]:
         return result
 
 
+def summary(results: list[dict[str, Any]], sizes: list[int]) -> dict[str, Any]:
+    """The figures so far; with two sizes or more, the largest's memory over the smallest's."""
+    report: dict[str, Any] = {"bucket": BUCKET, "sizes_asked": sizes, "results": results}
+    if len(results) > 1 and results[0]["rss_growth_mb"]:
+        report["memory_ratio"] = round(
+            results[-1]["rss_growth_mb"] / results[0]["rss_growth_mb"], 2
+        )
+        report["peak_rss_ratio"] = round(results[-1]["peak_rss_mb"] / results[0]["peak_rss_mb"], 2)
+    return report
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", default="100000,1000000", help="sizes, comma-separated")
     parser.add_argument("--page-size", type=int, default=10_000)
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the figures here")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     setup_logging(level(args.verbose), role="exports")
@@ -159,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     stop_on_sigterm()  # a stopped run still stops its emulators
     sizes = [int(n) for n in args.rows.split(",") if n.strip()]
     results: list[dict[str, Any]] = []
+    report: dict[str, Any] = {}
     with Emulators(storage=True) as emulators:
         from shared.container import instance_services
 
@@ -169,12 +203,9 @@ def main(argv: list[str] | None = None) -> int:
             result = {"rows": rows, **run_child(args.page_size)}
             log.info("export of %d claims: %s", rows, result)
             results.append(result)
-    report: dict[str, Any] = {"bucket": BUCKET, "results": results}
-    if len(results) > 1 and results[0]["rss_growth_mb"]:
-        report["memory_ratio"] = round(
-            results[-1]["rss_growth_mb"] / results[0]["rss_growth_mb"], 2
-        )
-        report["peak_rss_ratio"] = round(results[-1]["peak_rss_mb"] / results[0]["peak_rss_mb"], 2)
+            # After each size: a run stopped during a larger one keeps the sizes it finished.
+            report = summary(results, sizes)
+            write_json(args.json, report)
     print(json.dumps(report, indent=2))
     exact = all(r["exported"] == r["rows"] == r["csv_rows"] for r in results)
     return 0 if exact else 1

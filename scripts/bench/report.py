@@ -88,7 +88,9 @@ def _machine(machine: Mapping[str, Any]) -> str:
 
 
 def _block(figures: Mapping[str, Any], *, depth: int) -> list[str]:
-    scalars = {k: v for k, v in figures.items() if not isinstance(v, Mapping | list)}
+    # Lists of plain values are figures of the table too (a table of their own beneath it would
+    # run into it: Markdown needs a blank line between tables).
+    scalars = {k: v for k, v in figures.items() if not isinstance(v, Mapping) and not _is_rows(v)}
     lines: list[str] = []
     if scalars:
         lines += _table(["figure", "value"], [[k, _cell(v)] for k, v in scalars.items()])

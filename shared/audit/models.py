@@ -22,6 +22,7 @@ class AuditAction(StrEnum):
     RESUME = "resume"
     END = "end"
     ARCHIVE = "archive"
+    DELETE = "delete"
     UPLOAD = "upload"
     GENERATE = "generate"
     EXPORT = "export"

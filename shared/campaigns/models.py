@@ -207,8 +207,15 @@ class CampaignRecord(BaseModel):
     version: int = 0
     # Archived campaigns (ended, kept for their claims and reports) are left out of lists.
     archived: bool = False
+    # The job deleting the campaign (shared/control/deletion.py): from then on it is gone for
+    # admins and imports and ended for shoppers, until the job removes the document itself.
+    deletion_job_id: str | None = None
     created_at: datetime
     updated_at: datetime
+
+    @property
+    def deleting(self) -> bool:
+        return self.deletion_job_id is not None
 
     def valid_until(self, claimed_at: datetime) -> datetime | None:
         """Until when a code claimed at `claimed_at` may be redeemed (None: no end)."""
@@ -225,7 +232,7 @@ class CampaignRecord(BaseModel):
         return self.starts_at - timedelta(seconds=self.pre_queue_seconds)
 
     def status_at(self, now: datetime) -> CampaignStatus:
-        if now >= self.ends_at:
+        if now >= self.ends_at or self.deleting:
             return CampaignStatus.ENDED
         if self.paused:
             return CampaignStatus.PAUSED

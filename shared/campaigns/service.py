@@ -148,5 +148,7 @@ def list_campaigns(
     return [
         c
         for c in campaigns
-        if (status is None or c.status_at(now) is status) and (include_archived or not c.archived)
+        if (status is None or c.status_at(now) is status)
+        and (include_archived or not c.archived)
+        and not c.deleting
     ]

@@ -74,17 +74,23 @@ def get_campaign(db: firestore.Client, *, campaign_id: str) -> CampaignRecord:
     snapshot = get_campaign_snapshot(db, campaign_id=campaign_id)
     if snapshot is None:
         raise CampaignNotFound(f"Campaign {campaign_id!r} does not exist.")
-    return record_from_snapshot(snapshot)
+    record = record_from_snapshot(snapshot)
+    if record.deleting:
+        raise CampaignNotFound(f"Campaign {campaign_id!r} is being deleted.")
+    return record
 
 
 def iter_campaigns(db: firestore.Client, *, page_size: int = 300) -> Iterator[CampaignRecord]:
-    """Every campaign, read a page at a time in document-id order (no index needed)."""
+    """Every campaign but those being deleted, read a page at a time in document-id order (no
+    index needed)."""
     query = campaigns_collection(db).order_by("__name__").limit(page_size)
     last: Snapshot | None = None
     while True:
         page = list((query.start_after(last) if last is not None else query).stream())
         for snapshot in page:
-            yield record_from_snapshot(snapshot)
+            record = record_from_snapshot(snapshot)
+            if not record.deleting:
+                yield record
         if len(page) < page_size:
             return
         last = page[-1]
@@ -127,6 +133,8 @@ def update_campaign(
         if not snapshot.exists:
             raise CampaignNotFound(f"Campaign {campaign_id!r} does not exist.")
         current = record_from_snapshot(snapshot)
+        if current.deleting:
+            raise CampaignNotFound(f"Campaign {campaign_id!r} is being deleted.")
         if expected_version is not None and current.version != expected_version:
             raise CampaignChanged(
                 f"Campaign {campaign_id!r} was changed by someone else since version "

@@ -37,7 +37,7 @@ from shared.gcp import storage as storage_objects
 from shared.gcp.firestore import Snapshot, claims_collection, coupons_collection
 from shared.intake import jobs as job_store
 from shared.intake.csv_rows import spreadsheet_safe
-from shared.intake.models import JobKind, JobRecord, JobState
+from shared.intake.models import JobKind, JobRecord
 from shared.settings import Settings
 from shared.types import RequestBody, rfc3339
 
@@ -196,15 +196,11 @@ class ExportService:
         return EXPORT_REQUEST.match(name) is not None
 
     def handle_request(self, name: str) -> JobRecord | None:
-        match = EXPORT_REQUEST.match(name)
-        if match is None:
+        job = job_store.requested_job(
+            self.db, request=EXPORT_REQUEST, name=name, kind=JobKind.EXPORT
+        )
+        if job is None or job.export_kind is None:
             return None
-        job = job_store.find_job(self.db, job_id=match["job"])
-        if job is None or job.kind is not JobKind.EXPORT or job.campaign_id != match["campaign"]:
-            log.warning("export request without its job; ignored", extra={"object": name})
-            return None
-        if job.state is not JobState.RUNNING or job.export_kind is None:
-            return None  # a redelivery of a finished export
         return self.run(job, ExportKind(job.export_kind))
 
     def run(self, job: JobRecord, kind: ExportKind) -> JobRecord | None:
@@ -222,9 +218,9 @@ class ExportService:
             for snapshot in documents(self._query(job.campaign_id, kind), page_size=self.page_size):
                 out.writerow(self._row(kind, snapshot))
                 rows += 1
-        written = job.model_copy(update={"exported": rows, "rows_read": rows})
-        finished = job_store.finish(self.db, job=written, now=self.clock())
-        return finished.job if finished is not None else None
+        return job_store.finish_done(
+            self.db, job=job, now=self.clock(), exported=rows, rows_read=rows
+        )
 
     def _query(self, campaign_id: str, kind: ExportKind) -> firestore.Query:
         client = self.streams or self.db

@@ -41,6 +41,7 @@ from shared.errors import (
     AuthUnavailable,
     CampaignChanged,
     CampaignExists,
+    CampaignNotDeletable,
     CampaignNotEnded,
     CampaignNotFound,
     CannotRemoveYourself,
@@ -279,6 +280,25 @@ def archive_campaign(call: Call, campaign_id: str) -> flask.Response:
         services.db, campaign_id=campaign_id_param(campaign_id), now=audit.at, audit=audit
     )
     return json_response(campaign_service.admin_view(record, now=audit.at, stats=None))
+
+
+@router.route(
+    "/v1/campaigns/<campaign_id>",
+    methods=["DELETE"],
+    access=ADMIN,
+    summary=(
+        "Delete a campaign that never started, or an archived one, with its codes, claims, "
+        "counters, webhooks, jobs and files (a job; repeated, the same job; the audit log is "
+        "kept)."
+    ),
+    responses={202: JobAccepted},
+    raises=[CampaignNotFound, CampaignNotDeletable],
+)
+def delete_campaign(call: Call, campaign_id: str) -> flask.Response:
+    job = call.services.deletions.request(
+        campaign_id=campaign_id_param(campaign_id), audit=audit_context(call)
+    )
+    return json_response(JobAccepted(job_id=job.job_id), 202)
 
 
 @router.route(

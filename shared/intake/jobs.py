@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -14,7 +15,7 @@ from shared.audit import store as audit_store
 from shared.audit.models import AuditEntry
 from shared.errors import JobNotFound
 from shared.gcp.firestore import jobs_collection
-from shared.intake.models import JobRecord, JobState
+from shared.intake.models import JobKind, JobRecord, JobState
 from shared.intake.write_rate import RampLimiter, Unlimited
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,7 @@ _LOGGED = {
     "already_held",
     "unassigned",
     "exported",
+    "deleted",
     "result",
 }
 
@@ -60,6 +62,22 @@ def create_job(db: firestore.Client, *, job: JobRecord, audit: AuditEntry | None
     if audit is not None:
         audit_store.add(batch, db, audit)
     batch.commit()
+
+
+def requested_job(
+    db: firestore.Client, *, request: re.Pattern[str], name: str, kind: JobKind
+) -> JobRecord | None:
+    """The running job that a request object admin_api dropped names (`request` matches its name
+    with groups `campaign` and `job`). None when the name is not such a request, when no job of
+    that kind and campaign has the id (logged), or when the job finished (a redelivered event)."""
+    match = request.match(name)
+    if match is None:
+        return None
+    job = find_job(db, job_id=match["job"])
+    if job is None or job.kind is not kind or job.campaign_id != match["campaign"]:
+        log.warning("request object without its job; ignored", extra={"object": name})
+        return None
+    return job if job.state is JobState.RUNNING else None
 
 
 def start_or_resume(db: firestore.Client, *, job: JobRecord, now: datetime) -> JobRecord | None:
@@ -178,6 +196,15 @@ def finish(
             },
         )
     return outcome
+
+
+def finish_done(
+    db: firestore.Client, *, job: JobRecord, now: datetime, **counts: int
+) -> JobRecord | None:
+    """Record a job done, with its final counts, once (finish): None when another delivery of
+    its event finished it first."""
+    outcome = finish(db, job=job.model_copy(update=counts), now=now)
+    return outcome.job if outcome is not None else None
 
 
 def next_round(db: firestore.Client, *, job_id: str, now: datetime) -> JobRecord:

@@ -18,6 +18,7 @@ class JobKind(StrEnum):
     GENERATE = "generate"
     ASSIGNMENT = "assignment"
     EXPORT = "export"
+    DELETE = "delete"
 
 
 class JobState(StrEnum):
@@ -80,6 +81,8 @@ class JobRecord(BaseModel):
     # Export jobs: what is exported (claims, redemptions, codes) and how many rows were written.
     export_kind: str | None = None
     exported: int = 0
+    # Deletion jobs: the campaign's documents and bucket objects removed so far.
+    deleted: int = 0
     failure_reason: str | None = None
     attempts: int = 1
     # When this import's write ramp began: a retried attempt continues it instead of restarting.
@@ -137,6 +140,7 @@ class JobPublic(BaseModel):
     report: str | None
     export_kind: str | None
     exported: int
+    deleted: int
     failure_reason: str | None
     files: list[str]
     created_at: UtcTime

@@ -5,17 +5,15 @@ shoppers signed in by the real Firebase Auth emulator and claims served by claim
 from __future__ import annotations
 
 import contextlib
-import os
 import re
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import pytest
 
+from devkit.browser import CHROMIUM_HINT, find_chromium
 from devkit.emulators import EmulatorStack, RunningEmulator, free_port
 from devkit.emulators.auth import AuthEmulatorClient
 from devkit.standins.app_check import DevAppCheckServer
@@ -26,12 +24,6 @@ from tests.support.stack import CORS_ORIGIN, PROJECT
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, BrowserContext, Page, Request, Route, ViewportSize
 
-# Debian's real binary: /usr/bin/chromium is a wrapper script that adds flags and noise.
-CHROMIUM_PATHS = ("/usr/lib/chromium/chromium", "/usr/lib/chromium-browser/chromium-browser")
-CHROMIUM_HINT = (
-    "Install Chromium: `sudo apt-get install chromium` on Debian (./scripts/test installs it "
-    "when it runs as root), or set CODEDROP_CHROMIUM to a Chromium or Chrome binary."
-)
 PLAYWRIGHT_HINT = "Install Playwright for Python: `pip install -r requirements-dev.txt`."
 PHONE: ViewportSize = {"width": 390, "height": 844}
 LOCAL_HOSTS = {"127.0.0.1", "localhost"}
@@ -39,17 +31,6 @@ LOCAL_HOSTS = {"127.0.0.1", "localhost"}
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "browser: drives Chromium against the landing page")
-
-
-def find_chromium() -> Path | None:
-    override = os.environ.get("CODEDROP_CHROMIUM")
-    if override:
-        return Path(override) if Path(override).is_file() else None
-    for candidate in CHROMIUM_PATHS:
-        if Path(candidate).is_file():
-            return Path(candidate)
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    return Path(found) if found else None
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,9 @@ import contextlib
 import csv
 import io
 import os
+import re
 import secrets
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -38,7 +40,7 @@ from shared.gcp.firestore import (
 )
 from tests.browser.conftest import LOCAL_HOSTS, PHONE
 from tests.support.servers import fast_notifier, function_servers
-from tests.support.stack import PROJECT, MakeCampaign
+from tests.support.stack import BUCKET, PROJECT, MakeCampaign
 
 pytestmark = [pytest.mark.emulator, pytest.mark.browser]
 # Two shared cores: an admin_api call may take seconds while other suites run.
@@ -418,6 +420,73 @@ def test_a_marketer_runs_a_drop(
     assert marketer.console_errors == []
 
 
+# The console's upload chunk (web/console/upload.js CHUNK_BYTES).
+UPLOAD_CHUNK = 1024 * 1024
+
+
+def test_an_interrupted_upload_resumes_from_what_the_bucket_holds(
+    marketer: Marketer,
+    console_stack: ConsoleStack,
+    make_campaign: MakeCampaign,
+    forget_campaign: Callable[[str], None],
+    storage_client: StorageClient,
+    tmp_path: Path,
+) -> None:
+    """The connection drops after the first chunk: the console retries, then stops and offers
+    to resume; after a reload, choosing the same file asks the session what it holds and sends
+    only the rest. The import sees every row once."""
+    campaign_id = make_campaign(title="Resumed upload")
+    forget_campaign(campaign_id)
+    codes = [f"RESUME-{n:06d}-{'X' * 50}" for n in range(20_000)]  # about 1.3 chunks
+    path = tmp_path / "resumed.csv"
+    path.write_text("code\n" + "\n".join(codes) + "\n")
+    size = path.stat().st_size
+    assert UPLOAD_CHUNK < size < 2 * UPLOAD_CHUNK
+    page = marketer.page
+    sent: list[str] = []
+    offline = {"on": True}
+
+    def network(route: Any, request: Any) -> None:
+        content_range = request.headers.get("content-range", "")
+        if request.method == "PUT":
+            sent.append(content_range)
+            # Down after the first chunk: later chunks and status queries get no answer.
+            if offline["on"] and not content_range.startswith("bytes 0-"):
+                route.abort("internetdisconnected")
+                return
+        route.fallback()
+
+    page.route(re.compile(r".*[?&]upload_id="), network)
+    sign_in(page, console_stack)
+    page.goto(f"{console_stack.url}#/c/{campaign_id}/codes")
+    page.get_by_test_id("upload-input").set_input_files(path)
+    expect(page.get_by_test_id("upload-resume")).to_be_visible(timeout=30_000)
+    stopped_at = f"stopped at {100 * UPLOAD_CHUNK // size}%"
+    expect(page.locator(".form-error", has_text=stopped_at)).to_be_visible()
+    assert sent[0] == f"bytes 0-{UPLOAD_CHUNK - 1}/{size}"
+    # Retried three times, each after asking the session what it holds.
+    assert sent.count(f"bytes */{size}") == 3
+    assert f"bytes {UPLOAD_CHUNK}-{size - 1}/{size}" in sent
+
+    offline["on"] = False
+    interrupted = len(sent)
+    page.reload()
+    page.goto(f"{console_stack.url}#/c/{campaign_id}/codes")
+    page.get_by_test_id("upload-input").set_input_files(path)
+    job = page.get_by_test_id("job").first
+    expect(job.get_by_test_id("job-state")).to_have_attribute("data-state", "done", timeout=90_000)
+
+    # Never the first chunk again: the rest of the file only.
+    assert sent[interrupted:] == [f"bytes */{size}", f"bytes {UPLOAD_CHUNK}-{size - 1}/{size}"]
+    counts = job.locator("dl.counts dd").all_inner_texts()
+    assert [re.sub(r"\D", "", c) for c in counts] == [str(len(codes)), str(len(codes)), "0", "0"]
+    [stored] = list(storage_client.list_blobs(BUCKET, prefix=f"imports/{campaign_id}/"))
+    assert stored.download_as_bytes() == path.read_bytes()
+    assert page.evaluate("localStorage.getItem('codedrop.uploads')") == "{}"
+    # Chromium logs each request that got no answer; nothing else went wrong.
+    assert [e for e in marketer.console_errors if "ERR_INTERNET_DISCONNECTED" not in e] == []
+
+
 def test_webhooks_show_their_secret_once(
     marketer: Marketer, console_stack: ConsoleStack, make_campaign: MakeCampaign
 ) -> None:
@@ -461,24 +530,53 @@ def test_webhooks_show_their_secret_once(
     assert marketer.console_errors == []
 
 
-def test_a_sale_ended_now_then_archived_leaves_the_list(
-    marketer: Marketer, console_stack: ConsoleStack, make_campaign: MakeCampaign
+def test_a_sale_ended_now_then_archived_leaves_the_list_then_is_deleted(
+    marketer: Marketer,
+    console_stack: ConsoleStack,
+    make_campaign: MakeCampaign,
+    db: firestore.Client,
+    forget_campaign: Callable[[str], None],
 ) -> None:
     campaign_id = make_campaign(codes=2, title="Over soon")
+    forget_campaign(campaign_id)
     page = marketer.page
-    page.on("dialog", lambda dialog: dialog.accept())
+    # The delete button asks for the campaign's id to be typed; the others for an OK.
+    page.on(
+        "dialog",
+        lambda dialog: dialog.accept(campaign_id if dialog.type == "prompt" else None),
+    )
     sign_in(page, console_stack)
     row = page.locator(f"[data-testid=campaign-row][data-campaign-id={campaign_id}]")
     row.get_by_role("link").click()
+    expect(page.get_by_test_id("delete")).to_be_hidden()  # the sale is running
     page.get_by_test_id("end").click()
     expect(page.locator("#campaign-status")).to_have_text("Ended")
     expect(page.get_by_test_id("pause")).to_be_hidden()
+    expect(page.get_by_test_id("delete")).to_be_hidden()  # ended, not archived
     refused = claim_over_http(console_stack, campaign_id)
     assert refused.json()["error_code"] == "CAMPAIGN_NOT_ACTIVE"
     page.get_by_test_id("archive").click()
     expect(page.locator("#notice")).to_have_text("“Over soon” is archived.")
     expect(page.get_by_test_id("campaign-list")).to_be_visible()
     expect(row).to_have_count(0)
+
+    page.get_by_test_id("show-archived").check()
+    row.get_by_role("link").click()
+    page.get_by_test_id("delete").click()
+    expect(page.locator("#notice")).to_contain_text("“Over soon” is deleted")
+    page.get_by_test_id("show-archived").check()
+    expect(page.get_by_test_id("campaign-list")).to_be_visible()
+    expect(row).to_have_count(0)
+    # The job runs from its request object's event (the storage notifier here).
+    deadline = time.monotonic() + 30
+    while campaign_ref(db, campaign_id).get().exists:
+        assert time.monotonic() < deadline, "the deletion job did not remove the campaign"
+        time.sleep(0.2)
+    assert list(claims_collection(db, campaign_id).limit(1).stream()) == []
+    page.get_by_role("link", name="Audit log").first.click()
+    entry = page.get_by_test_id("audit-log").locator("li[data-action=delete]", has_text=campaign_id)
+    expect(entry).to_contain_text("Deleted the campaign")
+    assert marketer.console_errors == []
 
 
 def test_owners_invite_and_remove_admins(

@@ -1,6 +1,8 @@
 // admin_api from the console: the admin's ID token on every call, errors turned into sentences
 // a marketer can act on, files uploaded straight to the bucket and downloads saved as files.
 
+import { NoAnswer, uploadFile } from "./upload.js";
+
 export class ApiError extends Error {
   /** @param {number} status @param {string} code @param {string} message @param {object} body */
   constructor(status, code, message, body) {
@@ -135,31 +137,32 @@ export function createApi({ base, auth, onExpired }) {
       setTimeout(() => URL.revokeObjectURL(url), 60_000);
     },
 
-    /** PUT `file` to a resumable upload session (Cloud Storage answers the console's origin,
-     * which admin_api named when it opened the session); `onProgress(fraction)` as bytes leave. */
-    upload(url, file, onProgress) {
-      return new Promise((resolve, reject) => {
-        const xhr = new XMLHttpRequest();
-        xhr.open("PUT", url);
-        xhr.setRequestHeader("Content-Type", "text/csv");
-        xhr.upload.addEventListener("progress", (event) => {
-          if (event.lengthComputable) onProgress(event.loaded / event.total);
-        });
-        xhr.addEventListener("load", () => {
-          if (xhr.status >= 200 && xhr.status < 300) {
-            onProgress(1);
-            resolve();
-          } else {
-            reject(new Error(`The file could not be stored (the bucket answered ${xhr.status}). Try again.`));
-          }
-        });
-        xhr.addEventListener("error", () =>
-          reject(new Error("The upload was cut off. Check your connection and try again.")),
-        );
-        xhr.send(file);
-      });
+    /** Send `file` to a resumable upload session in chunks (Cloud Storage answers the console's
+     * origin, which admin_api named when it opened the session), taken up from what the session
+     * holds when `resume`; `onProgress(fraction)` as bytes leave. Throws UploadInterrupted when
+     * the connection stays down, UploadSessionGone when the session expired. */
+    upload(url, file, onProgress, { resume = false } = {}) {
+      return uploadFile({ url, file, onProgress, resume, put: putToSession });
     },
   };
+}
+
+/** One PUT to an upload session: `{status, range}` (the committed bytes of a 308), or NoAnswer
+ * when the request got no answer at all. */
+function putToSession(url, body, contentRange, onSent) {
+  return new Promise((resolve, reject) => {
+    const xhr = new XMLHttpRequest();
+    xhr.open("PUT", url);
+    xhr.setRequestHeader("Content-Range", contentRange);
+    if (body) {
+      xhr.setRequestHeader("Content-Type", "text/csv");
+      xhr.upload.addEventListener("progress", (event) => onSent?.(event.loaded));
+    }
+    xhr.addEventListener("load", () => resolve({ status: xhr.status, range: xhr.getResponseHeader("Range") }));
+    xhr.addEventListener("error", () => reject(new NoAnswer()));
+    xhr.addEventListener("timeout", () => reject(new NoAnswer()));
+    xhr.send(body);
+  });
 }
 
 /** The complete records of CSV text (RFC 4180 quoting); a last record cut short is left out. */

@@ -61,7 +61,8 @@ function say(text, kind = "error") {
 async function showCampaigns() {
   show("campaigns");
   const rows = document.getElementById("campaign-rows");
-  const { campaigns } = await ctx.api.call("GET", "/v1/campaigns");
+  const archived = document.getElementById("show-archived").checked;
+  const { campaigns } = await ctx.api.call("GET", `/v1/campaigns?include_archived=${archived}`);
   rows.replaceChildren(
     ...campaigns.map((c) =>
       h(
@@ -73,7 +74,9 @@ async function showCampaigns() {
           h("a", { href: `#/c/${encodeURIComponent(c.campaign_id)}/live` }, c.title),
           h("div", { class: "mono hint" }, c.campaign_id),
         ),
-        h("td", {}, h("span", { class: `status status-${c.status}` }, fmt.status(c.status))),
+        h("td", {},
+          h("span", { class: `status status-${c.status}` }, fmt.status(c.status)),
+          c.archived ? h("span", { class: "hint" }, " · archived") : ""),
         h("td", {}, fmt.window(c)),
         h("td", { class: "num", "data-label": "Claimed" }, fmt.count(c.stats?.claimed)),
         h("td", { class: "num", "data-label": "Remaining" }, fmt.count(c.stats?.remaining)),
@@ -315,6 +318,7 @@ function showCampaign(campaign, tab, message) {
   document.getElementById("resume").hidden = !campaign.paused || ended;
   document.getElementById("end").hidden = ended;
   document.getElementById("archive").hidden = !ended || campaign.archived;
+  document.getElementById("delete").hidden = !deletable(campaign);
   ctx.campaign = campaign;
   const base = `#/c/${encodeURIComponent(campaign.campaign_id)}/`;
   for (const link of document.querySelectorAll(".tabs a")) {
@@ -339,6 +343,39 @@ async function setPaused(paused) {
     const tab = location.hash.split("/")[3] || "live";
     showCampaign(saved, tab, paused ? "The sale is paused: shoppers cannot claim codes until you resume it." : "The sale is running again.");
     document.getElementById(paused ? "resume" : "pause").focus();
+  } catch (failure) {
+    say(explain(failure));
+  } finally {
+    button.disabled = false;
+  }
+}
+
+/** What admin_api deletes: an archived campaign, or one that never started (not even a fair
+ * drop's pre-queue); it also refuses one whose codes were assigned before the sale. */
+function deletable(campaign) {
+  const opens = Date.parse(campaign.starts_at) - (campaign.pre_queue_seconds ?? 0) * 1000;
+  return campaign.archived || Date.now() < opens;
+}
+
+/** Delete the campaign with everything it holds, once the admin typed its id (nothing brings it
+ * back; the audit log keeps the record). */
+async function remove() {
+  const campaign = ctx.campaign;
+  const typed = window.prompt(
+    `Delete “${campaign.title}” for good? Its codes, claims, counters, webhooks, jobs and files are removed; ` +
+      `the audit log keeps a record. Type the campaign id, ${campaign.campaign_id}, to delete it.`,
+  );
+  if (typed === null) return;
+  if (typed.trim() !== campaign.campaign_id) {
+    say(`Nothing was deleted: “${typed}” is not this campaign's id.`);
+    return;
+  }
+  const button = document.getElementById("delete");
+  button.disabled = true;
+  try {
+    await ctx.api.call("DELETE", `/v1/campaigns/${encodeURIComponent(campaign.campaign_id)}`);
+    pending = `“${campaign.title}” is deleted; its codes, claims and files are being removed.`;
+    location.hash = "#/";
   } catch (failure) {
     say(explain(failure));
   } finally {
@@ -461,6 +498,8 @@ async function start() {
   document.getElementById("resume").addEventListener("click", () => setPaused(false));
   document.getElementById("end").addEventListener("click", () => finish("end"));
   document.getElementById("archive").addEventListener("click", () => finish("archive"));
+  document.getElementById("delete").addEventListener("click", remove);
+  document.getElementById("show-archived").addEventListener("change", () => showCampaigns().catch(fail));
   window.addEventListener("hashchange", route);
 
   auth.onChange(async (user) => {

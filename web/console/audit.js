@@ -11,6 +11,7 @@ const ACTION_WORDS = {
   resume: "Resumed the sale",
   end: "Ended the sale",
   archive: "Archived the campaign",
+  delete: "Deleted the campaign",
   upload: "Uploaded codes",
   generate: "Generated codes",
   export: "Exported",

@@ -5,6 +5,7 @@
 import { explain } from "./api.js";
 import { announce, field, fmt, h, onSubmit } from "./dom.js";
 import { jobDownload } from "./exports.js";
+import { UploadInterrupted, UploadSessionGone } from "./upload.js";
 
 // While a job runs (or an uploaded file waits for its import), the jobs are read this often.
 const FOLLOW_MS = 1000;
@@ -29,32 +30,72 @@ export function renderCodes(ctx, slot, campaign) {
   const progress = h("progress", { max: "100", value: "0", dataset: { testid: "upload-progress" }, hidden: true });
   const progressText = h("span", { class: "hint", "aria-live": "polite" });
   const uploadError = h("p", { class: "form-error", role: "alert" });
-  input.addEventListener("change", async () => {
-    const file = input.files?.[0];
-    if (!file) return;
+  const resumeButton = h("button", { type: "button", class: "button button-secondary", dataset: { testid: "upload-resume" }, hidden: true }, "Resume the upload");
+  let interrupted = null; // the file whose upload stopped, resumed by the button
+
+  /** Upload `file` through its session: the one this browser opened for the same file (same
+   * name, size and date), taken up where Cloud Storage stopped, or a new one. */
+  async function send(file) {
     uploadError.textContent = "";
+    resumeButton.hidden = true;
+    interrupted = null;
     input.disabled = true;
     progress.hidden = false;
-    progress.value = 0;
-    progressText.textContent = `Uploading ${file.name}…`;
+    const key = sessionKey(campaign.campaign_id, file);
+    let session = savedSession(key);
+    const resume = session !== null;
+    progressText.textContent = resume ? `Resuming the upload of ${file.name}…` : `Uploading ${file.name}…`;
+    const onProgress = (fraction) => {
+      progress.value = Math.round(fraction * 100);
+      progress.setAttribute("aria-valuetext", `${Math.round(fraction * 100)}% uploaded`);
+    };
     try {
-      const session = await ctx.api.call("POST", `${path}/uploads`, { body: { name: file.name } });
-      await ctx.api.upload(session.upload_url, file, (fraction) => {
-        progress.value = Math.round(fraction * 100);
-        progress.setAttribute("aria-valuetext", `${Math.round(fraction * 100)}% uploaded`);
-      });
+      try {
+        if (!resume) {
+          session = await ctx.api.call("POST", `${path}/uploads`, { body: { name: file.name } });
+          saveSession(key, session);
+        } else {
+          announce(`Resuming the upload of ${file.name}.`);
+        }
+        await ctx.api.upload(session.upload_url, file, onProgress, { resume });
+      } catch (failure) {
+        if (!(failure instanceof UploadSessionGone)) throw failure;
+        // The session expired (a week) or was cancelled: the file goes again from the start.
+        forgetSession(key);
+        session = await ctx.api.call("POST", `${path}/uploads`, { body: { name: file.name } });
+        saveSession(key, session);
+        await ctx.api.upload(session.upload_url, file, onProgress);
+      }
+      forgetSession(key);
       progressText.textContent = `${file.name} uploaded. Importing its codes…`;
       announce(`${file.name} uploaded. Importing its codes.`);
       waitingFor.add(session.object);
       refresh();
     } catch (failure) {
-      progressText.textContent = "";
-      progress.hidden = true;
-      uploadError.textContent = explain(failure);
+      if (failure instanceof UploadInterrupted) {
+        interrupted = file;
+        const done = Math.floor((100 * failure.sent) / Math.max(failure.total, 1));
+        progressText.textContent = "";
+        uploadError.textContent =
+          `The upload of ${file.name} stopped at ${done}%: your connection dropped. ` +
+          "Resume it to send the rest (choosing the same file again later resumes it too).";
+        resumeButton.hidden = false;
+      } else {
+        progressText.textContent = "";
+        progress.hidden = true;
+        uploadError.textContent = explain(failure);
+      }
     } finally {
       input.disabled = false;
       input.value = "";
     }
+  }
+  input.addEventListener("change", () => {
+    const file = input.files?.[0];
+    if (file) send(file);
+  });
+  resumeButton.addEventListener("click", () => {
+    if (interrupted) send(interrupted);
   });
 
   // --- generate ---
@@ -90,7 +131,8 @@ export function renderCodes(ctx, slot, campaign) {
           "with their line number."),
       field("CSV file", input),
       h("div", { class: "progress-row" }, progress, progressText),
-      uploadError),
+      uploadError,
+      resumeButton),
     h("section", { class: "card", "aria-labelledby": "generate-title" },
       h("h2", { id: "generate-title" }, "Generate codes"),
       generate),
@@ -128,6 +170,39 @@ export function renderCodes(ctx, slot, campaign) {
     stopped = true;
     clearTimeout(timer);
   };
+}
+
+// Upload sessions this browser opened and has not finished, by file: choosing the same file
+// again (after a reload, or the next day: a session lasts a week) resumes it. The URL lets its
+// holder write that one object only.
+const SESSIONS = "codedrop.uploads";
+
+function sessionKey(campaignId, file) {
+  return [campaignId, file.name, file.size, file.lastModified].join("/");
+}
+
+function sessions() {
+  try {
+    return JSON.parse(localStorage.getItem(SESSIONS) ?? "{}");
+  } catch {
+    return {};
+  }
+}
+
+function savedSession(key) {
+  return sessions()[key] ?? null;
+}
+
+function saveSession(key, session) {
+  const all = sessions();
+  all[key] = { upload_url: session.upload_url, object: session.object };
+  localStorage.setItem(SESSIONS, JSON.stringify(all));
+}
+
+function forgetSession(key) {
+  const all = sessions();
+  delete all[key];
+  localStorage.setItem(SESSIONS, JSON.stringify(all));
 }
 
 function rows(listed) {
