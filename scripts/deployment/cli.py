@@ -34,6 +34,8 @@ from scripts.deployment.plan import Step, print_plan, run_plan
 from scripts.deployment.resources import (
     SUBSCRIPTIONS,
     Target,
+    bucket_cors_file,
+    bucket_cors_step,
     dead_letter_publisher_step,
     foundation,
     hosting_steps,
@@ -41,6 +43,7 @@ from scripts.deployment.resources import (
     invoker_steps,
     scheduler_steps,
     subscription_steps,
+    write_bucket_cors,
 )
 from scripts.deployment.sale import MAX_QUOTA_WINDOW, MAX_SIGNUPS_PER_IP_HOUR, prepare_sale_steps
 from scripts.deployment.staging import (
@@ -302,6 +305,7 @@ def build_plan(
     return [
         *foundation(target, indexes=REPO_ROOT / "firestore.indexes.json"),
         *identity_steps(target, specs),
+        bucket_cors_step(target, bucket_cors_file(args.build_dir)),
         *functions,
         *invoker_steps(target, specs),
         *(
@@ -353,16 +357,21 @@ def target_of(args: argparse.Namespace, *, project: str, project_number: str) ->
     )
 
 
-def _function_env(args: argparse.Namespace, project: str) -> dict[str, str]:
+def _browser_origins(args: argparse.Namespace) -> list[str]:
+    """The origins whose pages call the functions and upload to the bucket."""
     cors = [origin.strip() for origin in args.cors_origins.split(",") if origin.strip()]
     if args.project:
-        # The pages Firebase Hosting serves (hosting_steps) call claim_api and admin_api.
+        # The pages Firebase Hosting serves (hosting_steps): the landing page and the console.
         cors += [f"https://{args.project}.web.app", f"https://{args.project}.firebaseapp.com"]
+    return cors
+
+
+def _function_env(args: argparse.Namespace, project: str) -> dict[str, str]:
     return runtime_env(
         project=project,
         imports_bucket=args.imports_bucket,
         events_topic=args.events_topic,
-        cors_origins=cors,
+        cors_origins=_browser_origins(args),
         extra=dict(args.env),
     )
 
@@ -388,6 +397,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         staged = stage(args.build_dir)
         if not args.only:
             stage_pages(args.build_dir)
+            write_bucket_cors(args.build_dir, _browser_origins(args))
         specs = select_functions(entry_points.declared(staged / "main.py"), args.only)
         python = runtime_python(args.build_dir, staged / "requirements.txt")
         check_env = {**env, "GOOGLE_CLOUD_PROJECT": args.project or PREFLIGHT_DEMO_PROJECT}

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -641,3 +641,43 @@ def hosting_steps(
             _firebase("deploy", "--only", "hosting", "--public", str(root), target=target),
         ),
     ]
+
+
+# What the console's browser upload needs of the imports bucket (devkit/emulators/storage_cors.py
+# answers the same locally): PUT of a resumable session's chunks and its status queries, and
+# `Range` readable, or the browser cannot tell where to resume.
+UPLOAD_CORS_METHODS = ("PUT",)
+UPLOAD_CORS_HEADERS = ("Content-Type", "Range", "Location", "X-GUploader-UploadID")
+
+
+def bucket_cors_file(build_dir: Path) -> Path:
+    return build_dir.resolve() / "imports-bucket-cors.json"
+
+
+def write_bucket_cors(build_dir: Path, origins: Sequence[str]) -> Path:
+    """The imports bucket's CORS configuration for the console's origins, as a file for gcloud."""
+    path = bucket_cors_file(build_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rule = {
+        "origin": sorted(set(origins)),
+        "method": list(UPLOAD_CORS_METHODS),
+        "responseHeader": list(UPLOAD_CORS_HEADERS),
+        "maxAgeSeconds": 3600,
+    }
+    path.write_text(json.dumps([rule], indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def bucket_cors_step(target: Target, cors_file: Path) -> Step:
+    """Set (again, on a re-run: the same file changes nothing) the bucket's CORS."""
+    return Step(
+        "imports bucket CORS (the console uploads codes from the browser)",
+        gcloud_command(
+            "storage",
+            "buckets",
+            "update",
+            f"gs://{target.imports_bucket}",
+            f"--cors-file={cors_file}",
+            target=target,
+        ),
+    )

@@ -430,3 +430,17 @@ def test_the_events_consumers_are_deployed_before_the_functions_that_publish(
     deployed = [line.split()[3] for line in plan if line.startswith("gcloud functions deploy ")]
     assert set(deployed[:2]) == {"count-usage", "deliver-webhooks"}
     assert deployed.index("claim-api") > 1
+
+
+def test_the_console_may_upload_to_the_imports_bucket_from_the_hosted_origins(
+    plan: list[str],
+) -> None:
+    """The browser PUTs a resumable session's chunks and reads `Range` to resume."""
+    (update,) = [line for line in plan if line.startswith("gcloud storage buckets update ")]
+    cors_file = Path(_flag_value(shlex.split(update), "--cors-file"))
+    (rule,) = json.loads(cors_file.read_text())
+    assert {f"https://{PROJECT}.web.app", f"https://{PROJECT}.firebaseapp.com"} <= set(
+        rule["origin"]
+    )
+    assert rule["method"] == ["PUT"]
+    assert "Range" in rule["responseHeader"]

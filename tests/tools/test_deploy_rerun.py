@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from scripts.deployment import cli, functions, hosting, plan
+from scripts.deployment import cli, functions, hosting, plan, resources
 from scripts.deployment.plan import run_plan
 
 # A whole plan is some 250 calls of the stand-in, a process each: minutes on a busy machine.
@@ -54,6 +54,7 @@ class Deployer:
         self.waits: list[float] = []
         self.build = root / "build"
         hosting.stage_pages(self.build)
+        resources.write_bucket_cors(self.build, [f"https://{PROJECT}.web.app"])
 
     @property
     def world(self) -> dict[str, Any]:
