@@ -58,7 +58,7 @@ def test_a_shopper_joins_the_pre_queue_sees_entry_place_and_proof_then_gets_a_co
     expect(page.get_by_test_id("waiting")).to_be_visible(timeout=30_000)
     expect(page.get_by_test_id("estimate")).to_be_visible()
     expect(page.get_by_test_id("code")).to_have_text(re.compile(campaign_id), timeout=30_000)
-    expect(page.get_by_test_id("place")).to_have_text("#1", timeout=10_000)
+    expect(page.get_by_test_id("place")).to_have_text("#1", timeout=30_000)
     drawn = requests.get(proof, timeout=30).json()
     assert drawn["state"] == "drawn"
     assert hashlib.sha256(bytes.fromhex(drawn["seed"])).hexdigest() == committed["seed_commitment"]

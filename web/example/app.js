@@ -92,7 +92,7 @@ function describeWait(seconds) {
 let lastStatus = null;
 let lastState = null;
 let client = null; // codedrop.js's client, once the page is configured
-let entryAskedAt = 0;
+let entryAsk = null; // the timer of the next ask for a drawn place
 let expiryTimer = null;
 
 /** "Valid until …" under the code, or "Expired on …" once the page's clock passes it; re-rendered
@@ -178,11 +178,15 @@ function renderFairDrop(state) {
   if (!entry) return;
   setText($("#entry-id"), entry.entryId);
   setText($("#place"), entry.place == null ? "drawn at the start" : `#${numbers.format(entry.place)}`);
-  // After the start, ask for the drawn place (joining again answers it), every few seconds.
+  // After the start, ask for the drawn place (joining again answers it) every 2 s until it
+  // comes: on a timer, since nothing else may render again (the code can come first).
   const started = Date.now() >= Date.parse(campaign.starts_at);
-  if (entry.place == null && started && Date.now() - entryAskedAt > 2000) {
-    entryAskedAt = Date.now();
-    client.join().catch(() => {}); // not drawn yet: the next render asks again
+  if (entry.place == null && started && entryAsk === null) {
+    entryAsk = setTimeout(() => {
+      entryAsk = null;
+      // Answered: the state changes and renders again; not drawn yet: ask once more.
+      client.join().then(() => render(client.state), () => render(client.state));
+    }, 2000);
   }
 }
 
