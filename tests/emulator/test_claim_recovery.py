@@ -78,7 +78,7 @@ def test_two_sweeps_in_a_row_read_each_claim_and_its_marker_once(
     # Two of the first claims' events were counted: their markers exist.
     for n in (0, 1):
         marker = processed_event_ref(db, campaign_id, f"claimed.{campaign_id}.claim-{n}")
-        marker.set({"at": now})
+        marker.set({"type": "coupon.claimed", "applied_at": now})  # as count_usage writes it
 
     reads = []
     reports = []
