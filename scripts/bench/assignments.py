@@ -375,7 +375,6 @@ class Bench(phases.ChildBench[Phase]):
             label=label,
             campaign_id=campaign_id,
             rows=rows,
-            log_level=log.getEffectiveLevel(),
             committers=get_settings().assignment_parallel_commits,
             object_name=blob.name,
             generation=str(blob.generation),
@@ -417,7 +416,6 @@ class Bench(phases.ChildBench[Phase]):
             label="ceiling",
             campaign_id=campaign_id,
             rows=rows,
-            log_level=log.getEffectiveLevel(),
             committers=committers,
             profile=self.profile_dir,
         )

@@ -31,6 +31,7 @@ the benchmark failed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import subprocess
@@ -98,17 +99,10 @@ def child_main(page_size: int) -> dict[str, Any]:
     """In the child: export the campaign's claims and say what it cost."""
     from shared.audit.models import Actor, AuditContext
     from shared.container import instance_services
-    from shared.control.exports import ExportKind, ExportService
+    from shared.control.exports import ExportKind
 
     services = instance_services()
-    exports = ExportService(
-        db=services.db,
-        streams=services.streams_db,
-        storage_client=services.storage,
-        settings=services.settings,
-        clock=utcnow,
-        page_size=page_size,
-    )
+    exports = dataclasses.replace(services.exports, page_size=page_size)
     audit = AuditContext(actor=Actor(uid="bench"), at=utcnow())
     job = exports.request(campaign_id=CAMPAIGN, kind=ExportKind.CLAIMS, audit=audit)
     baseline = rss_bytes()

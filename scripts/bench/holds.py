@@ -201,8 +201,6 @@ class Shopper:
 class Sale:
     def __init__(self, services: Any, cfg: Config, campaign_id: str, holds: bool) -> None:
         from shared.claims.engine import ClaimEngine
-        from shared.claims.service import ClaimService
-        from shared.clock import utcnow
 
         self.services = services
         self.cfg = cfg
@@ -211,18 +209,7 @@ class Sale:
         # One claim service per function instance, each with its own engine and candidate pool;
         # the claim API's path: the engine's commit, then coupon.claimed.
         self.instances = [
-            ClaimService(
-                db=services.db,
-                engine=ClaimEngine(db=services.db, settings=services.settings),
-                bus=services.bus,
-                room=services.room,
-                usage=services.usage,
-                fairness=services.fairness,
-                app_check=services.app_check,
-                clock=utcnow,
-                deadline_seconds=services.settings.claim_deadline_seconds,
-                event_window_seconds=services.settings.claim_event_window_seconds,
-            )
+            services.claim_service(ClaimEngine(db=services.db, settings=services.settings))
             for _ in range(cfg.instances)
         ]
         rng = random.Random(cfg.seed)

@@ -272,7 +272,6 @@ class Bench(phases.ChildBench[Phase]):
             label=label,
             campaign_id=campaign_id,
             rows=rows,
-            log_level=log.getEffectiveLevel(),
             object_name=blob.name,
             generation=str(blob.generation),
             committers=get_settings().import_parallel_commits,
@@ -300,7 +299,6 @@ class Bench(phases.ChildBench[Phase]):
             label=f"ceiling-x{committers}{'-hot' if with_campaign_update else ''}",
             campaign_id=self.new_campaign(f"ceiling{committers}"),
             rows=rows,
-            log_level=log.getEffectiveLevel(),
             committers=committers,
             with_campaign_update=with_campaign_update,
         )
@@ -314,7 +312,6 @@ class Bench(phases.ChildBench[Phase]):
             label="bulkwriter" if ramp else "bulkwriter-noramp",
             campaign_id=self.new_campaign("bulk"),
             rows=docs,
-            log_level=log.getEffectiveLevel(),
             committers=0,
             ramp=ramp,
         )

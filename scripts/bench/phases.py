@@ -52,7 +52,8 @@ class ChildSpec:
     label: str
     campaign_id: str
     rows: int
-    log_level: int
+    # The child logs at the parent's level.
+    log_level: int = field(default_factory=lambda: log.getEffectiveLevel())
     committers: int = 1
     object_name: str = ""  # an uploaded file and its generation
     generation: str = ""

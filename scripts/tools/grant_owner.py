@@ -14,23 +14,19 @@ already). The new claims arrive with the user's next ID token (sign out and in a
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 from google.cloud import firestore
 from pydantic import TypeAdapter, ValidationError
 
+from scripts.tools import command
 from shared.clock import utcnow
 from shared.control.admins import AdminService, Email, bootstrap_owner
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="scripts/grant_owner",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command.parser("grant_owner", __doc__)
     parser.add_argument("email", help="the owner's email (their Google or email sign-in)")
     parser.add_argument(
         "--project",

@@ -11,7 +11,6 @@ an admin_api that does not answer.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -21,15 +20,12 @@ import requests
 
 from devkit import http
 from devkit.emulators.tokens import emulator_id_token
+from scripts.tools import command
 from scripts.tools.upload_codes import DEFAULT_PROJECT, TOKEN_ENV, local_url
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="scripts/reconcile",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command.parser("reconcile", __doc__)
     parser.add_argument("campaign_id", metavar="CAMPAIGN_ID")
     parser.add_argument("--dry-run", action="store_true", help="report differences only")
     parser.add_argument(

@@ -13,7 +13,6 @@ else 127.0.0.1 on $CODEDROP_AUTH_PORT (9099). Exit status 1 when no Auth emulato
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -21,6 +20,7 @@ from devkit import http
 from devkit.emulators.auth import AuthEmulatorClient, AuthEmulatorError
 from scripts.localstack.config import DEFAULT_PROJECT, HOST, env_int
 from scripts.localstack.users import DEMO_USERS
+from scripts.tools import command
 
 
 def _auth_host() -> str:
@@ -30,11 +30,7 @@ def _auth_host() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="scripts/token",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command.parser("token", __doc__)
     parser.add_argument("role", choices=sorted(DEMO_USERS))
     parser.add_argument(
         "--anonymous", action="store_true", help="shopper only: a new anonymous user"

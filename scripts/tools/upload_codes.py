@@ -33,6 +33,7 @@ from typing import Any, TextIO
 
 from devkit import http
 from devkit.emulators.tokens import emulator_id_token
+from scripts.tools import command
 from shared.intake.service import IMPORT_PATH, StoredObject, import_job_id
 from shared.types import CAMPAIGN_ID_RULE
 
@@ -84,11 +85,7 @@ def local_url(env: str, default: int) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="scripts/upload_codes",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command.parser("upload_codes", __doc__)
     parser.add_argument("campaign_id", metavar="CAMPAIGN_ID")
     parser.add_argument("file", metavar="FILE.csv", type=Path)
     parser.add_argument(

@@ -94,6 +94,21 @@ class AuditContext(BaseModel):
         )
 
 
+def entry_for(
+    audit: AuditContext | None,
+    action: AuditAction,
+    *,
+    campaign_id: str | None,
+    target: str,
+    before: dict[str, Any] | None = None,
+    after: dict[str, Any] | None = None,
+) -> AuditEntry | None:
+    """The entry `audit` makes of `action`; none where no one acts (a job of the system's own)."""
+    if audit is None:
+        return None
+    return audit.entry(action, campaign_id=campaign_id, target=target, before=before, after=after)
+
+
 class AuditQuery(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     campaign_id: CampaignId | None = None

@@ -31,7 +31,7 @@ from google.cloud import firestore
 from google.cloud.storage import Client as StorageClient
 
 from shared.audit import store as audit_store
-from shared.audit.models import AuditAction, AuditContext
+from shared.audit.models import AuditAction, AuditContext, entry_for
 from shared.campaigns import store as campaign_store
 from shared.codes import CodeFormat, legacy_format
 from shared.errors import CampaignNotFound, shown
@@ -331,14 +331,13 @@ class IntakeService:
             created_at=now,
             updated_at=now,
         )
-        entry = None
-        if audit is not None:
-            entry = audit.entry(
-                AuditAction.GENERATE,
-                campaign_id=campaign_id,
-                target=job_id,
-                after=spec.model_dump(mode="json"),
-            )
+        entry = entry_for(
+            audit,
+            AuditAction.GENERATE,
+            campaign_id=campaign_id,
+            target=job_id,
+            after=spec.model_dump(mode="json"),
+        )
         job_store.create_job(self.db, job=job, audit=entry)
         storage_objects.write_json_if_absent(
             self.storage_client,

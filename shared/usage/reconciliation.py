@@ -21,7 +21,7 @@ from typing import Any
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
-from shared.audit.models import AuditAction, AuditContext
+from shared.audit.models import AuditAction, AuditContext, entry_for
 from shared.coupons.store import CouponState
 from shared.gcp.firestore import (
     claims_collection,
@@ -80,16 +80,15 @@ def reconcile(
     if hour_fixes:
         corrections["claimed_by_hour"] = {k: firestore.Increment(v) for k, v in hour_fixes.items()}
     if repair and corrections:
-        entry = None
-        if audit is not None:
-            differ = {n: c for n, c in checks.items() if c.difference}
-            entry = audit.entry(
-                AuditAction.RECONCILE,
-                campaign_id=campaign_id,
-                target=campaign_id,
-                before={n: c.counters for n, c in differ.items()} | {"hours": len(hour_fixes)},
-                after={n: c.counted for n, c in differ.items()},
-            )
+        differ = {n: c for n, c in checks.items() if c.difference}
+        entry = entry_for(
+            audit,
+            AuditAction.RECONCILE,
+            campaign_id=campaign_id,
+            target=campaign_id,
+            before={n: c.counters for n, c in differ.items()} | {"hours": len(hour_fixes)},
+            after={n: c.counted for n, c in differ.items()},
+        )
         counters.add_correction(campaign_id, corrections, audit=entry)
     return ReconciliationReport(
         campaign_id=campaign_id,

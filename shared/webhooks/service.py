@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 
 from google.cloud import firestore
 
-from shared.audit.models import AuditAction, AuditContext
+from shared.audit.models import AuditAction, AuditContext, entry_for
 from shared.campaigns import store as campaign_store
 from shared.errors import (
     DeliveryNotFound,
@@ -108,14 +108,13 @@ class WebhookService:
             max_in_flight=data.max_in_flight,
             created_at=self._clock(),
         )
-        entry = None
-        if audit is not None:
-            entry = audit.entry(
-                AuditAction.WEBHOOK_CREATE,
-                campaign_id=campaign_id,
-                target=webhook_id,
-                after={"url": url, "events": list(data.events)},
-            )
+        entry = entry_for(
+            audit,
+            AuditAction.WEBHOOK_CREATE,
+            campaign_id=campaign_id,
+            target=webhook_id,
+            after={"url": url, "events": list(data.events)},
+        )
         if not store.create_webhook(
             self._db, record=record, limit=MAX_WEBHOOKS_PER_CAMPAIGN, audit=entry
         ):
@@ -144,14 +143,13 @@ class WebhookService:
         self, *, campaign_id: str, webhook_id: str, audit: AuditContext | None = None
     ) -> None:
         record = self._owned(campaign_id, webhook_id)
-        entry = None
-        if audit is not None:
-            entry = audit.entry(
-                AuditAction.WEBHOOK_DELETE,
-                campaign_id=campaign_id,
-                target=webhook_id,
-                before={"url": record.url, "events": list(record.events)},
-            )
+        entry = entry_for(
+            audit,
+            AuditAction.WEBHOOK_DELETE,
+            campaign_id=campaign_id,
+            target=webhook_id,
+            before={"url": record.url, "events": list(record.events)},
+        )
         store.delete_webhook(self._db, webhook_id=webhook_id, campaign_id=campaign_id, audit=entry)
         log.info("webhook deleted", extra={"webhook_id": webhook_id, "campaign_id": campaign_id})
 
