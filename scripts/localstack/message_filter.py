@@ -15,12 +15,12 @@ worst, and deliveries are idempotent on the event id).
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Mapping
 
 from google.api_core import exceptions as gexc
 from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
 
+from devkit.standins.looping import LoopingStandIn
 from shared.webhooks import routes
 
 log = logging.getLogger("local_stack")
@@ -36,29 +36,25 @@ def passes(attributes: Mapping[str, str]) -> bool:
     return all(attributes.get(k) == v for k, v in routes.MARKED.items())
 
 
-class MessageFilter:
+class MessageFilter(LoopingStandIn):
+    """A batch that fails is logged and offered again."""
+
     name = "deliver_webhooks filter"
+    thread_name = "message-filter"
+    stop_timeout = PULL_TIMEOUT + 1
 
     def __init__(self, *, subscription: str, topic: str) -> None:
+        super().__init__()
         self._subscription = subscription
         self._topic = topic
         self._subscriber = SubscriberClient()
         self._publisher = PublisherClient()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="message-filter", daemon=True)
 
     def __str__(self) -> str:
         return f"{self._subscription} -> {self._topic} where {routes.FILTER}"
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def failure(self) -> str | None:
-        return None  # a batch that fails is offered again; logged
-
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=PULL_TIMEOUT + 1)
+        super().stop()
         self._subscriber.close()
 
     def _run(self) -> None:

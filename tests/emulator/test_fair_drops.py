@@ -81,6 +81,15 @@ class Drop:
     def join(self, user: str) -> Any:
         return self.browser(user).post(f"{self.url}/entries", headers=auth(user), json={})
 
+    def drawn_with(self, users: list[str]) -> list[Any]:
+        """The pre-queue opens, `users` join it, the start passes and the draw is made; their
+        answers to joining."""
+        self.open()
+        joined = [self.join(user) for user in users]
+        self.start()
+        self.drawn()
+        return joined
+
     def claim(self, user: str, ticket: str | None = None) -> Any:
         headers = auth(user)
         if ticket:
@@ -191,12 +200,8 @@ def test_the_list_is_frozen_at_the_start_and_latecomers_queue_behind(
     # One place every 5 s: the room passes the (absent) entrants' places at its rate from the
     # draw on, so the latecomer asking a few seconds after it still has most of them ahead.
     drop = make_drop(rate=0.2)
-    drop.open()
-    entrants = [f"early-{i}" for i in range(4)]
-    for user in entrants:
-        assert drop.join(user).status_code == 201
-    drop.start()
-    drop.drawn()
+    joined = drop.drawn_with([f"early-{i}" for i in range(4)])
+    assert [j.status_code for j in joined] == [201] * 4
 
     late = drop.join("latecomer")
     listed = drop.fetch()("/fairness/entries")["entries"]
@@ -213,11 +218,9 @@ def test_recomputed_places_equal_the_admissions_and_each_shopper_sees_their_plac
     make_drop: Callable[..., Drop],
 ) -> None:
     drop = make_drop(codes=20, rate=5)
-    drop.open()
     entrants = [f"fan-{i}" for i in range(8)]
-    entry_ids = {user: drop.join(user).get_json()["entry_id"] for user in entrants}
-    drop.start()
-    drop.drawn()
+    joined = drop.drawn_with(entrants)
+    entry_ids = {user: j.get_json()["entry_id"] for user, j in zip(entrants, joined, strict=True)}
     places = {e["entry_id"]: e["place"] for e in drop.fetch()("/fairness/entries")["entries"]}
 
     served: dict[str, list[dict[str, Any]]] = {}
@@ -242,11 +245,7 @@ def test_recomputed_places_equal_the_admissions_and_each_shopper_sees_their_plac
 
 def test_a_ticket_replayed_by_another_account_is_refused(make_drop: Callable[..., Drop]) -> None:
     drop = make_drop(rate=0.5)
-    drop.open()
-    for user in ("first", "holder"):
-        drop.join(user)
-    drop.start()
-    drop.drawn()
+    drop.drawn_with(["first", "holder"])
     response = drop.claim("holder")
     # Whether it waits or is let in, the answer carries the holder's ticket (as a cookie).
     cookie = response.headers["Set-Cookie"].split(";")[0]
@@ -260,11 +259,7 @@ def test_a_ticket_replayed_by_another_account_is_refused(make_drop: Callable[...
 
 def test_a_forged_place_is_refused(make_drop: Callable[..., Drop]) -> None:
     drop = make_drop(rate=0.5)
-    drop.open()
-    for user in ("ahead", "forger"):
-        drop.join(user)
-    drop.start()
-    drop.drawn()
+    drop.drawn_with(["ahead", "forger"])
     real = instance_services().room.signer
     honest = real.issue(Ticket(drop.campaign_id, "forger", first_attempt=time.time() - 3600))
     signature = honest.rpartition(".")[2]
@@ -289,12 +284,8 @@ def test_the_transparency_report_after_the_drop(
     make_drop: Callable[..., Drop], pump_events: Pump
 ) -> None:
     drop = make_drop(codes=2, rate=50)
-    drop.open()
     fans = ["one", "two", "three"]
-    for user in fans:
-        drop.join(user)
-    drop.start()
-    drop.drawn()
+    drop.drawn_with(fans)
     assert drop.client.get(f"{drop.url}/transparency").status_code == 409  # not over yet
 
     answers = [drop.claim_until_served(user)[0].status_code for user in fans]
