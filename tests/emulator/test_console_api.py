@@ -47,6 +47,15 @@ def campaign_id(db: firestore.Client, cleanup: list[Callable[[], object]]) -> st
     return new
 
 
+def _create(client: FlaskClient, campaign_id: str) -> Any:
+    """Alice creates the campaign "Drop", open from a minute ago for an hour."""
+    return client.post(
+        "/v1/campaigns",
+        json={"campaign_id": campaign_id, "title": "Drop", **_window()},
+        headers=ALICE,
+    )
+
+
 def _audit(client: FlaskClient, campaign_id: str) -> list[dict[str, Any]]:
     answer = client.get(f"/v1/audit?campaign_id={campaign_id}", headers=ALICE)
     assert answer.status_code == 200, answer.get_json()
@@ -57,11 +66,7 @@ def _audit(client: FlaskClient, campaign_id: str) -> list[dict[str, Any]]:
 def test_each_admin_change_is_in_the_audit_log_newest_first_with_who_and_before_after(
     admin_client: FlaskClient, campaign_id: str
 ) -> None:
-    created = admin_client.post(
-        "/v1/campaigns",
-        json={"campaign_id": campaign_id, "title": "Drop", **_window()},
-        headers=ALICE,
-    )
+    created = _create(admin_client, campaign_id)
     paused = admin_client.patch(f"/v1/campaigns/{campaign_id}", json={"paused": True}, headers=BOB)
     resumed = admin_client.patch(
         f"/v1/campaigns/{campaign_id}", json={"paused": False}, headers=ALICE
@@ -90,11 +95,7 @@ def test_each_admin_change_is_in_the_audit_log_newest_first_with_who_and_before_
 def test_a_refused_change_leaves_no_audit_entry(
     admin_client: FlaskClient, campaign_id: str
 ) -> None:
-    admin_client.post(
-        "/v1/campaigns",
-        json={"campaign_id": campaign_id, "title": "Drop", **_window()},
-        headers=ALICE,
-    )
+    _create(admin_client, campaign_id)
     backwards = (utcnow() - timedelta(days=1)).isoformat()
 
     refused = admin_client.patch(
@@ -108,11 +109,7 @@ def test_a_refused_change_leaves_no_audit_entry(
 def test_an_edit_made_from_an_old_version_is_refused_with_what_changed(
     admin_client: FlaskClient, campaign_id: str
 ) -> None:
-    loaded = admin_client.post(
-        "/v1/campaigns",
-        json={"campaign_id": campaign_id, "title": "Drop", **_window()},
-        headers=ALICE,
-    ).get_json()
+    loaded = _create(admin_client, campaign_id).get_json()
     version = loaded["version"]
     bobs = admin_client.patch(
         f"/v1/campaigns/{campaign_id}",
@@ -163,11 +160,7 @@ def test_a_malformed_if_match_is_a_validation_error(
 def test_end_now_stops_claims_and_archive_hides_the_campaign(
     admin_client: FlaskClient, claim_client: FlaskClient, campaign_id: str
 ) -> None:
-    admin_client.post(
-        "/v1/campaigns",
-        json={"campaign_id": campaign_id, "title": "Drop", **_window()},
-        headers=ALICE,
-    )
+    _create(admin_client, campaign_id)
     too_early = admin_client.post(f"/v1/campaigns/{campaign_id}:archive", headers=ALICE)
 
     ended = admin_client.post(f"/v1/campaigns/{campaign_id}:end", headers=BOB)
@@ -198,11 +191,7 @@ def test_end_now_stops_claims_and_archive_hides_the_campaign(
 def test_generation_and_webhooks_are_audited(
     admin_client: FlaskClient, campaign_id: str, db: firestore.Client
 ) -> None:
-    admin_client.post(
-        "/v1/campaigns",
-        json={"campaign_id": campaign_id, "title": "Drop", **_window()},
-        headers=ALICE,
-    )
+    _create(admin_client, campaign_id)
 
     job = admin_client.post(
         f"/v1/campaigns/{campaign_id}/codes:generate", json={"count": 5}, headers=ALICE

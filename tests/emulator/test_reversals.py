@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -45,56 +46,82 @@ def forget_order(db: firestore.Client, cleanup: list[Callable[[], object]]) -> C
     return forget
 
 
-def reverse(client: FlaskClient, campaign_id: str, order_id: str, headers: Any = None) -> Any:
-    return client.post(
-        f"/v1/campaigns/{campaign_id}/redemptions/{order_id}:reverse",
-        headers=REDEEMER if headers is None else headers,
-    )
+@dataclass
+class Shop:
+    """A test's sale through the claim and admin APIs, read back the ways a shopper, an admin,
+    count_usage and the audit see it."""
+
+    claims: FlaskClient  # claim_api
+    admin: FlaskClient  # admin_api
+    campaign: MakeCampaign
+    db: firestore.Client
+    events: Pump
+    # An order id whose redemption record is deleted after the test.
+    order: Callable[[str], str]
+
+    def claim(self, campaign_id: str, user: str) -> dict[str, Any]:
+        return claim(self.claims, campaign_id, user)
+
+    def redeem(self, campaign_id: str, code: str, order_id: str) -> Any:
+        return redeem(self.admin, campaign_id, code, order_id)
+
+    def status(self, campaign_id: str, code: str) -> Any:
+        return status(self.admin, campaign_id, code)
+
+    def reverse(self, campaign_id: str, order_id: str, headers: Any = REDEEMER) -> Any:
+        return self.admin.post(
+            f"/v1/campaigns/{campaign_id}/redemptions/{order_id}:reverse", headers=headers
+        )
+
+    def void(self, campaign_id: str, code: str, headers: Any = ADMIN) -> Any:
+        return self.admin.post(f"/v1/campaigns/{campaign_id}/codes/{code}:void", headers=headers)
+
+    def stats(self, campaign_id: str) -> dict[str, Any]:
+        stats: dict[str, Any] = self.admin.get(
+            f"/v1/campaigns/{campaign_id}", headers=ADMIN
+        ).get_json()["stats"]
+        return stats
+
+    def mine(self, campaign_id: str, user: str) -> list[dict[str, Any]]:
+        response = self.claims.get(f"/v1/campaigns/{campaign_id}/claims/me", headers=auth(user))
+        claims: list[dict[str, Any]] = response.get_json()["claims"]
+        return claims
+
+    def clean(self, campaign_id: str) -> AuditReport:
+        report = audit_campaign(self.db, campaign_id=campaign_id)
+        assert report.ok, report.violations
+        return report
 
 
-def stats(client: FlaskClient, campaign_id: str) -> dict[str, Any]:
-    stats: dict[str, Any] = client.get(f"/v1/campaigns/{campaign_id}", headers=ADMIN).get_json()[
-        "stats"
-    ]
-    return stats
-
-
-def mine(client: FlaskClient, campaign_id: str, user: str) -> list[dict[str, Any]]:
-    response = client.get(f"/v1/campaigns/{campaign_id}/claims/me", headers=auth(user))
-    claims: list[dict[str, Any]] = response.get_json()["claims"]
-    return claims
-
-
-def clean(db: firestore.Client, campaign_id: str) -> AuditReport:
-    report = audit_campaign(db, campaign_id=campaign_id)
-    assert report.ok, report.violations
-    return report
-
-
-# --- the three policies through POST …/redemptions/{order_id}:reverse ---------------------------
-def test_return_to_pool_frees_the_code_for_the_next_shopper(
+@pytest.fixture
+def shop(
     claim_client: FlaskClient,
     admin_client: FlaskClient,
     make_campaign: MakeCampaign,
     db: firestore.Client,
     pump_events: Pump,
     forget_order: Callable[[str], str],
-) -> None:
-    campaign_id = make_campaign(codes=["POOL-1"], on_cancel="return_to_pool", hold_seconds=600)
-    order = forget_order("pool-order-1")
-    code = claim(claim_client, campaign_id, "ana")["code"]
-    assert redeem(admin_client, campaign_id, code, order).status_code == 201
+) -> Shop:
+    return Shop(claim_client, admin_client, make_campaign, db, pump_events, forget_order)
+
+
+# --- the three policies through POST …/redemptions/{order_id}:reverse ---------------------------
+def test_return_to_pool_frees_the_code_for_the_next_shopper(shop: Shop) -> None:
+    campaign_id = shop.campaign(codes=["POOL-1"], on_cancel="return_to_pool", hold_seconds=600)
+    order = shop.order("pool-order-1")
+    code = shop.claim(campaign_id, "ana")["code"]
+    assert shop.redeem(campaign_id, code, order).status_code == 201
     assert (
-        claim_client.post(f"/v1/campaigns/{campaign_id}/claims", headers=auth("ben")).status_code
+        shop.claims.post(f"/v1/campaigns/{campaign_id}/claims", headers=auth("ben")).status_code
         == 410
     )
 
-    first = reverse(admin_client, campaign_id, order)
-    again = reverse(admin_client, campaign_id, order, headers=ADMIN)
-    next_shopper = claim(claim_client, campaign_id, "ben")
-    anas = mine(claim_client, campaign_id, "ana")
-    retry = claim_client.post(f"/v1/campaigns/{campaign_id}/claims", headers=auth("ana"))
-    events = pump_events()
+    first = shop.reverse(campaign_id, order)
+    again = shop.reverse(campaign_id, order, headers=ADMIN)
+    next_shopper = shop.claim(campaign_id, "ben")
+    anas = shop.mine(campaign_id, "ana")
+    retry = shop.claims.post(f"/v1/campaigns/{campaign_id}/claims", headers=auth("ana"))
+    events = shop.events()
 
     assert first.status_code == 200
     (reversal,) = first.get_json()["reversals"]
@@ -113,7 +140,7 @@ def test_return_to_pool_frees_the_code_for_the_next_shopper(
     assert [(e["order_id"], e["user_id"], e["on_cancel"]) for e in reversed_events] == [
         (order, "ana", "return_to_pool")
     ]
-    counted = stats(admin_client, campaign_id)
+    counted = shop.stats(campaign_id)
     assert {k: counted[k] for k in ("claimed", "redeemed", "reversed", "held", "remaining")} == {
         "claimed": 2,
         "redeemed": 1,
@@ -121,28 +148,21 @@ def test_return_to_pool_frees_the_code_for_the_next_shopper(
         "held": 1,
         "remaining": 0,
     }
-    report = clean(db, campaign_id)
+    report = shop.clean(campaign_id)
     assert (report.reversed, report.slots_let_go, report.held) == (1, 1, 1)
 
 
-def test_return_to_shopper_lets_the_code_be_redeemed_again(
-    claim_client: FlaskClient,
-    admin_client: FlaskClient,
-    make_campaign: MakeCampaign,
-    db: firestore.Client,
-    pump_events: Pump,
-    forget_order: Callable[[str], str],
-) -> None:
-    campaign_id = make_campaign(codes=2, on_cancel="return_to_shopper", hold_seconds=600)
-    first_order, second_order = forget_order("shop-order-1"), forget_order("shop-order-2")
-    code = claim(claim_client, campaign_id, "cleo")["code"]
-    redeem(admin_client, campaign_id, code, first_order)
+def test_return_to_shopper_lets_the_code_be_redeemed_again(shop: Shop) -> None:
+    campaign_id = shop.campaign(codes=2, on_cancel="return_to_shopper", hold_seconds=600)
+    first_order, second_order = shop.order("shop-order-1"), shop.order("shop-order-2")
+    code = shop.claim(campaign_id, "cleo")["code"]
+    shop.redeem(campaign_id, code, first_order)
 
-    reversed_ = reverse(admin_client, campaign_id, first_order)
-    back = status(admin_client, campaign_id, code).get_json()
-    cleos = mine(claim_client, campaign_id, "cleo")
-    again = redeem(admin_client, campaign_id, code, second_order)
-    events = pump_events()
+    reversed_ = shop.reverse(campaign_id, first_order)
+    back = shop.status(campaign_id, code).get_json()
+    cleos = shop.mine(campaign_id, "cleo")
+    again = shop.redeem(campaign_id, code, second_order)
+    events = shop.events()
 
     assert reversed_.get_json()["reversals"][0]["on_cancel"] == "return_to_shopper"
     assert (back["state"], back["user_id"], back["order_id"], back["redeemed_at"]) == (
@@ -159,60 +179,48 @@ def test_return_to_shopper_lets_the_code_be_redeemed_again(
         (second_order, False),
     ]
     assert len({e["event_id"] for e in redeemed}) == 2
-    counted = stats(admin_client, campaign_id)
+    counted = shop.stats(campaign_id)
     assert (counted["redeemed"], counted["reversed"], counted["held"]) == (2, 1, 0)
     assert counted["remaining"] == 1
-    report = clean(db, campaign_id)
+    report = shop.clean(campaign_id)
     assert (report.redeemed, report.reversed) == (1, 1)
 
 
-def test_keep_used_is_the_default_and_the_code_stays_used(
-    claim_client: FlaskClient,
-    admin_client: FlaskClient,
-    make_campaign: MakeCampaign,
-    db: firestore.Client,
-    pump_events: Pump,
-    forget_order: Callable[[str], str],
-) -> None:
-    campaign_id = make_campaign(codes=1)
-    order = forget_order("kept-order-1")
-    code = claim(claim_client, campaign_id, "dan")["code"]
-    redeem(admin_client, campaign_id, code, order)
+def test_keep_used_is_the_default_and_the_code_stays_used(shop: Shop) -> None:
+    campaign_id = shop.campaign(codes=1)
+    order = shop.order("kept-order-1")
+    code = shop.claim(campaign_id, "dan")["code"]
+    shop.redeem(campaign_id, code, order)
 
-    reversed_ = reverse(admin_client, campaign_id, order)
-    again = redeem(admin_client, campaign_id, code, forget_order("kept-order-2"))
-    pump_events()
+    reversed_ = shop.reverse(campaign_id, order)
+    again = shop.redeem(campaign_id, code, shop.order("kept-order-2"))
+    shop.events()
 
     assert reversed_.get_json()["reversals"][0]["on_cancel"] == "keep_used"
-    assert status(admin_client, campaign_id, code).get_json()["state"] == "reversed"
-    assert mine(claim_client, campaign_id, "dan")[0]["state"] == "reversed"
+    assert shop.status(campaign_id, code).get_json()["state"] == "reversed"
+    assert shop.mine(campaign_id, "dan")[0]["state"] == "reversed"
     assert again.status_code == 409
     assert again.get_json()["error_code"] == "CODE_ALREADY_REDEEMED"
-    counted = stats(admin_client, campaign_id)
+    counted = shop.stats(campaign_id)
     assert (counted["reversed"], counted["remaining"]) == (1, 0)
-    report_body = admin_client.get(f"/v1/campaigns/{campaign_id}/report", headers=ADMIN)
+    report_body = shop.admin.get(f"/v1/campaigns/{campaign_id}/report", headers=ADMIN)
     report = report_body.get_json()
     assert report["reversed"] == 1
     assert sum(p["reversed"] for p in report["series"]) == 1
-    assert clean(db, campaign_id).reversed == 1
+    assert shop.clean(campaign_id).reversed == 1
 
 
-def test_reversing_an_unknown_order_or_without_the_claim_is_refused(
-    claim_client: FlaskClient,
-    admin_client: FlaskClient,
-    make_campaign: MakeCampaign,
-    forget_order: Callable[[str], str],
-) -> None:
-    campaign_id = make_campaign(codes=1)
-    other = make_campaign(codes=1)
-    order = forget_order("refused-order-1")
-    redeem(admin_client, campaign_id, claim(claim_client, campaign_id, "eve")["code"], order)
+def test_reversing_an_unknown_order_or_without_the_claim_is_refused(shop: Shop) -> None:
+    campaign_id = shop.campaign(codes=1)
+    other = shop.campaign(codes=1)
+    order = shop.order("refused-order-1")
+    shop.redeem(campaign_id, shop.claim(campaign_id, "eve")["code"], order)
 
-    unknown = reverse(admin_client, campaign_id, "never-seen")
-    elsewhere = reverse(admin_client, other, order)
-    no_campaign = reverse(admin_client, "t-no-such-campaign", order)
-    shopper = reverse(admin_client, campaign_id, order, headers=auth("eve"))
-    anonymous = admin_client.post(f"/v1/campaigns/{campaign_id}/redemptions/{order}:reverse")
+    unknown = shop.reverse(campaign_id, "never-seen")
+    elsewhere = shop.reverse(other, order)
+    no_campaign = shop.reverse("t-no-such-campaign", order)
+    shopper = shop.reverse(campaign_id, order, headers=auth("eve"))
+    anonymous = shop.admin.post(f"/v1/campaigns/{campaign_id}/redemptions/{order}:reverse")
 
     assert [unknown.status_code, elsewhere.status_code, no_campaign.status_code] == [404] * 3
     assert unknown.get_json()["error_code"] == "REDEMPTION_NOT_FOUND"
@@ -227,41 +235,34 @@ def shopify(body: dict[str, Any], topic: str) -> tuple[bytes, dict[str, str]]:
     return raw, {**headers, TOPIC_HEADER: topic}
 
 
-def test_shopify_cancellation_and_refund_reverse_once_however_often_delivered(
-    claim_client: FlaskClient,
-    admin_client: FlaskClient,
-    make_campaign: MakeCampaign,
-    db: firestore.Client,
-    pump_events: Pump,
-    forget_order: Callable[[str], str],
-) -> None:
+def test_shopify_cancellation_and_refund_reverse_once_however_often_delivered(shop: Shop) -> None:
     cancelled_code = CANCELLED["discount_codes"][0]["code"]
-    campaign_id = make_campaign(codes=[cancelled_code, "BF26-REFUND-1"], on_cancel="return_to_pool")
-    claim(claim_client, campaign_id, "fay")
-    claim(claim_client, campaign_id, "gus")
-    cancelled_order = forget_order(str(CANCELLED["id"]))
-    refunded_order = forget_order(str(REFUND["order_id"]))
+    campaign_id = shop.campaign(codes=[cancelled_code, "BF26-REFUND-1"], on_cancel="return_to_pool")
+    shop.claim(campaign_id, "fay")
+    shop.claim(campaign_id, "gus")
+    cancelled_order = shop.order(str(CANCELLED["id"]))
+    refunded_order = shop.order(str(REFUND["order_id"]))
     created_body, created_headers = shopify(
         order_with([cancelled_code], order_id=CANCELLED["id"]), "orders/create"
     )
-    assert admin_client.post(ORDERS, data=created_body, headers=created_headers).status_code == 200
-    redeem(admin_client, campaign_id, "BF26-REFUND-1", refunded_order)
+    assert shop.admin.post(ORDERS, data=created_body, headers=created_headers).status_code == 200
+    shop.redeem(campaign_id, "BF26-REFUND-1", refunded_order)
     cancel_body, cancel_headers = shopify(CANCELLED, "orders/cancelled")
     refund_body, refund_headers = shopify(REFUND, "refunds/create")
 
-    cancelled = admin_client.post(ORDERS, data=cancel_body, headers=cancel_headers)
-    refunded = admin_client.post(REFUNDS, data=refund_body, headers=refund_headers)
+    cancelled = shop.admin.post(ORDERS, data=cancel_body, headers=cancel_headers)
+    refunded = shop.admin.post(REFUNDS, data=refund_body, headers=refund_headers)
     redelivered = [
-        admin_client.post(ORDERS, data=cancel_body, headers=cancel_headers),
-        admin_client.post(REFUNDS, data=refund_body, headers=refund_headers),
+        shop.admin.post(ORDERS, data=cancel_body, headers=cancel_headers),
+        shop.admin.post(REFUNDS, data=refund_body, headers=refund_headers),
     ]
-    unsigned = admin_client.post(
+    unsigned = shop.admin.post(
         REFUNDS, data=refund_body, headers={**refund_headers, SIGNATURE_HEADER: "AAAA"}
     )
-    other_topic = admin_client.post(
+    other_topic = shop.admin.post(
         REFUNDS, data=refund_body, headers={**refund_headers, TOPIC_HEADER: "orders/paid"}
     )
-    events = pump_events()
+    events = shop.events()
 
     assert cancelled.status_code == 200
     assert cancelled.get_json() == {
@@ -282,49 +283,36 @@ def test_shopify_cancellation_and_refund_reverse_once_however_often_delivered(
     assert sorted(e["order_id"] for e in events if e["type"] == "coupon.reversed") == sorted(
         [cancelled_order, refunded_order]
     )
-    counted = stats(admin_client, campaign_id)
+    counted = shop.stats(campaign_id)
     assert (counted["reversed"], counted["remaining"]) == (2, 2)
-    assert clean(db, campaign_id).reversed == 2
+    assert shop.clean(campaign_id).reversed == 2
 
 
-def test_a_cancellation_of_an_order_that_redeemed_nothing_here_changes_nothing(
-    admin_client: FlaskClient, forget_order: Callable[[str], str]
-) -> None:
-    forget_order(str(CANCELLED["id"] + 1))
+def test_a_cancellation_of_an_order_that_redeemed_nothing_here_changes_nothing(shop: Shop) -> None:
+    shop.order(str(CANCELLED["id"] + 1))
     body, headers = shopify(dict(CANCELLED, id=CANCELLED["id"] + 1), "orders/cancelled")
-    response = admin_client.post(ORDERS, data=body, headers=headers)
+    response = shop.admin.post(ORDERS, data=body, headers=headers)
     assert response.status_code == 200
     assert response.get_json()["results"] == []
 
 
 # --- void -----------------------------------------------------------------------------------------
-def void(client: FlaskClient, campaign_id: str, code: str, headers: Any = ADMIN) -> Any:
-    return client.post(f"/v1/campaigns/{campaign_id}/codes/{code}:void", headers=headers)
-
-
-def test_a_voided_code_is_never_claimed_nor_redeemed_and_counts_follow(
-    claim_client: FlaskClient,
-    admin_client: FlaskClient,
-    make_campaign: MakeCampaign,
-    db: firestore.Client,
-    pump_events: Pump,
-    forget_order: Callable[[str], str],
-) -> None:
-    campaign_id = make_campaign(codes=["VOID-FREE", "VOID-HELD", "VOID-USED"], hold_seconds=600)
-    held = claim(claim_client, campaign_id, "hal")["code"]
-    used = claim(claim_client, campaign_id, "ivy")["code"]
+def test_a_voided_code_is_never_claimed_nor_redeemed_and_counts_follow(shop: Shop) -> None:
+    campaign_id = shop.campaign(codes=["VOID-FREE", "VOID-HELD", "VOID-USED"], hold_seconds=600)
+    held = shop.claim(campaign_id, "hal")["code"]
+    used = shop.claim(campaign_id, "ivy")["code"]
     free = ({"VOID-FREE", "VOID-HELD", "VOID-USED"} - {held, used}).pop()
-    redeem(admin_client, campaign_id, used, forget_order("void-order-1"))
+    shop.redeem(campaign_id, used, shop.order("void-order-1"))
 
-    voided_free = void(admin_client, campaign_id, free)
-    voided_held = void(admin_client, campaign_id, held)
-    again = void(admin_client, campaign_id, free)
-    refused = void(admin_client, campaign_id, used)
-    unknown = void(admin_client, campaign_id, "VOID-NOPE")
-    by_redeemer = void(admin_client, campaign_id, free, headers=REDEEMER)
-    late_claim = claim_client.post(f"/v1/campaigns/{campaign_id}/claims", headers=auth("jo"))
-    late_redeem = redeem(admin_client, campaign_id, held, forget_order("void-order-2"))
-    events = pump_events()
+    voided_free = shop.void(campaign_id, free)
+    voided_held = shop.void(campaign_id, held)
+    again = shop.void(campaign_id, free)
+    refused = shop.void(campaign_id, used)
+    unknown = shop.void(campaign_id, "VOID-NOPE")
+    by_redeemer = shop.void(campaign_id, free, headers=REDEEMER)
+    late_claim = shop.claims.post(f"/v1/campaigns/{campaign_id}/claims", headers=auth("jo"))
+    late_redeem = shop.redeem(campaign_id, held, shop.order("void-order-2"))
+    events = shop.events()
 
     assert voided_free.status_code == 200
     assert (voided_free.get_json()["state"], voided_free.get_json()["user_id"]) == (
@@ -343,60 +331,54 @@ def test_a_voided_code_is_never_claimed_nor_redeemed_and_counts_follow(
     assert (unknown.status_code, by_redeemer.status_code) == (404, 403)
     assert late_claim.status_code == 410
     assert (late_redeem.status_code, late_redeem.get_json()["error_code"]) == (409, "CODE_VOIDED")
-    assert mine(claim_client, campaign_id, "hal")[0]["state"] == "voided"
+    assert shop.mine(campaign_id, "hal")[0]["state"] == "voided"
     voided_events = [e for e in events if e["type"] == "coupon.voided"]
     assert sorted(e["voided_from"] for e in voided_events) == ["available", "held"]
-    counted = stats(admin_client, campaign_id)
+    counted = shop.stats(campaign_id)
     assert {k: counted[k] for k in ("voided", "held", "remaining", "redeemed")} == {
         "voided": 2,
         "held": 0,
         "remaining": 0,
         "redeemed": 1,
     }
-    assert clean(db, campaign_id).voided == 2
+    assert shop.clean(campaign_id).voided == 2
 
 
 # --- expiry ---------------------------------------------------------------------------------------
-def test_claims_answer_valid_until_and_an_expired_code_is_not_redeemed(
-    claim_client: FlaskClient,
-    admin_client: FlaskClient,
-    make_campaign: MakeCampaign,
-    db: firestore.Client,
-    forget_order: Callable[[str], str],
-) -> None:
-    relative = make_campaign(codes=1, codes_valid_for_seconds=3600)
+def test_claims_answer_valid_until_and_an_expired_code_is_not_redeemed(shop: Shop) -> None:
+    relative = shop.campaign(codes=1, codes_valid_for_seconds=3600)
     until = datetime(2027, 1, 31, 23, 0, tzinfo=UTC)
-    fixed = make_campaign(codes=1, codes_valid_until=until)
-    past = make_campaign(codes=1, codes_valid_until=utcnow() - timedelta(minutes=1))
-    endless = make_campaign(codes=1)
+    fixed = shop.campaign(codes=1, codes_valid_until=until)
+    past = shop.campaign(codes=1, codes_valid_until=utcnow() - timedelta(minutes=1))
+    endless = shop.campaign(codes=1)
 
-    claimed = claim(claim_client, relative, "kai")
+    claimed = shop.claim(relative, "kai")
     claimed_at = datetime.fromisoformat(claimed["claimed_at"])
-    fixed_claim = claim(claim_client, fixed, "kai")
-    listed = mine(claim_client, relative, "kai")
-    expired_code = claim(claim_client, past, "kai")["code"]
-    expired = redeem(admin_client, past, expired_code, forget_order("expired-order-1"))
+    fixed_claim = shop.claim(fixed, "kai")
+    listed = shop.mine(relative, "kai")
+    expired_code = shop.claim(past, "kai")["code"]
+    expired = shop.redeem(past, expired_code, shop.order("expired-order-1"))
     # An hour and a second after the claim, as the checkout's clock would see it.
     later = RedemptionService(
-        db=db, bus=instance_services().bus, clock=lambda: claimed_at + timedelta(seconds=3601)
+        db=shop.db, bus=instance_services().bus, clock=lambda: claimed_at + timedelta(seconds=3601)
     )
     with pytest.raises(CodeExpired):
         later.redeem(campaign_id=relative, code=claimed["code"], order_id="expired-order-2")
-    in_time = redeem(admin_client, relative, claimed["code"], forget_order("expired-order-3"))
+    in_time = shop.redeem(relative, claimed["code"], shop.order("expired-order-3"))
 
     assert datetime.fromisoformat(claimed["valid_until"]) == claimed_at + timedelta(hours=1)
     assert listed[0]["valid_until"] == claimed["valid_until"]
     assert fixed_claim["valid_until"] == "2027-01-31T23:00:00.000Z"
-    assert claim(claim_client, endless, "kai")["valid_until"] is None
+    assert shop.claim(endless, "kai")["valid_until"] is None
     assert (expired.status_code, expired.get_json()["error_code"]) == (409, "CODE_EXPIRED")
-    assert status(admin_client, past, expired_code).get_json()["state"] == "claimed"
+    assert shop.status(past, expired_code).get_json()["state"] == "claimed"
     assert in_time.status_code == 201
-    assert clean(db, relative).redeemed == 1
+    assert shop.clean(relative).redeemed == 1
     # The audit judges redemptions by the validity the campaign has now.
-    campaign_ref(db, relative).update(
+    campaign_ref(shop.db, relative).update(
         {"codes_valid_for_seconds": None, "codes_valid_until": claimed_at}
     )
-    assert audit_campaign(db, campaign_id=relative).violations["redeemed_after_expiry"] == 1
+    assert audit_campaign(shop.db, campaign_id=relative).violations["redeemed_after_expiry"] == 1
 
 
 @pytest.mark.parametrize(
@@ -421,17 +403,13 @@ def test_invalid_validity_or_policy_is_400(
     assert response.get_json()["error_code"] == "REQUEST_VALIDATION_FAILED"
 
 
-def test_policy_and_validity_are_set_read_and_patched(
-    admin_client: FlaskClient, make_campaign: MakeCampaign
-) -> None:
-    campaign_id = make_campaign(codes=0, codes_valid_for_seconds=600)
+def test_policy_and_validity_are_set_read_and_patched(shop: Shop) -> None:
+    campaign_id = shop.campaign(codes=0, codes_valid_for_seconds=600)
     path = f"/v1/campaigns/{campaign_id}"
 
-    before = admin_client.get(path, headers=ADMIN).get_json()
-    both = admin_client.patch(
-        path, json={"codes_valid_until": "2027-01-01T00:00:00Z"}, headers=ADMIN
-    )
-    switched = admin_client.patch(
+    before = shop.admin.get(path, headers=ADMIN).get_json()
+    both = shop.admin.patch(path, json={"codes_valid_until": "2027-01-01T00:00:00Z"}, headers=ADMIN)
+    switched = shop.admin.patch(
         path,
         json={
             "codes_valid_for_seconds": None,
@@ -449,28 +427,22 @@ def test_policy_and_validity_are_set_read_and_patched(
     assert body["codes_valid_until"] == "2027-01-01T00:00:00.000Z"
 
 
-def test_reconciliation_agrees_with_the_counters_after_reversals_and_voids(
-    claim_client: FlaskClient,
-    admin_client: FlaskClient,
-    make_campaign: MakeCampaign,
-    pump_events: Pump,
-    forget_order: Callable[[str], str],
-) -> None:
-    campaign_id = make_campaign(codes=4, on_cancel="return_to_pool")
+def test_reconciliation_agrees_with_the_counters_after_reversals_and_voids(shop: Shop) -> None:
+    campaign_id = shop.campaign(codes=4, on_cancel="return_to_pool")
     for n, user in enumerate(("lea", "max", "nia")):
-        code = claim(claim_client, campaign_id, user)["code"]
-        redeem(admin_client, campaign_id, code, forget_order(f"reconciled-{n}"))
-    reverse(admin_client, campaign_id, "reconciled-0")
+        code = shop.claim(campaign_id, user)["code"]
+        shop.redeem(campaign_id, code, shop.order(f"reconciled-{n}"))
+    shop.reverse(campaign_id, "reconciled-0")
     free = [
         c
         for c in (f"{campaign_id}-{i:05d}" for i in range(4))
-        if status(admin_client, campaign_id, c).get_json()["state"] == "available"
+        if shop.status(campaign_id, c).get_json()["state"] == "available"
     ]
-    void(admin_client, campaign_id, free[0])
-    void(admin_client, campaign_id, free[1])
-    pump_events()
+    shop.void(campaign_id, free[0])
+    shop.void(campaign_id, free[1])
+    shop.events()
 
-    response = admin_client.post(
+    response = shop.admin.post(
         f"/v1/campaigns/{campaign_id}/reconcile", json={"repair": False}, headers=ADMIN
     )
 
@@ -482,27 +454,24 @@ def test_reconciliation_agrees_with_the_counters_after_reversals_and_voids(
         "held": 0,
     }
     assert (body["claimed"]["counted"], body["redeemed"]["counted"]) == (4, 2)
-    assert stats(admin_client, campaign_id)["remaining"] == 0
+    assert shop.stats(campaign_id)["remaining"] == 0
 
 
 def test_a_shopify_order_with_an_expired_or_voided_code_reports_it_and_redeems_the_rest(
-    claim_client: FlaskClient,
-    admin_client: FlaskClient,
-    make_campaign: MakeCampaign,
-    forget_order: Callable[[str], str],
+    shop: Shop,
 ) -> None:
-    expired = make_campaign(codes=["SH-EXPIRED"], codes_valid_until=utcnow() - timedelta(minutes=1))
-    voided = make_campaign(codes=["SH-VOIDED"])
-    fine = make_campaign(codes=["SH-FINE"])
+    expired = shop.campaign(codes=["SH-EXPIRED"], codes_valid_until=utcnow() - timedelta(minutes=1))
+    voided = shop.campaign(codes=["SH-VOIDED"])
+    fine = shop.campaign(codes=["SH-FINE"])
     for campaign_id in (expired, voided, fine):
-        claim(claim_client, campaign_id, "olga")
-    void(admin_client, voided, "SH-VOIDED")
-    forget_order("5843917602999")
+        shop.claim(campaign_id, "olga")
+    shop.void(voided, "SH-VOIDED")
+    shop.order("5843917602999")
     body, headers = shopify(
         order_with(["SH-EXPIRED", "SH-VOIDED", "SH-FINE"], order_id=5843917602999), "orders/create"
     )
 
-    response = admin_client.post(ORDERS, data=body, headers=headers)
+    response = shop.admin.post(ORDERS, data=body, headers=headers)
 
     assert response.status_code == 200
     assert [r["outcome"] for r in response.get_json()["results"]] == [

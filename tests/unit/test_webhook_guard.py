@@ -7,10 +7,11 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from devkit.receiver import Received, Receiver
+from shared.clock import utcnow
 from shared.webhooks import guard
-from shared.webhooks.delivery import Endpoint, attempt
+from shared.webhooks.delivery import Attempt, Endpoint, attempt
 from shared.webhooks.guard import AddressPolicy, AddressRefused, GuardedBackend
-from shared.webhooks.models import DeliveryRecord, DeliveryState
+from tests.unit.test_webhook_schedule import pending_delivery
 
 PRODUCTION = AddressPolicy(allow_local=False)
 DEMO = AddressPolicy(allow_local=True)
@@ -120,30 +121,20 @@ def test_the_backend_connects_to_the_address_it_checked(receiver: Receiver) -> N
         backend.connect_unix_socket("/tmp/socket")
 
 
-def _delivery() -> DeliveryRecord:
-    from shared.clock import utcnow
-
-    now = utcnow()
-    return DeliveryRecord(
-        event_id="claimed.c.1",
-        event_type="coupon.claimed",
-        body='{"event_id":"claimed.c.1"}',
-        state=DeliveryState.PENDING,
-        created_at=now,
-        due_at=now,
-    )
-
-
-def _endpoint(url: str) -> Endpoint:
-    return Endpoint(
+def _attempt(
+    policy: AddressPolicy, url: str, resolve: guard.Resolver = guard.resolve_host
+) -> Attempt:
+    """One delivery to `url` through a client guarded by `policy`."""
+    endpoint = Endpoint(
         webhook_id="wh_0000000000000001", url=url, secret="s", max_per_second=1, max_in_flight=1
     )
+    with guard.client(policy, timeout=2, max_connections=1, resolve=resolve) as client:
+        return attempt(client, endpoint, pending_delivery(at=utcnow()))
 
 
 def test_a_delivery_sends_to_the_checked_address_under_the_urls_name(receiver: Receiver) -> None:
     resolve = resolver({"shop.test": ["127.0.0.1"]})
-    with guard.client(DEMO, timeout=2, max_connections=1, resolve=resolve) as client:
-        result = attempt(client, _endpoint(f"http://shop.test:{receiver.port}/hook"), _delivery())
+    result = _attempt(DEMO, f"http://shop.test:{receiver.port}/hook", resolve)
 
     assert result.ok
     (request,) = receiver.received
@@ -155,8 +146,7 @@ def test_a_redirect_is_not_followed(receiver: Receiver) -> None:
         return 307, 0.0
 
     receiver.answer = redirect
-    with guard.client(DEMO, timeout=2, max_connections=1) as client:
-        result = attempt(client, _endpoint(receiver.url()), _delivery())
+    result = _attempt(DEMO, receiver.url())
 
     assert (result.ok, result.status) == (False, 307)
     assert len(receiver.received) == 1
@@ -164,8 +154,7 @@ def test_a_redirect_is_not_followed(receiver: Receiver) -> None:
 
 def test_a_refused_address_is_a_failed_attempt_that_never_connects(receiver: Receiver) -> None:
     resolve = resolver({"shop.example": ["127.0.0.1"]})
-    with guard.client(PRODUCTION, timeout=2, max_connections=1, resolve=resolve) as client:
-        result = attempt(client, _endpoint(f"https://shop.example:{receiver.port}/"), _delivery())
+    result = _attempt(PRODUCTION, f"https://shop.example:{receiver.port}/", resolve)
 
     assert result.status is None
     assert result.error is not None

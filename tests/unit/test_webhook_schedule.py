@@ -23,15 +23,16 @@ CREATED = datetime(2026, 11, 27, 10, 0, tzinfo=UTC)
 POLICY = RetryPolicy(base_seconds=10)
 
 
-def _delivery(attempts: int = 0) -> DeliveryRecord:
+def pending_delivery(attempts: int = 0, *, at: datetime = CREATED) -> DeliveryRecord:
+    """A coupon.claimed delivery created and due `at`, tried `attempts` times."""
     return DeliveryRecord(
         event_id="claimed.c.1",
         event_type="coupon.claimed",
-        body="{}",
+        body='{"event_id":"claimed.c.1"}',
         state=DeliveryState.PENDING,
         attempts=attempts,
-        created_at=CREATED,
-        due_at=CREATED,
+        created_at=at,
+        due_at=at,
     )
 
 
@@ -51,7 +52,7 @@ def test_each_failure_waits_between_half_and_all_of_a_doubling_delay(
 
 
 def test_a_2xx_delivers_and_leaves_the_queue() -> None:
-    fields = outcome_fields(_delivery(), Attempt(204, None), now=CREATED, policy=POLICY)
+    fields = outcome_fields(pending_delivery(), Attempt(204, None), now=CREATED, policy=POLICY)
 
     assert fields["state"] == DeliveryState.DELIVERED
     assert fields["due_at"] is firestore.DELETE_FIELD
@@ -65,7 +66,9 @@ def test_a_2xx_delivers_and_leaves_the_queue() -> None:
 )
 def test_anything_else_is_retried_later(attempt: Attempt) -> None:
     now = CREATED + timedelta(seconds=1)
-    fields = outcome_fields(_delivery(), attempt, now=now, policy=POLICY, rng=random.Random(1))
+    fields = outcome_fields(
+        pending_delivery(), attempt, now=now, policy=POLICY, rng=random.Random(1)
+    )
 
     assert fields["state"] == DeliveryState.RETRYING
     assert now + timedelta(seconds=5) <= fields["due_at"] <= now + timedelta(seconds=10)
@@ -75,7 +78,7 @@ def test_anything_else_is_retried_later(attempt: Attempt) -> None:
 def test_a_delivery_failing_for_24_hours_is_marked_failed() -> None:
     """Follow one delivery whose endpoint never answers 2xx, attempt after attempt."""
     rng = random.Random(7)
-    delivery, now, attempts_at = _delivery(), CREATED, []
+    delivery, now, attempts_at = pending_delivery(), CREATED, []
     while delivery.state in (DeliveryState.PENDING, DeliveryState.RETRYING):
         attempts_at.append(now)
         fields = outcome_fields(delivery, Attempt(503, None), now=now, policy=POLICY, rng=rng)
