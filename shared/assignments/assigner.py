@@ -168,10 +168,8 @@ class BulkAssigner:
     def finish(self) -> None:
         """Assign what is left and hand every result on; re-raises a batch's failure."""
         try:
-            self._submit()
-            self._batches.drain()
+            self._batches.finish(self._submit)
         finally:
-            self._batches.stop()
             self.supply.close()
 
     def abandon(self) -> None:

@@ -32,6 +32,15 @@ class InFlight(Generic[R]):
         while self._waiting:
             self._collect(self._waiting.popleft().result())
 
+    def finish(self, last: Callable[[], None]) -> None:
+        """Run `last` (it submits the caller's last batch), take every result still to come,
+        then stop: stopped also when one of them raises."""
+        try:
+            last()
+            self.drain()
+        finally:
+            self.stop()
+
     def stop(self) -> None:
         """Let running batches end and start no other."""
         self._executor.shutdown(wait=True, cancel_futures=True)

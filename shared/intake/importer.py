@@ -123,11 +123,7 @@ class CodeImporter:
 
     def finish(self) -> ImportCounts:
         """Write what is left and wait for every batch; re-raises a batch's failure."""
-        try:
-            self._submit()
-            self._batches.drain()
-        finally:
-            self._batches.stop()
+        self._batches.finish(self._submit)
         return self.counts
 
     def _submit(self) -> None:

@@ -245,12 +245,19 @@ def test_shopify_codes_nobody_holds_or_redeemed_elsewhere_are_reported_not_faile
     assert free_response.get_json()["results"][0]["outcome"] == "CODE_NOT_CLAIMED"
 
 
+def claimed_and_ordered(
+    claim_client: FlaskClient, make_campaign: MakeCampaign, code: str
+) -> tuple[str, bytes, dict[str, str]]:
+    """A campaign whose one code a shopper claimed, and Shopify's signed order using it."""
+    campaign_id = make_campaign(codes=[code])
+    claim(claim_client, campaign_id, "sam")
+    return campaign_id, *signed(order_with([code]))
+
+
 def test_shopify_deliveries_without_a_valid_signature_are_401_and_redeem_nothing(
     claim_client: FlaskClient, admin_client: FlaskClient, make_campaign: MakeCampaign
 ) -> None:
-    campaign_id = make_campaign(codes=["SIG-1"])
-    claim(claim_client, campaign_id, "sam")
-    body, headers = signed(order_with(["SIG-1"]))
+    campaign_id, body, headers = claimed_and_ordered(claim_client, make_campaign, "SIG-1")
     missing = {k: v for k, v in headers.items() if k != SIGNATURE_HEADER}
     wrong_key = signed(order_with(["SIG-1"]), key=b"someone-elses-secret-key")[1]
     tampered = body.replace(b"5843917602883", b"5843917602884")
@@ -270,9 +277,7 @@ def test_shopify_deliveries_without_a_valid_signature_are_401_and_redeem_nothing
 def test_other_shopify_topics_are_acknowledged_and_ignored(
     claim_client: FlaskClient, admin_client: FlaskClient, make_campaign: MakeCampaign
 ) -> None:
-    campaign_id = make_campaign(codes=["TOPIC-1"])
-    claim(claim_client, campaign_id, "tom")
-    body, headers = signed(order_with(["TOPIC-1"]))
+    campaign_id, body, headers = claimed_and_ordered(claim_client, make_campaign, "TOPIC-1")
 
     response = admin_client.post(
         WEBHOOK, data=body, headers={**headers, TOPIC_HEADER: "orders/updated"}

@@ -54,10 +54,23 @@ def claim(_: FlaskClient, campaign_id: str, user: str, ticket: str | None = None
     return browser(user).post(f"/v1/campaigns/{campaign_id}/claims", headers=headers)
 
 
+@pytest.fixture
+def busy_room(make_campaign: MakeCampaign) -> str:
+    """A campaign of 50 codes whose room admits 0.1 shoppers a second."""
+    return make_campaign(codes=50, waiting_room_enabled=True, admissions_per_second=0.1)
+
+
+def queued_ticket(client: FlaskClient, campaign_id: str, user: str) -> str:
+    """The ticket `user` is given in a queue with a shopper ahead."""
+    claim(client, campaign_id, f"{user}-ahead")
+    ticket: str = claim(client, campaign_id, user).get_json()["ticket"]
+    return ticket
+
+
 def test_a_busy_room_queues_shoppers_with_a_signed_ticket(
-    claim_client: FlaskClient, make_campaign: MakeCampaign
+    claim_client: FlaskClient, busy_room: str
 ) -> None:
-    campaign_id = make_campaign(codes=50, waiting_room_enabled=True, admissions_per_second=0.1)
+    campaign_id = busy_room
 
     first = claim(claim_client, campaign_id, "early")
     second = claim(claim_client, campaign_id, "later")
@@ -81,11 +94,10 @@ def test_a_busy_room_queues_shoppers_with_a_signed_ticket(
 
 
 def test_the_browser_cookie_keeps_the_place_without_any_header(
-    claim_client: FlaskClient, make_campaign: MakeCampaign
+    claim_client: FlaskClient, busy_room: str
 ) -> None:
-    campaign_id = make_campaign(codes=50, waiting_room_enabled=True, admissions_per_second=0.1)
-    claim(claim_client, campaign_id, "cookie-first")
-    ticket = claim(claim_client, campaign_id, "cookie-shopper").get_json()["ticket"]
+    campaign_id = busy_room
+    ticket = queued_ticket(claim_client, campaign_id, "cookie-shopper")
 
     again = claim(claim_client, campaign_id, "cookie-shopper")
 
@@ -97,12 +109,9 @@ def test_the_browser_cookie_keeps_the_place_without_any_header(
     assert kept == signer.verify(ticket, campaign_id=campaign_id, user_id="cookie-shopper")
 
 
-def test_refreshing_keeps_the_original_place(
-    claim_client: FlaskClient, make_campaign: MakeCampaign
-) -> None:
-    campaign_id = make_campaign(codes=50, waiting_room_enabled=True, admissions_per_second=0.1)
-    claim(claim_client, campaign_id, "first-in")
-    ticket = claim(claim_client, campaign_id, "patient").get_json()["ticket"]
+def test_refreshing_keeps_the_original_place(claim_client: FlaskClient, busy_room: str) -> None:
+    campaign_id = busy_room
+    ticket = queued_ticket(claim_client, campaign_id, "patient")
 
     again = claim(claim_client, campaign_id, "patient", ticket)
 

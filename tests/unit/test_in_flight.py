@@ -50,3 +50,23 @@ def test_a_failed_batch_raises_where_its_result_is_taken() -> None:
     with pytest.raises(RuntimeError, match="commit failed"):
         batches.drain()
     batches.stop()
+
+
+def test_finish_runs_the_last_submit_takes_every_result_and_stops_even_on_a_failure() -> None:
+    collected: list[int] = []
+    batches = InFlight[int](2, name="test", collect=collected.append)
+    batches.submit(functools.partial(int, 1))
+    batches.finish(lambda: batches.submit(functools.partial(int, 2)))
+    assert collected == [1, 2]
+    with pytest.raises(RuntimeError, match="shut"):
+        batches.submit(functools.partial(int, 3))  # stopped: the executor takes no more
+
+    failing = InFlight[int](1, name="test", collect=lambda _: None)
+
+    def fail() -> int:
+        raise RuntimeError("commit failed")
+
+    with pytest.raises(RuntimeError, match="commit failed"):
+        failing.finish(lambda: failing.submit(fail))
+    with pytest.raises(RuntimeError, match="shut"):
+        failing.submit(functools.partial(int, 3))
