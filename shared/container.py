@@ -138,22 +138,20 @@ class Services:
 
     @property
     def claims(self) -> ClaimService:
-        return self._once("claims", lambda: self.claim_service(self.engine))
-
-    def claim_service(self, engine: ClaimEngine) -> ClaimService:
-        """A claim service on `engine` (the instance's own; a benchmark gives each of the
-        instances it stands for one of their own)."""
-        return ClaimService(
-            db=self.db,
-            engine=engine,
-            bus=self.bus,
-            room=self.room,
-            usage=self.usage,
-            fairness=self.fairness,
-            app_check=self.app_check,
-            clock=utcnow,
-            deadline_seconds=self.settings.claim_deadline_seconds,
-            event_window_seconds=self.settings.claim_event_window_seconds,
+        return self._once(
+            "claims",
+            lambda: ClaimService(
+                db=self.db,
+                engine=self.engine,
+                bus=self.bus,
+                room=self.room,
+                usage=self.usage,
+                fairness=self.fairness,
+                app_check=self.app_check,
+                clock=utcnow,
+                deadline_seconds=self.settings.claim_deadline_seconds,
+                event_window_seconds=self.settings.claim_event_window_seconds,
+            ),
         )
 
     @property

@@ -200,16 +200,17 @@ class Shopper:
 
 class Sale:
     def __init__(self, services: Any, cfg: Config, campaign_id: str, holds: bool) -> None:
-        from shared.claims.engine import ClaimEngine
+        from shared.container import Services
 
         self.services = services
         self.cfg = cfg
         self.campaign_id = campaign_id
         self.result = SaleResult(holds=holds)
-        # One claim service per function instance, each with its own engine and candidate pool;
-        # the claim API's path: the engine's commit, then coupon.claimed.
+        # A container per function instance, sharing the clients: each claim service has its own
+        # engine and candidate pool; the claim API's path: the engine's commit, then
+        # coupon.claimed.
         self.instances = [
-            services.claim_service(ClaimEngine(db=services.db, settings=services.settings))
+            Services(services.settings, db=services.db, publisher=services.publisher).claims
             for _ in range(cfg.instances)
         ]
         rng = random.Random(cfg.seed)
