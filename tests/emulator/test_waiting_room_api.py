@@ -70,10 +70,8 @@ def queued_ticket(client: FlaskClient, campaign_id: str, user: str) -> str:
 def test_a_busy_room_queues_shoppers_with_a_signed_ticket(
     claim_client: FlaskClient, busy_room: str
 ) -> None:
-    campaign_id = busy_room
-
-    first = claim(claim_client, campaign_id, "early")
-    second = claim(claim_client, campaign_id, "later")
+    first = claim(claim_client, busy_room, "early")
+    second = claim(claim_client, busy_room, "later")
 
     assert first.status_code == 429  # the room's first moments: nobody straight through
     assert second.status_code == 429
@@ -86,9 +84,9 @@ def test_a_busy_room_queues_shoppers_with_a_signed_ticket(
     tick_ms = get_settings().waiting_room_tick_seconds * 1000
     assert NEAR_RETRY[0] * tick_ms <= body["retry_after_ms"] <= (1 + DUE_JITTER) * tick_ms
     assert second.headers["Retry-After"] == str(max(1, math.ceil(body["retry_after_ms"] / 1000)))
-    assert f"codedrop_ticket_{campaign_id}=" in second.headers["Set-Cookie"]
+    assert f"codedrop_ticket_{busy_room}=" in second.headers["Set-Cookie"]
     assert "HttpOnly" in second.headers["Set-Cookie"]
-    status = claim_client.get(f"/v1/campaigns/{campaign_id}").get_json()["waiting_room"]
+    status = claim_client.get(f"/v1/campaigns/{busy_room}").get_json()["waiting_room"]
     assert status["enabled"] is True
     assert status["engaged"] is True
 
@@ -96,29 +94,27 @@ def test_a_busy_room_queues_shoppers_with_a_signed_ticket(
 def test_the_browser_cookie_keeps_the_place_without_any_header(
     claim_client: FlaskClient, busy_room: str
 ) -> None:
-    campaign_id = busy_room
-    ticket = queued_ticket(claim_client, campaign_id, "cookie-shopper")
+    ticket = queued_ticket(claim_client, busy_room, "cookie-shopper")
 
-    again = claim(claim_client, campaign_id, "cookie-shopper")
+    again = claim(claim_client, busy_room, "cookie-shopper")
 
     # Re-signed (its life slides with the polls) but for the same place in line.
     signer = instance_services().room.signer
     kept = signer.verify(
-        again.get_json()["ticket"], campaign_id=campaign_id, user_id="cookie-shopper"
+        again.get_json()["ticket"], campaign_id=busy_room, user_id="cookie-shopper"
     )
-    assert kept == signer.verify(ticket, campaign_id=campaign_id, user_id="cookie-shopper")
+    assert kept == signer.verify(ticket, campaign_id=busy_room, user_id="cookie-shopper")
 
 
 def test_refreshing_keeps_the_original_place(claim_client: FlaskClient, busy_room: str) -> None:
-    campaign_id = busy_room
-    ticket = queued_ticket(claim_client, campaign_id, "patient")
+    ticket = queued_ticket(claim_client, busy_room, "patient")
 
-    again = claim(claim_client, campaign_id, "patient", ticket)
+    again = claim(claim_client, busy_room, "patient", ticket)
 
     assert again.status_code == 429
     signer = instance_services().room.signer
-    kept = signer.verify(again.get_json()["ticket"], campaign_id=campaign_id, user_id="patient")
-    original = signer.verify(ticket, campaign_id=campaign_id, user_id="patient")
+    kept = signer.verify(again.get_json()["ticket"], campaign_id=busy_room, user_id="patient")
+    original = signer.verify(ticket, campaign_id=busy_room, user_id="patient")
     assert kept.first_attempt == original.first_attempt
 
 
