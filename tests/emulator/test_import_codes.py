@@ -54,6 +54,12 @@ def upload(
     return put
 
 
+@pytest.fixture
+def campaign_id(make_campaign: MakeCampaign) -> str:
+    """A campaign with no codes yet."""
+    return make_campaign()
+
+
 def job_for(admin_client: FlaskClient, event: dict[str, Any]) -> dict[str, Any]:
     job_id = import_service.import_job_id(import_service.object_from_event(event["data"]))
     response = admin_client.get(f"/v1/jobs/{job_id}", headers=ADMIN)
@@ -72,10 +78,9 @@ def stored_codes(db: firestore.Client, campaign_id: str) -> dict[str, dict[str, 
 def test_a_real_world_csv_is_imported_with_a_report(
     upload: Callable[..., dict[str, Any]],
     admin_client: FlaskClient,
-    make_campaign: MakeCampaign,
+    campaign_id: str,
     db: firestore.Client,
 ) -> None:
-    campaign_id = make_campaign()
     csv = (
         "\ufeffCode,Note\r\n"
         "SAVE-001,first\r\n"
@@ -129,10 +134,9 @@ def test_a_redelivered_event_imports_nothing_twice_and_never_resets_a_claimed_co
     import_client: FlaskClient,
     claim_client: FlaskClient,
     admin_client: FlaskClient,
-    make_campaign: MakeCampaign,
+    campaign_id: str,
     db: firestore.Client,
 ) -> None:
-    campaign_id = make_campaign()
     event = upload(campaign_id, "ONLY-ONE\n")
     claimed = claim_client.post(f"/v1/campaigns/{campaign_id}/claims", headers=auth("winner"))
     assert claimed.status_code == 201
@@ -152,12 +156,11 @@ def test_a_crashed_attempt_is_resumed_with_exact_counts(
     upload: Callable[..., dict[str, Any]],
     import_client: FlaskClient,
     admin_client: FlaskClient,
-    make_campaign: MakeCampaign,
+    campaign_id: str,
     db: firestore.Client,
 ) -> None:
     """The first attempt wrote part of the file and died with the job still running; the
     redelivered event finishes it, counting each row once."""
-    campaign_id = make_campaign()
     event = upload(campaign_id, "\n".join(f"R-{i}" for i in range(1, 11)) + "\n")
     job_id = job_for(admin_client, event)["job_id"]
     # Roll the job back to "running" and remove the last five codes, as a crash would leave it.
@@ -174,10 +177,8 @@ def test_a_crashed_attempt_is_resumed_with_exact_counts(
 
 
 def test_a_new_upload_under_the_same_name_is_a_new_job(
-    upload: Callable[..., dict[str, Any]], admin_client: FlaskClient, make_campaign: MakeCampaign
+    upload: Callable[..., dict[str, Any]], admin_client: FlaskClient, campaign_id: str
 ) -> None:
-    campaign_id = make_campaign()
-
     first = job_for(admin_client, upload(campaign_id, "A-1\n", name="codes.csv"))
     second = job_for(admin_client, upload(campaign_id, "A-1\nA-2\n", name="codes.csv"))
 
@@ -190,11 +191,9 @@ def test_a_new_upload_under_the_same_name_is_a_new_job(
 def test_a_non_utf8_line_is_reported_and_the_rows_after_it_are_imported(
     upload: Callable[..., dict[str, Any]],
     admin_client: FlaskClient,
-    make_campaign: MakeCampaign,
+    campaign_id: str,
     db: firestore.Client,
 ) -> None:
-    campaign_id = make_campaign()
-
     job = job_for(admin_client, upload(campaign_id, b"GOOD-1\nGOOD-2\nCAF\xc9-3\nLATER-4\n"))
 
     assert job["state"] == "done"
@@ -275,7 +274,7 @@ def test_objects_that_are_not_imports_are_acknowledged(
 def test_files_that_cannot_be_imported_leave_a_failed_job_the_marketer_can_find(
     upload: Callable[..., dict[str, Any]],
     admin_client: FlaskClient,
-    make_campaign: MakeCampaign,
+    campaign_id: str,
     db: firestore.Client,
     cleanup: list[Callable[[], object]],
     folder: str,
@@ -283,7 +282,6 @@ def test_files_that_cannot_be_imported_leave_a_failed_job_the_marketer_can_find(
     reason: str,
 ) -> None:
     """Finding 10: such files once left no job at all."""
-    campaign_id = make_campaign()
     path_folder = campaign_id.upper() if folder == "UPPER" else campaign_id
 
     event = upload(path_folder, "GOOD-1\n", name=name)
@@ -301,14 +299,13 @@ def test_files_that_cannot_be_imported_leave_a_failed_job_the_marketer_can_find(
 def test_a_stray_quote_loses_no_row_of_the_file(
     upload: Callable[..., dict[str, Any]],
     admin_client: FlaskClient,
-    make_campaign: MakeCampaign,
+    campaign_id: str,
     db: firestore.Client,
 ) -> None:
     """Finding 2: 20,000 codes with `"Q0000002` on line 3 once ended as a `done` job with 5,436
     imported, one invalid row and 14,563 codes neither imported nor reported (the reader took
     them all into one quoted field). The 20,000 rows themselves are read in
     tests/unit/test_csv_bounds.py; here 5,000, through the whole import."""
-    campaign_id = make_campaign()
     lines = [f"Q{n:07d}" for n in range(5_000)]
     lines[2] = '"Q0000002'
 
@@ -348,11 +345,10 @@ _READ_OBJECT = textwrap.dedent(
 def test_a_huge_one_line_file_is_imported_in_bounded_memory(
     upload: Callable[..., dict[str, Any]],
     admin_client: FlaskClient,
-    make_campaign: MakeCampaign,
+    campaign_id: str,
     db: firestore.Client,
 ) -> None:
     """Finding 3: a 150 MB one-line file once peaked at 380 MB, read one byte per call."""
-    campaign_id = make_campaign()
     body = b"A" * (50 << 20) + b"\nAFTER-1\nAFTER-2\n"
     started = time.monotonic()
 
@@ -431,11 +427,9 @@ def test_generated_codes_are_written_to_the_bucket_and_imported(
     admin_client: FlaskClient,
     import_client: FlaskClient,
     storage_client: StorageClient,
-    make_campaign: MakeCampaign,
+    campaign_id: str,
     db: firestore.Client,
 ) -> None:
-    campaign_id = make_campaign()
-
     accepted = admin_client.post(
         f"/v1/campaigns/{campaign_id}/codes:generate",
         json={"count": 250, "length": 8, "prefix": "BF-"},
@@ -497,9 +491,8 @@ def test_colliding_generated_codes_are_regenerated(
     "body", [{"count": 0}, {"count": 10, "length": 3}, {"count": 5, "prefix": "bad prefix"}]
 )
 def test_invalid_generation_request_is_400(
-    admin_client: FlaskClient, make_campaign: MakeCampaign, body: dict[str, object]
+    admin_client: FlaskClient, campaign_id: str, body: dict[str, object]
 ) -> None:
-    campaign_id = make_campaign()
     response = admin_client.post(
         f"/v1/campaigns/{campaign_id}/codes:generate", json=body, headers=ADMIN
     )
@@ -517,13 +510,12 @@ def test_generation_for_an_unknown_campaign_is_404(admin_client: FlaskClient) ->
 def test_a_retried_attempt_continues_the_write_ramp_where_it_stands(
     upload: Callable[..., dict[str, Any]],
     admin_client: FlaskClient,
-    make_campaign: MakeCampaign,
+    campaign_id: str,
     db: firestore.Client,
     storage_client: StorageClient,
 ) -> None:
     """With production's 500/50/5 ramp on, the ramp's start is kept in the job: an attempt that
     resumes a crashed one goes on at the rate the ramp had reached, instead of 500 writes/s."""
-    campaign_id = make_campaign()
     event = upload(campaign_id, "code\nRAMP-1\nRAMP-2\n")
     job_id = job_for(admin_client, event)["job_id"]
     began = utcnow() - timedelta(minutes=11)
