@@ -88,7 +88,7 @@ def _stack(options: Options, log_dir: Path) -> Iterator[tuple[Target, StartedSta
         stack.stop()
 
 
-def _print_summary(summary: Mapping[str, Any], out: IO[str]) -> None:
+def print_summary(summary: Mapping[str, Any], out: IO[str]) -> None:
     figures = summary.get("figures") or {}
     shoppers = summary.get("shoppers") or {}
     latency = figures.get("latency_ms") or {}
@@ -318,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     summary = _summary(options, sold, started_at)
     json_path, html_path = write_report(summary, directory)
-    _print_summary(summary, sys.stdout)
+    print_summary(summary, sys.stdout)
     say(f"report: {html_path}")
     say(f"summary: {json_path}")
     if summary["violations"]:

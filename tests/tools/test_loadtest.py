@@ -15,6 +15,7 @@ The other tests feed the audit made-up sales to show that it catches each violat
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -28,6 +29,7 @@ from devkit.audit import AuditReport
 from devkit.emulators import EmulatorUnavailable, check_prerequisites
 from scripts.load_test import report
 from scripts.load_test.audit import Truth, audit_sale
+from scripts.load_test.cli import print_summary
 from tests.support.processes import Finished, run_module
 
 REPO = Path(__file__).resolve().parents[2]
@@ -120,6 +122,12 @@ def test_small_sale_has_no_violation_and_issues_every_code(floor_run: FloorRun) 
     page = (out / "report.html").read_text()
     assert "Pool draining" in page
     assert "<svg" in page
+    # What ./scripts/loadtest prints of it without --floor: the shoppers, each check passed.
+    printed = io.StringIO()
+    print_summary(summary, printed)
+    text = printed.getvalue()
+    assert f"shoppers {SHOPPERS}: code {CODES}, SOLD_OUT {SHOPPERS - CODES}, error 0," in text
+    assert text.count("\n  ok   ") == len(summary["audit"]), text
 
 
 @pytest.mark.emulator
