@@ -1,9 +1,9 @@
 """The flash-sale load test behind ./scripts/loadtest (`python -m scripts.load_test`): `cli` (the
 run: options, stages, summary), `stack` (the local stack it starts or the one it is pointed at),
-`sale` (campaign, codes through the real intake path, the shoppers' client), `locustfile` (the
-shoppers in locust), `shoppers` (the same shoppers as a plain client of N threads), `records`
-(what both record), `cpu` (who used the cores), `audit` (the sale's invariants against the
-database) and `report` (figures, charts and the HTML page)."""
+`sale` (campaign, codes through the real intake path, the shoppers' client), `shoppers` (the
+shoppers: a plain client of N threads), `records` (what they record), `cpu` (who used the
+cores), `audit` (the sale's invariants against the database) and `report` (figures, charts and
+the HTML page)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 
 
 class SetupError(RuntimeError):
-    """The sale could not be staged (stack, campaign, import, locust): exit 2."""
+    """The sale could not be staged (stack, campaign, import, client): exit 2."""
 
 
 def say(line: str = "") -> None:

@@ -2,7 +2,7 @@
 
     ./scripts/loadtest [--shoppers 10000] [--codes 5000] [--pattern ramp|burst]
         [--ramp-seconds 30] [--double-click-share 0.1] [--max-per-user 1]
-        [--client locust|threads] [--threads 64] [--processes 1]
+        [--threads 64]
         [--claim-workers W] [--claim-threads T] [--free-ports | --claim-port P ...]
         [--target-claim URL --target-admin URL [--storage-host URL] [--firestore-host H:P]]
         [--report-dir DIR] [--settle-seconds 30] [--require-targets] [--prepare-only]
@@ -17,19 +17,17 @@
 3. Runs the shoppers: --shoppers of them arriving all at once (burst) or evenly over
    --ramp-seconds (ramp). Each opens the campaign, claims once with an ID token of its own
    (made before the clock starts; 503/429 retried after Retry-After), reads its code back;
-   --double-click-share of them send a second claim while the first is in flight. The client:
-   locust headless (--client locust, the default: scripts/load_test/locustfile.py,
-   FastHttpUser, one greenlet per shopper, so a burst has every shopper in flight at once) or
-   a plain one (--client threads: scripts/load_test/shoppers.py, --threads threads over
-   keep-alive connections, each taking the next shopper due, as a fixed pool of clients
-   would). Every response is recorded in responses.jsonl.
+   --double-click-share of them send a second claim while the first is in flight. The client
+   (scripts/load_test/shoppers.py) is --threads threads over keep-alive connections, each
+   taking the next shopper due, as a fixed pool of callers would. Every response is recorded
+   in responses.jsonl.
 4. Audits the sale from the database (devkit/audit.py plus the claim documents) and
    the API: codes held by two shoppers, over-issue, shoppers over their limit, SOLD_OUT
    answered while codes remained, answers that disagree with the database, shoppers without an
    answer, and the usage counters (GET /v1/campaigns/{id} stats, polled until they settle)
    against the documents.
 5. Writes reports/loadtest-<stamp>/ (report.html, summary.json, responses.jsonl, the client's
-   log, locust.html, the stack's logs) and prints the figures.
+   log, the stack's logs) and prints the figures.
 
 With --floor, the same sale runs --floor-runs times against codedrop and as many times against
 the floor (scripts/load_test/floor.py: the least any claim service must do), alternating, on one
@@ -61,9 +59,9 @@ from scripts.load_test.audit import (
     targets,
     wait_counted,
 )
-from scripts.load_test.cpu import EVENT_FUNCTIONS, SALE, CpuSampler
+from scripts.load_test.cpu import CLIENT, EVENT_FUNCTIONS, SALE, CpuSampler
 from scripts.load_test.options import Options, parse_options
-from scripts.load_test.report import analyse, load_records, write_report
+from scripts.load_test.report import CLAIM_KINDS, analyse, load_records, write_report
 from scripts.load_test.sale import (
     ClientRun,
     create_campaign,
@@ -90,7 +88,7 @@ def _stack(options: Options, log_dir: Path) -> Iterator[tuple[Target, StartedSta
         stack.stop()
 
 
-def _print_summary(summary: Mapping[str, Any], out: IO[str]) -> None:
+def print_summary(summary: Mapping[str, Any], out: IO[str]) -> None:
     figures = summary.get("figures") or {}
     shoppers = summary.get("shoppers") or {}
     latency = figures.get("latency_ms") or {}
@@ -171,12 +169,7 @@ def sell_on(
     wait_until_claimable(target, campaign_id, options.codes)
     counted_before = operations.reading(target.operations)
     if options.prepare_only:
-        say("run the shoppers in locust's web UI with:")
-        say(
-            f"  .venv/bin/locust -f scripts/load_test/locustfile.py "
-            f"--host {target.claim_url} --campaign {campaign_id} --project {target.project}"
-        )
-        say("or with the threads client:")
+        say("run the shoppers with:")
         say("  " + " ".join(threads_command(options, target, campaign_id, None)))
         return None
     sampler = CpuSampler(
@@ -192,7 +185,12 @@ def sell_on(
         # What the sale left to the event functions is its cost too: sampled until the
         # counters hold every code sold (a push Pub/Sub is backing off leaves count_usage
         # idle meanwhile), then until they rest.
-        sold = sum(1 for r in load_records(run.records_path) if r.get("status") == 201)
+        # Claim answers only: a journey line repeats its shopper's final status.
+        sold = sum(
+            1
+            for r in load_records(run.records_path)
+            if r.get("kind") in CLAIM_KINDS and r.get("status") == 201
+        )
         wait_counted(target, campaign_id, token, sold, options.settle_seconds)
         sampler.wait_quiet(EVENT_FUNCTIONS, timeout=options.settle_seconds)
     finally:
@@ -203,8 +201,8 @@ def sell_on(
     records = load_records(run.records_path)
     if not records:
         raise SetupError(
-            f"{run.client} recorded nothing (exit {run.exit_code}); "
-            f"see {directory / (run.client + '.log')}"
+            f"the {CLIENT} client recorded nothing (exit {run.exit_code}); "
+            f"see {directory / (CLIENT + '.log')}"
         )
     say("auditing: reading the campaign back from Firestore …")
     truth = read_truth(target, campaign_id)
@@ -229,12 +227,8 @@ def _scenario(options: Options, sold: Sold) -> dict[str, Any]:
         "double_click_share": options.double_click_share,
         "max_per_user": options.max_per_user,
         "waiting_room": options.waiting_room,
-        "client": options.client,
-        **(
-            {"client_threads": options.threads}
-            if options.client == "threads"
-            else {"locust_processes": options.processes, "locust_user_class": "FastHttpUser"}
-        ),
+        "client": CLIENT,
+        "client_threads": options.threads,
         "p95_target_ms": options.p95_target_ms,
         "claim_url": target.claim_url,
         "admin_url": target.admin_url,
@@ -288,15 +282,14 @@ def _summary(options: Options, sold: Sold, started_at: datetime) -> dict[str, An
             shoppers=options.shoppers,
         ),
         "client": {
-            "name": sold.run.client,
+            "name": CLIENT,
             "exit_code": sold.run.exit_code,
             "seconds": sold.run.seconds,
             "command": sold.run.command,
         },
         "files": {
             "responses (JSONL)": "responses.jsonl",
-            **({"locust's own report": "locust.html"} if sold.run.client == "locust" else {}),
-            f"{sold.run.client} log": f"{sold.run.client}.log",
+            f"{CLIENT} log": f"{CLIENT}.log",
             **({"stack logs": "logs/"} if sold.target.started else {}),
         },
         "targets": targets(options, figures, shoppers, truth, violations),
@@ -325,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     summary = _summary(options, sold, started_at)
     json_path, html_path = write_report(summary, directory)
-    _print_summary(summary, sys.stdout)
+    print_summary(summary, sys.stdout)
     say(f"report: {html_path}")
     say(f"summary: {json_path}")
     if summary["violations"]:

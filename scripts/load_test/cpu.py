@@ -1,6 +1,6 @@
-"""Who used the machine's cores during the sale: the shoppers' client (locust or threads), each
-function and emulator of the stack, the load test itself and the rest of the machine, sampled
-every second with psutil."""
+"""Who used the machine's cores during the sale: the shoppers' client, each function and emulator
+of the stack, the load test itself and the rest of the machine, sampled every second with
+psutil."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ import psutil
 
 CPU_INTERVAL = 1.0
 REST = "rest of the machine"
+# The shoppers' client (scripts/load_test/shoppers.py), by this name in the figures and its log.
+CLIENT = "threads"
 # The functions Pub/Sub pushes the sale's events to: they work on after the last answer.
 EVENT_FUNCTIONS = ("count_usage", "deliver_webhooks")
 SALE = "sale"
@@ -42,9 +44,8 @@ def _classify(cmdline: Sequence[str]) -> str:
 
 
 class CpuSampler(threading.Thread):
-    """Samples CPU time per component every second: the shoppers' client (locust and its
-    workers, or the threads client) under `client_name`, each function
-    and emulator of the stack, this process, and the rest of the machine.
+    """Samples CPU time per component every second: the shoppers' client (`client_pid`, as
+    CLIENT), each function and emulator of the stack, this process, and the rest of the machine.
 
     The stack is the process tree of the local stack we started, or, for a running stack, the
     trees of the processes listening on its ports."""
@@ -64,7 +65,6 @@ class CpuSampler(threading.Thread):
         self.stack_roots: list[int] = []
         self.cores = cores
         self.client_pid: int | None = None
-        self.client_name = "locust"
         self._stop_event = threading.Event()
         self.series: defaultdict[str, list[float]] = defaultdict(list)
         self.totals: defaultdict[str, float] = defaultdict(float)
@@ -117,7 +117,7 @@ class CpuSampler(threading.Thread):
                     continue
                 usage[label] += times.user + times.system
 
-        tree(self.client_pid, self.client_name)
+        tree(self.client_pid, CLIENT)
         for root in self.stack_roots:
             tree(root, None)
         own = psutil.Process(os.getpid()).cpu_times()

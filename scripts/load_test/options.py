@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
@@ -23,9 +24,7 @@ class Options:
     ramp_seconds: float
     double_click_share: float
     max_per_user: int
-    client: str
     threads: int
-    processes: int
     claim_workers: int | None
     claim_threads: int | None
     ports: dict[str, int]  # by local_stack PORTS key, only those given
@@ -100,24 +99,11 @@ def _parser(description: str | None) -> argparse.ArgumentParser:
         help="a shopper stops retrying after this many seconds (default %(default)s)",
     )
 
-    load = parser.add_argument_group("load generator")
-    load.add_argument(
-        "--client",
-        choices=("locust", "threads"),
-        default="locust",
-        help="locust: one greenlet per shopper (FastHttpUser); threads: a plain client, "
-        "--threads threads over keep-alive connections taking the shoppers as they come due "
-        "(scripts/load_test/shoppers.py); default %(default)s",
+    load = parser.add_argument_group(
+        "the shoppers' client (scripts/load_test/shoppers.py): --threads threads over keep-alive "
+        "connections, each taking the next shopper due, as a fixed pool of callers would"
     )
-    load.add_argument(
-        "--threads", type=int, default=64, help="threads of --client threads (default %(default)s)"
-    )
-    load.add_argument(
-        "--processes",
-        type=int,
-        default=1,
-        help="locust processes (-1: one per core; default %(default)s: no extra process)",
-    )
+    load.add_argument("--threads", type=int, default=64, help="default %(default)s")
 
     stack = parser.add_argument_group(
         "the stack it starts (ports: flag, else $CODEDROP_<NAME>_PORT, else the default)"
@@ -159,7 +145,7 @@ def _parser(description: str | None) -> argparse.ArgumentParser:
     running.add_argument(
         "--prepare-only",
         action="store_true",
-        help="create the campaign and its codes, print the locust command for its web UI, exit",
+        help="create the campaign and its codes, print the shoppers' command for them, exit",
     )
 
     out = parser.add_argument_group("audit and report")
@@ -212,6 +198,8 @@ def parse_options(argv: Sequence[str] | None, description: str | None = None) ->
         parser.error("--project must start with demo- (emulator ID tokens only work there)")
     if bool(args.target_claim) != bool(args.target_admin):
         parser.error("--target-claim and --target-admin go together")
+    if args.target_claim and urllib.parse.urlsplit(args.target_claim).scheme != "http":
+        parser.error("--target-claim must be http:// (the shoppers' client speaks plain HTTP)")
     if args.prepare_only and not args.target_claim:
         parser.error("--prepare-only needs a running stack (--target-claim, --target-admin)")
     if args.threads < 1:
@@ -220,8 +208,6 @@ def parse_options(argv: Sequence[str] | None, description: str | None = None) ->
         parser.error("--floor starts a stack of its own (no --target-claim, --prepare-only)")
     if args.floor_runs < 1:
         parser.error("--floor-runs must be positive")
-    if args.processes == 0 or args.processes < -1:
-        parser.error("--processes must be positive or -1")
     ports = {
         port.key: value
         for port in PORTS

@@ -34,7 +34,7 @@ from devkit.emulators import free_port
 from scripts.bench import cost
 from scripts.load_test import SetupError, operations, say
 from scripts.load_test.cli import Sold, _ms_per_shopper, _stack, _summary, sell_on
-from scripts.load_test.cpu import EVENT_FUNCTIONS, REST, SALE, CpuSampler
+from scripts.load_test.cpu import CLIENT, EVENT_FUNCTIONS, REST, SALE, CpuSampler
 from scripts.load_test.options import REPO, Options
 from scripts.load_test.report import analyse, load_records, write_report
 from scripts.load_test.sale import run_shoppers
@@ -186,9 +186,9 @@ def _per_shopper(cpu: Mapping[str, Any]) -> dict[str, float]:
     for name, component in (cpu.get("components") or {}).items():
         key = CLAIM_FUNCTION if name in ("claim_api", FLOOR.name) else name
         found[key] = found.get(key, 0.0) + float(component["ms_per_shopper"])
-    stack = sum(v for k, v in found.items() if k not in NOT_THE_STACK and k != "threads")
+    stack = sum(v for k, v in found.items() if k not in NOT_THE_STACK and k != CLIENT)
     found["stack (every process of the service)"] = stack
-    found["stack and client"] = stack + found.get("threads", 0.0) + found.get("locust", 0.0)
+    found["stack and client"] = stack + found.get(CLIENT, 0.0)
     return found
 
 
@@ -351,7 +351,7 @@ def run_paired(options: Options, argv: Sequence[str]) -> int:
             "shoppers": options.shoppers,
             "codes": options.codes,
             "pattern": options.pattern,
-            "client": options.client,
+            "client": CLIENT,
             "threads": options.threads,
             "double_click_share": options.double_click_share,
             "claim_workers_x_threads": [

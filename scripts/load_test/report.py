@@ -1,7 +1,7 @@
 """The load test's figures and its report: a self-contained HTML page and a JSON summary.
 
 The load test (scripts/load_test/cli.py) calls `analyse` on the recorded responses (one JSONL
-line per response, see scripts/load_test/locustfile.py) and `write_report` with the finished
+line per response, see scripts/load_test/shoppers.py) and `write_report` with the finished
 summary. Run on its own, this module re-renders the page of an earlier run and can export its
 main chart as PNG:
 

@@ -1,10 +1,8 @@
 """Staging and running the sale: the campaign through admin_api, its codes through the bucket
-and import_codes, then the shoppers: locust's (scripts/load_test/locustfile.py) or the threads
-client's (scripts/load_test/shoppers.py)."""
+and import_codes, then the shoppers (scripts/load_test/shoppers.py)."""
 
 from __future__ import annotations
 
-import math
 import resource
 import secrets
 import signal
@@ -18,13 +16,12 @@ from typing import Any
 
 from devkit import http
 from scripts.load_test import SetupError, say
-from scripts.load_test.cpu import CpuSampler
+from scripts.load_test.cpu import CLIENT, CpuSampler
 from scripts.load_test.options import REPO, Options
 from scripts.load_test.stack import Target
 from scripts.tools import upload_codes
 from shared.intake.service import import_job_id
 
-LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 RECORDS = "responses.jsonl"
 IMPORT_TIMEOUT = 600.0
 PROGRESS_EVERY = 5.0
@@ -103,7 +100,6 @@ def wait_until_claimable(target: Target, campaign_id: str, codes: int) -> None:
 
 @dataclass
 class ClientRun:
-    client: str  # "locust" or "threads"
     command: list[str]
     exit_code: int
     seconds: float
@@ -111,46 +107,18 @@ class ClientRun:
     records_path: Path
 
 
-def _shopper_options(options: Options, target: Target, campaign_id: str) -> list[str]:
-    """What both clients are told of the sale and of how a shopper behaves."""
-    return [
-        *("--host", target.claim_url, "--campaign", campaign_id, "--project", target.project),
-        *("--double-click-share", f"{options.double_click_share:g}"),
-        *("--claim-attempts", str(options.claim_attempts)),
-        *("--give-up-after", f"{options.give_up_after:g}"),
-    ]
-
-
-def _locust_command(
-    options: Options, target: Target, campaign_id: str, directory: Path
-) -> list[str]:
-    limit = math.ceil(options.arrival_seconds + options.give_up_after + 180)
-    command = [
-        *(sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless"),
-        *("--users", str(options.shoppers), "--spawn-rate", f"{options.spawn_rate:g}"),
-        *_shopper_options(options, target, campaign_id),
-        "--record",
-        str(directory / RECORDS),
-        "--run-time",
-        f"{limit}s",
-        "--only-summary",
-        "--html",
-        str(directory / "locust.html"),
-    ]
-    if options.processes != 1:
-        command += ["--processes", str(options.processes)]
-    return command
-
-
 def threads_command(
     options: Options, target: Target, campaign_id: str, records: Path | None
 ) -> list[str]:
-    """The threads client (scripts/load_test/shoppers.py) for this sale."""
+    """The shoppers' client (scripts/load_test/shoppers.py) for this sale."""
     command = [
         *(sys.executable, "-m", "scripts.load_test.shoppers"),
         *("--shoppers", str(options.shoppers), "--threads", str(options.threads)),
         *("--ramp-seconds", f"{options.arrival_seconds:g}"),
-        *_shopper_options(options, target, campaign_id),
+        *("--host", target.claim_url, "--campaign", campaign_id, "--project", target.project),
+        *("--double-click-share", f"{options.double_click_share:g}"),
+        *("--claim-attempts", str(options.claim_attempts)),
+        *("--give-up-after", f"{options.give_up_after:g}"),
     ]
     return command + (["--record", str(records)] if records is not None else [])
 
@@ -158,7 +126,7 @@ def threads_command(
 def run_shoppers(
     options: Options, target: Target, campaign_id: str, directory: Path, sampler: CpuSampler
 ) -> ClientRun:
-    """The shoppers, with the client --client names, to the end; every response recorded."""
+    """The shoppers, to the end; every response recorded."""
     records_path = directory / RECORDS
     records_path.unlink(missing_ok=True)
     arrival = (
@@ -166,17 +134,11 @@ def run_shoppers(
         if options.pattern == "burst"
         else f"over {options.ramp_seconds:g} s ({options.spawn_rate:.0f}/s)"
     )
-    if options.client == "threads":
-        command = threads_command(options, target, campaign_id, records_path)
-        say(f"threads client: {options.shoppers:,} shoppers, {arrival}, {options.threads} threads")
-    else:
-        command = _locust_command(options, target, campaign_id, directory)
-        processes = f", {options.processes} processes" if options.processes != 1 else ""
-        say(f"locust: {options.shoppers:,} shoppers, {arrival}{processes}")
-    sampler.client_name = options.client
+    command = threads_command(options, target, campaign_id, records_path)
+    say(f"{CLIENT} client: {options.shoppers:,} shoppers, {arrival}, {options.threads} threads")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
-    with (directory / f"{options.client}.log").open("w") as log:
+    with (directory / f"{CLIENT}.log").open("w") as log:
         process = subprocess.Popen(
             command,
             cwd=REPO,
@@ -194,11 +156,8 @@ def run_shoppers(
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     seconds = time.monotonic() - started
-    say(
-        f"{options.client} finished in {seconds:.1f} s (exit {process.returncode}, {cpu:.1f} CPU s)"
-    )
+    say(f"{CLIENT} client finished in {seconds:.1f} s (exit {process.returncode}, {cpu:.1f} CPU s)")
     return ClientRun(
-        client=options.client,
         command=command,
         exit_code=process.returncode,
         seconds=round(seconds, 2),
@@ -208,7 +167,7 @@ def run_shoppers(
 
 
 def _follow(process: subprocess.Popen[bytes], records: Path, shoppers: int, started: float) -> None:
-    """Wait for locust, printing progress read from the records file."""
+    """Wait for the client, printing progress read from the records file."""
     offset = 0
     lines = journeys = 0
     last_print = time.monotonic()

@@ -1,21 +1,21 @@
-"""Flash-sale shoppers without locust: a plain HTTP client, N threads over keep-alive connections.
+"""Flash-sale shoppers: a plain HTTP client, N threads over keep-alive connections.
 
     .venv/bin/python -m scripts.load_test.shoppers --host http://127.0.0.1:8001 \\
         --campaign ID --shoppers 10000 [--threads 64] [--ramp-seconds 0] \\
         [--project demo-codedrop] [--double-click-share 0.1] [--record responses.jsonl]
 
-./scripts/loadtest runs it with `--client threads`. The journey is the locust scenario's
-(scripts/load_test/locustfile.py): open the campaign, claim with an ID token of one's own
-(retrying 503 and 429 after Retry-After, sending back the waiting-room ticket), read the code
-back; a --double-click-share of the shoppers send a second claim while the first is in flight.
-The records (one JSONL line per response, one `journey` line per shopper) are the locustfile's,
-so the audit and the report read both clients alike.
+./scripts/loadtest runs it (`--prepare-only` prints this command for a campaign it creates).
+Each shopper opens the campaign, claims with an ID token of its own (retrying 503 and 429 after
+Retry-After, sending back the waiting-room ticket) and reads the code back; a
+--double-click-share of the shoppers send a second claim while the first is in flight. The
+records are one JSONL line per response and one `journey` line per shopper (its final answer),
+which the audit and the report read.
 
 Every shopper's ID token is made before the clock starts. All shoppers are due at once (or
 evenly over --ramp-seconds); each thread takes the shopper due first, so a shopper waiting out a
-Retry-After holds no thread. Each thread keeps two keep-alive HTTP/1.1 connections (plain sockets,
-see Connection): the second carries a double click's second request, sent before the first
-one's answer is read.
+Retry-After holds no thread, and no more than --threads are in flight, as with a fixed pool of
+callers. Each thread keeps two keep-alive HTTP/1.1 connections (plain sockets, see Connection):
+the second carries a double click's second request, sent before the first one's answer is read.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from scripts.load_test.records import (
     KIND_CAMPAIGN,
     KIND_CLAIM,
     KIND_DOUBLE,
+    KIND_JOURNEY,
     KIND_ME,
     MAX_RETRY_AFTER,
     RETRIED_STATUSES,
@@ -50,7 +51,6 @@ from scripts.load_test.records import (
     TICKET_HEADER,
     UNANSWERED,
     Recorder,
-    journey_record,
     json_object,
     retry_after_seconds,
 )
@@ -63,9 +63,6 @@ TIMEOUT = 60.0
 # An answer's status and header lines are short; anything longer is not one of ours.
 MAX_LINE = 65536
 MAX_HEADERS = 100
-
-
-# --- recording --------------------------------------------------------------------------------
 
 
 # --- one keep-alive connection ----------------------------------------------------------------
@@ -355,22 +352,38 @@ class Journey:
         out.add(record)
 
     def _finish(self, conn: Connection, scenario: Scenario, out: Recorder) -> None:
-        answer = self.clicks[0]
+        """The journey record: what the page ends up showing (a code if either click got one,
+        else the first click's answer, the second's if the first got none) and the clicks."""
+        first = self.clicks[0]
         double = self.clicks[1] if len(self.clicks) > 1 else None
-        read_back: list[str] | None = None
-        if answer.code is not None or (double is not None and double.code is not None):
+        final = first
+        if double is not None and (
+            (double.code is not None and first.code is None) or first.outcome == UNANSWERED
+        ):
+            final = double
+        record: dict[str, Any] = {
+            "shopper": self.shopper,
+            "kind": KIND_JOURNEY,
+            "outcome": final.outcome,
+            "status": final.status,
+            "code": final.code,
+            "attempts": first.attempts,
+            "first_claim_at": first.first_sent,
+            "answered_at": final.answered_at,
+            "double_click": double is not None,
+        }
+        if double is not None:
+            record["double_outcome"] = double.outcome
+            record["double_code"] = double.code
+        if final.code is not None:
             conn.send("GET", f"{scenario.base}/claims/me", self.auth)
             reply = conn.receive()
             self._record(out, KIND_ME, reply)
             claims = reply.body.get("claims") if reply.status == 200 else None
             if isinstance(claims, list):
-                read_back = [str(c.get("code")) for c in claims if isinstance(c, dict)]
-        record = {
-            "t": round(self.started, 6),
-            "ms": round((time.perf_counter() - self.clock) * 1000, 2),
-            **journey_record(self.shopper, answer, double, read_back),
-        }
-        out.add(record)
+                record["read_back"] = [str(c.get("code")) for c in claims if isinstance(c, dict)]
+        ms = round((time.perf_counter() - self.clock) * 1000, 2)  # read back included
+        out.add({"t": round(self.started, 6), "ms": ms, **record})
 
 
 # --- the threads ------------------------------------------------------------------------------
@@ -459,7 +472,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     url = urlsplit(args.host)
     host, port = url.hostname or "127.0.0.1", url.port or 80
     scenario = Scenario(args.campaign, max(1, args.claim_attempts), args.give_up_after)
-    # The ID tokens before the clock starts, as locust makes them before its users run.
+    # The ID tokens before the clock starts: making one is not part of a shopper's wait.
     journeys: list[Journey] = []
     for number in range(1, args.shoppers + 1):
         shopper = f"{args.shopper_prefix}-{os.getpid()}-{number:06d}"
