@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, cast
 
 from scripts.bench import harness, imports, phases
 from scripts.bench.phases import ChildSpec
+from shared.events import models as events
 
 
 @dataclass(kw_only=True)
@@ -127,3 +129,25 @@ def test_sizes_and_per_row_figures_as_shown() -> None:
     assert phases.per(None, 10) == "-"
     assert phases.per(5, 0) == "-"
     assert phases.per(0.0012, 1000, scale=1e6, digits=0) == "1"
+
+
+def test_the_memory_publisher_keeps_a_batch_messages_claims_as_events() -> None:
+    """The benches read what a sale published as events (the holds bench counts them again):
+    a `coupon.claimed.batch` message is its claims, not one event of an unknown type."""
+    claims = [
+        events.CouponClaimed(
+            event_id=f"claimed.sale.c{n}",
+            campaign_id="sale",
+            occurred_at=datetime(2026, 11, 28, tzinfo=UTC),
+            coupon_id=f"p{n}",
+            user_id=f"u{n}",
+            claim_id=f"c{n}",
+        )
+        for n in range(3)
+    ]
+    publisher = harness.MemoryPublisher()
+
+    publisher.publish("topic", events.encode_batch(claims[:2]), type=events.CLAIMED_BATCH)
+    publisher.publish("topic", events.encode_event(claims[2]), type="coupon.claimed")
+
+    assert [events.event_from_dict(e) for e in publisher.events] == claims
