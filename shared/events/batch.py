@@ -26,7 +26,8 @@ from shared.events.models import MAX_BATCH_BYTES, MAX_BATCH_CLAIMS, CouponClaime
 @dataclass(eq=False)
 class _Batch:
     claims: list[CouponClaimed] = field(default_factory=list)
-    size: int = 0  # bytes of the members' JSON
+    encoded: list[bytes] = field(default_factory=list)  # the members' JSON
+    size: int = 0  # its bytes, with a separator each
     closed: threading.Event = field(default_factory=threading.Event)  # full: publish now
     sent: threading.Event = field(default_factory=threading.Event)
     future: Any = None
@@ -46,7 +47,8 @@ class ClaimBatcher:
         """True when the message holding `event` was acknowledged within `timeout`; False when
         the event was kept in the outbox for the sweeper."""
         deadline = time.monotonic() + timeout
-        size = len(encode_event(event)) + 1
+        data = encode_event(event)
+        size = len(data) + 1
         with self._lock:
             batch = self._open.get(event.campaign_id)
             if batch is not None and (
@@ -61,6 +63,7 @@ class ClaimBatcher:
             # names each claim once.
             if all(c.event_id != event.event_id for c in batch.claims):
                 batch.claims.append(event)
+                batch.encoded.append(data)
                 batch.size += size
             if len(batch.claims) >= self.max_claims:
                 self._close(event.campaign_id, batch)
@@ -92,7 +95,7 @@ class ClaimBatcher:
 
     def _send(self, batch: _Batch) -> None:
         try:
-            batch.future = self.bus.publish_claims(batch.claims)
+            batch.future = self.bus.publish_claims(batch.claims, batch.encoded)
         # Whatever the publish raised, each claim of the batch keeps its event in the outbox.
         except Exception as exc:  # noqa: BLE001
             batch.error = exc

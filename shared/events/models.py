@@ -242,11 +242,22 @@ class ClaimedBatch(_Event):
         )
 
 
-def encode_batch(claims: Sequence[CouponClaimed]) -> bytes:
-    """The batch message of `claims` (one campaign's): members encoded as encode_event does."""
-    return json.dumps(
-        ClaimedBatch.of(claims).model_dump(mode="json"), separators=(",", ":")
-    ).encode()
+def encode_batch(claims: Sequence[CouponClaimed], encoded: Sequence[bytes] | None = None) -> bytes:
+    """The batch message of `claims` (one campaign's, each once), members encoded as
+    encode_event does. A publisher that encoded them already (to measure the batch) passes
+    those bytes as `encoded`: they are spliced in, not validated and dumped a second time."""
+    if encoded is None:
+        encoded = [encode_event(c) for c in claims]
+    head = ClaimedBatch.model_construct(
+        event_id=batch_event_id(claims),
+        campaign_id=claims[0].campaign_id,
+        occurred_at=claims[0].occurred_at,
+        type=CLAIMED_BATCH,
+        claims=(),
+    )
+    empty = json.dumps(head.model_dump(mode="json"), separators=(",", ":")).encode()
+    # `claims` is the model's last field: its empty list closes the object.
+    return empty.removesuffix(b"[]}") + b"[" + b",".join(encoded) + b"]}"
 
 
 Message = Annotated[Event | ClaimedBatch, Field(discriminator="type")]

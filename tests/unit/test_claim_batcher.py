@@ -3,6 +3,7 @@ outbox entry when its message fails, and concurrent claims (pure logic on stand-
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -189,6 +190,21 @@ def test_the_largest_batch_fits_the_push_body_limit() -> None:
     )
 
     assert len(data) * 4 / 3 + 2048 < 64 * 1024
+
+
+def test_a_batch_spliced_from_its_members_bytes_is_the_validated_batch() -> None:
+    """The publisher encodes each claim once: the message it splices from those bytes is, byte
+    for byte, the batch model's own JSON, and count_usage parses it back to the same claims."""
+    claims = [claimed(n) for n in range(3)]
+    claims.append(claims[2].model_copy(update={"event_id": "claimed.sale.c9", "expires_at": NOW}))
+
+    data = events.encode_batch(claims, [events.encode_event(c) for c in claims])
+
+    validated = events.ClaimedBatch.of(claims).model_dump(mode="json")
+    assert data == json.dumps(validated, separators=(",", ":")).encode()
+    parsed = events.parse_message(data)
+    assert isinstance(parsed, events.ClaimedBatch)
+    assert parsed.claims == tuple(claims)
 
 
 def test_a_failed_batch_leaves_each_claim_its_own_outbox_entry() -> None:
