@@ -561,6 +561,9 @@ class MemoryPublisher:
         future.set_result(attributes.get("event_id", ""))
         return future
 
+    def publish_now(self, topic: str, data: bytes, *, timeout: float, **attributes: str) -> None:
+        self.publish(topic, data, **attributes)
+
 
 def create_campaign(
     db: firestore.Client, *, campaign_id: str, title: str, codes: Iterable[str] = (), **fields: Any

@@ -97,10 +97,12 @@ def install(folder: Path, function: str) -> None:
 
     from devkit.firestore_rpcs import RpcCounter
     from shared.events.models import CLAIMED_BATCH
+    from shared.gcp.pubsub import Publisher
 
     process = _Process(folder, function)
     made = Client.__init__
     publish = PublisherClient.publish
+    publish_now = Publisher.publish_now
     serve = flask.Flask.wsgi_app
 
     def counted_client(self: Client, *args: Any, **kwargs: Any) -> None:
@@ -109,7 +111,7 @@ def install(folder: Path, function: str) -> None:
         with process.lock:
             process.rpc_counters.append(counter)
 
-    def counted_publish(self: Any, topic: str, data: bytes, **attributes: Any) -> Any:
+    def count_message(data: bytes, attributes: dict[str, Any]) -> None:
         process.ensure_writer()
         # A batch of claims' events is one message carrying many.
         carried = len(json.loads(data)["claims"]) if attributes.get("type") == CLAIMED_BATCH else 1
@@ -121,7 +123,14 @@ def install(folder: Path, function: str) -> None:
             process.published[f"type {attributes.get('type')}"] += 1
             if attributes.get("webhooks"):
                 process.published["marked for deliver_webhooks"] += 1
+
+    def counted_publish(self: Any, topic: str, data: bytes, **attributes: Any) -> Any:
+        count_message(data, attributes)
         return publish(self, topic, data, **attributes)
+
+    def counted_publish_now(self: Any, topic: str, data: bytes, **kwargs: Any) -> None:
+        count_message(data, {k: v for k, v in kwargs.items() if k != "timeout"})
+        publish_now(self, topic, data, **kwargs)
 
     def counted_request(self: flask.Flask, environ: Any, start_response: Any) -> Any:
         process.ensure_writer()
@@ -131,6 +140,7 @@ def install(folder: Path, function: str) -> None:
 
     Client.__init__ = counted_client  # type: ignore[method-assign]
     PublisherClient.publish = counted_publish
+    Publisher.publish_now = counted_publish_now  # type: ignore[method-assign]
     flask.Flask.wsgi_app = counted_request  # type: ignore[method-assign]
 
 

@@ -5,9 +5,10 @@ invocation, a read to check it and a commit to count it. An instance's concurren
 campaign share a message instead (`coupon.claimed.batch`, shared/events/models.py): the first
 claim to publish opens the campaign's batch and closes it after `window_seconds`, or at once when
 it holds MAX_BATCH_CLAIMS claims or MAX_BATCH_BYTES of JSON; the claims that arrive meanwhile
-join it. Every claim still waits for the message's acknowledgement within its own timeout, and a
-claim whose batch failed or outlasted it keeps its own event in the outbox, as EventBus.publish
-does: what happened to the others is theirs. A batch of one is published as the plain event.
+join it. The leader publishes the message in one awaited request within its own time (the
+members joined later, so theirs ends no sooner); every claim waits for it within its own timeout,
+and a claim whose batch failed or outlasted it keeps its own event in the outbox, as
+EventBus.publish does. A batch of one is published as the plain event.
 Batches are per campaign, so the webhook attribute the bus sets applies to all of its claims.
 """
 
@@ -17,9 +18,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
-from shared.events.bus import PUBLISH_ERRORS, EventBus
+from shared.events.bus import EventBus
 from shared.events.models import MAX_BATCH_BYTES, MAX_BATCH_CLAIMS, CouponClaimed, encode_event
 
 
@@ -29,8 +29,7 @@ class _Batch:
     encoded: list[bytes] = field(default_factory=list)  # the members' JSON
     size: int = 0  # its bytes, with a separator each
     closed: threading.Event = field(default_factory=threading.Event)  # full: publish now
-    sent: threading.Event = field(default_factory=threading.Event)
-    future: Any = None
+    sent: threading.Event = field(default_factory=threading.Event)  # acknowledged or failed
     error: BaseException | None = None
 
 
@@ -71,17 +70,12 @@ class ClaimBatcher:
             batch.closed.wait(min(self.window_seconds, max(deadline - time.monotonic(), 0.0)))
             with self._lock:
                 self._close(event.campaign_id, batch)
-            self._send(batch)
+            self._send(batch, timeout=max(deadline - time.monotonic(), 0.0))
         error: BaseException | None = None
         if not batch.sent.wait(max(deadline - time.monotonic(), 0.0)):
             error = TimeoutError("the claim's batch was not published in time")
         elif batch.error is not None:
             error = batch.error
-        else:
-            try:
-                batch.future.result(timeout=max(deadline - time.monotonic(), 0.0))
-            except PUBLISH_ERRORS as exc:
-                error = exc
         if error is not None:
             self.bus.keep(event, now=now, error=error)
             return False
@@ -93,9 +87,11 @@ class ClaimBatcher:
             del self._open[campaign_id]
         batch.closed.set()
 
-    def _send(self, batch: _Batch) -> None:
+    def _send(self, batch: _Batch, *, timeout: float) -> None:
+        """Publish and await the batch, within its leader's time (members that joined later
+        have at least as long)."""
         try:
-            batch.future = self.bus.publish_claims(batch.claims, batch.encoded)
+            self.bus.publish_claims(batch.claims, batch.encoded, timeout=timeout)
         # Whatever the publish raised, each claim of the batch keeps its event in the outbox.
         except Exception as exc:  # noqa: BLE001
             batch.error = exc

@@ -59,31 +59,33 @@ class EventBus:
         self._attributes = attributes
 
     def _publish(self, event: events.Event) -> Any:
-        return self._send_encoded(event, events.encode_event(event))
-
-    def _send_encoded(self, event: events.Event, data: bytes) -> Any:
         return self._publisher.publish(
             self._topic,
-            data,
+            events.encode_event(event),
             event_id=event.event_id,
             type=event.type.value,
             **self._attributes(event),
         )
 
     def publish_claims(
-        self, claims: Sequence[events.CouponClaimed], encoded: Sequence[bytes]
-    ) -> Any:
+        self, claims: Sequence[events.CouponClaimed], encoded: Sequence[bytes], *, timeout: float
+    ) -> None:
         """Publish one campaign's claims, whose encode_event bytes are `encoded`, as one message
-        (a batch of one is the plain event); the publish future. The batch has its campaign's
-        routing attributes (its members share campaign and type), so a campaign without
-        webhooks pays nothing for them."""
+        (a batch of one is the plain event) and wait for the acknowledgement, at most `timeout`
+        seconds; raises one of PUBLISH_ERRORS. The batch has its campaign's routing attributes
+        (its members share campaign and type), so a campaign without webhooks pays nothing for
+        them."""
         if len(claims) == 1:
-            return self._send_encoded(claims[0], encoded[0])
-        return self._publisher.publish(
+            data, event_id, kind = encoded[0], claims[0].event_id, claims[0].type.value
+        else:
+            data = events.encode_batch(claims, encoded)
+            event_id, kind = events.batch_event_id(claims), events.CLAIMED_BATCH
+        self._publisher.publish_now(
             self._topic,
-            events.encode_batch(claims, encoded),
-            event_id=events.batch_event_id(claims),
-            type=events.CLAIMED_BATCH,
+            data,
+            timeout=timeout,
+            event_id=event_id,
+            type=kind,
             **self._attributes(claims[0]),
         )
 

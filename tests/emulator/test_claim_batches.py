@@ -229,6 +229,12 @@ class Recording:
         published: Future[str] = self._publisher.publish(topic, data, **attributes)
         return published
 
+    def publish_now(self, topic: str, data: bytes, *, timeout: float, **attributes: str) -> None:
+        with self.lock:
+            self.types.append(attributes["type"])
+        if not self._lose:  # else acknowledged, and never delivered (a batch lost on the way)
+            self._publisher.publish_now(topic, data, timeout=timeout, **attributes)
+
 
 def claim_concurrently(services: Services, campaign_id: str, shoppers: int) -> list[str]:
     def claim(n: int) -> str:

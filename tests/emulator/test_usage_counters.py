@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
+from google.api_core.exceptions import DeadlineExceeded
 from google.cloud import firestore
 
 from devkit.claims import add_claims, claim_record
@@ -278,6 +279,10 @@ class StalledPublisher:
 
     def publish(self, topic: str, data: bytes, **attributes: str) -> Future[str]:
         return Future()
+
+    def publish_now(self, topic: str, data: bytes, *, timeout: float, **attributes: str) -> None:
+        time.sleep(timeout)  # what the API call does when nothing answers
+        raise DeadlineExceeded("publish not acknowledged")
 
 
 def test_a_claim_never_waits_on_a_publish_past_its_own_deadline(
