@@ -119,9 +119,7 @@ class DeletionService(job_store.RequestedJobService):
                     )
         job_id = self._mark(campaign_id, audit=audit, now=now)
         job = job_store.get_job(self.db, job_id=job_id)
-        job_store.drop_request(
-            self.storage_client, bucket=self.bucket, job=job, body={"job_id": job_id}
-        )
+        self.drop_request(job, {"job_id": job_id})
         log.info(
             "campaign deletion requested", extra={"campaign_id": campaign_id, "job_id": job_id}
         )

@@ -170,9 +170,7 @@ class ExportService(job_store.RequestedJobService):
             AuditAction.EXPORT, campaign_id=campaign_id, target=job_id, after={"kind": kind.value}
         )
         job_store.create_job(self.db, job=job, audit=entry)
-        job_store.drop_request(
-            self.storage_client, bucket=bucket, job=job, body={"job_id": job_id, "kind": kind.value}
-        )
+        self.drop_request(job, {"job_id": job_id, "kind": kind.value})
         log.info("export requested", extra={"job_id": job_id, "kind": kind.value})
         return job
 

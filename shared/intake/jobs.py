@@ -80,18 +80,6 @@ def requested(
     )
 
 
-def drop_request(
-    storage_client: StorageClient, *, bucket: str, job: JobRecord, body: dict[str, Any]
-) -> None:
-    """Write the job's request object; one already there (a repeated request) stays as it is."""
-    storage_objects.write_json_if_absent(
-        storage_client,
-        bucket=bucket,
-        name=request_object(job.kind, job.campaign_id, job.job_id),
-        body=body,
-    )
-
-
 @dataclass(kw_only=True, eq=False)
 class BucketJobService:
     """A service whose jobs run through the imports bucket (uploads, request objects, results)."""
@@ -104,6 +92,15 @@ class BucketJobService:
     @property
     def bucket(self) -> str:
         return self.settings.imports_bucket
+
+    def drop_request(self, job: JobRecord, body: dict[str, Any]) -> None:
+        """Write the job's request object; one already there (a repeated request) stays."""
+        storage_objects.write_json_if_absent(
+            self.storage_client,
+            bucket=self.bucket,
+            name=request_object(job.kind, job.campaign_id, job.job_id),
+            body=body,
+        )
 
 
 class RequestedJobService(BucketJobService):

@@ -319,9 +319,7 @@ class IntakeService(job_store.BucketJobService):
             after=spec.model_dump(mode="json"),
         )
         job_store.create_job(self.db, job=job, audit=entry)
-        job_store.drop_request(
-            self.storage_client, bucket=self.bucket, job=job, body=spec.model_dump()
-        )
+        self.drop_request(job, spec.model_dump())
         log.info("code generation requested", extra={"job_id": job.job_id, "count": spec.count})
         return job
 
