@@ -22,10 +22,8 @@ the same batch as its codes) makes the job sweep again, so no code outlives its 
 from __future__ import annotations
 
 import logging
-import re
-import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -33,7 +31,6 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 from google.cloud.firestore_v1.field_path import FieldPath
-from google.cloud.storage import Client as StorageClient
 
 from shared.audit import store as audit_store
 from shared.audit.models import AuditAction, AuditContext
@@ -51,13 +48,9 @@ from shared.gcp.firestore import (
 )
 from shared.intake import jobs as job_store
 from shared.intake.models import JobKind, JobRecord
-from shared.settings import Settings
 
 log = logging.getLogger(__name__)
 
-DELETE_REQUEST = re.compile(
-    r"^delete/(?P<campaign>[a-z0-9][a-z0-9_-]{0,62})/(?P<job>del-[a-f0-9]{16})\.json$"
-)
 # A commit takes at most 500 writes; a page of names is read, then deleted, 500 at a time.
 BATCH = 500
 # The bucket's folders that hold a campaign's objects (`{folder}/{campaign_id}/…`).
@@ -66,10 +59,6 @@ FOLDERS = ("imports", "generate", "reports", "export", "exports", "assignments")
 # is retried later.
 MAX_SWEEPS = 3
 PROGRESS_EVERY_SECONDS = 2.0
-
-
-def request_object(campaign_id: str, job_id: str) -> str:
-    return f"delete/{campaign_id}/{job_id}.json"
 
 
 def deletable(campaign: CampaignRecord, now: datetime) -> bool:
@@ -105,27 +94,16 @@ def _names(ordered: firestore.Query) -> Iterator[firestore.DocumentReference]:
         last = page[-1]
 
 
-class DeletionService:
-    def __init__(
-        self,
-        *,
-        db: firestore.Client,
-        storage_client: StorageClient,
-        settings: Settings,
-        clock: Callable[[], datetime],
-    ) -> None:
-        self._db = db
-        self._storage = storage_client
-        self._settings = settings
-        self._clock = clock
+class DeletionService(job_store.RequestedJobService):
+    kind = JobKind.DELETE
 
     # --- admin_api ----------------------------------------------------------------------------
     def request(self, *, campaign_id: str, audit: AuditContext) -> JobRecord:
         """Mark the campaign deleting, with its job and audit entry in the same commit, then drop
         the request object that runs the job. A campaign already being deleted answers its job,
         its request dropped again if it was lost: a repeated DELETE is safe."""
-        now = self._clock()
-        snapshot = campaign_store.get_campaign_snapshot(self._db, campaign_id=campaign_id)
+        now = self.clock()
+        snapshot = campaign_store.get_campaign_snapshot(self.db, campaign_id=campaign_id)
         if snapshot is None:
             raise CampaignNotFound(f"Campaign {campaign_id!r} does not exist.")
         campaign = campaign_store.record_from_snapshot(snapshot)
@@ -133,38 +111,28 @@ class DeletionService:
             self._check(campaign, now)
             if not campaign.archived:
                 # Codes handed out before the sale (an assignment job) are held by shoppers.
-                held = claims_collection(self._db, campaign_id).select([FieldPath.document_id()])
+                held = claims_collection(self.db, campaign_id).select([FieldPath.document_id()])
                 if list(held.limit(1).stream()):
                     raise CampaignNotDeletable(
                         f"Campaign {campaign_id!r} has codes assigned to shoppers: end it and "
                         "archive it, then delete it."
                     )
         job_id = self._mark(campaign_id, audit=audit, now=now)
-        storage_objects.write_json_if_absent(
-            self._storage,
-            bucket=self._settings.imports_bucket,
-            name=request_object(campaign_id, job_id),
-            body={"job_id": job_id},
-        )
+        job = job_store.get_job(self.db, job_id=job_id)
+        self.drop_request(job, {"job_id": job_id})
         log.info(
             "campaign deletion requested", extra={"campaign_id": campaign_id, "job_id": job_id}
         )
-        return job_store.get_job(self._db, job_id=job_id)
+        return job
 
     def _mark(self, campaign_id: str, *, audit: AuditContext, now: datetime) -> str:
         """The deletion's job id: a new job recorded with the mark and its audit entry, or the
         job of a deletion already under way."""
-        job_id = f"del-{secrets.token_hex(8)}"
-        bucket = self._settings.imports_bucket
-        job = JobRecord(
-            job_id=job_id,
-            kind=JobKind.DELETE,
-            campaign_id=campaign_id,
-            source=f"gs://{bucket}/{request_object(campaign_id, job_id)}",
-            created_at=now,
-            updated_at=now,
+        job = job_store.requested(
+            JobKind.DELETE, campaign_id=campaign_id, bucket=self.bucket, now=now
         )
-        ref = campaign_ref(self._db, campaign_id)
+        job_id = job.job_id
+        ref = campaign_ref(self.db, campaign_id)
 
         @firestore.transactional
         def mark(transaction: firestore.Transaction) -> str:
@@ -180,7 +148,7 @@ class DeletionService:
                 ref, {"deletion_job_id": job_id, "updated_at": now, "version": version}
             )
             transaction.create(
-                job_store.job_ref(self._db, job_id),
+                job_store.job_ref(self.db, job_id),
                 job.model_dump(mode="python", exclude={"job_id"}),
             )
             entry = audit.entry(
@@ -191,10 +159,10 @@ class DeletionService:
                 after={"job_id": job_id},
                 version=version,
             )
-            audit_store.add(transaction, self._db, entry)
+            audit_store.add(transaction, self.db, entry)
             return job_id
 
-        marked: str = mark(self._db.transaction())
+        marked: str = mark(self.db.transaction())
         return marked
 
     @staticmethod
@@ -206,20 +174,14 @@ class DeletionService:
             )
 
     # --- import_codes (the request object's event) ------------------------------------------
-    @staticmethod
-    def handles(name: str) -> bool:
-        return DELETE_REQUEST.match(name) is not None
-
     def handle_request(self, name: str) -> JobRecord | None:
-        job = job_store.requested_job(
-            self._db, request=DELETE_REQUEST, name=name, kind=JobKind.DELETE
-        )
+        job = self.requested_job(name)
         return None if job is None else self.run(job)
 
     def run(self, job: JobRecord) -> JobRecord | None:
         """Remove everything the campaign holds, then the campaign, then finish the job."""
-        progress = _Progress(self._db, job)
-        ref = campaign_ref(self._db, job.campaign_id)
+        progress = _Progress(self.db, job)
+        ref = campaign_ref(self.db, job.campaign_id)
         for _ in range(MAX_SWEEPS):
             snapshot = ref.get()
             if snapshot.exists and (snapshot.to_dict() or {}).get("deletion_job_id") != job.job_id:
@@ -230,7 +192,7 @@ class DeletionService:
             if not snapshot.exists:
                 break
             try:
-                ref.delete(option=self._db.write_option(last_update_time=snapshot.update_time))
+                ref.delete(option=self.db.write_option(last_update_time=snapshot.update_time))
             except gexc.FailedPrecondition:
                 log.info(
                     "campaign changed during its deletion; sweeping again", extra=progress.extra
@@ -242,47 +204,49 @@ class DeletionService:
             break
         else:
             raise Contended(retry_after=60)
-        done = job_store.finish_done(self._db, job=job, now=self._clock(), deleted=progress.deleted)
+        done = job_store.finish_done(self.db, job=job, now=self.clock(), deleted=progress.deleted)
         if done is None:
             return None
         storage_objects.delete_if_exists(
-            self._storage,
-            bucket=self._settings.imports_bucket,
-            name=request_object(job.campaign_id, job.job_id),
+            self.storage_client,
+            bucket=self.bucket,
+            name=job_store.request_object(JobKind.DELETE, job.campaign_id, job.job_id),
         )
         log.info("campaign deleted", extra=progress.extra)
         return done
 
     def _sweep(self, job: JobRecord, progress: _Progress) -> None:
         campaign_id = job.campaign_id
-        for collection in campaign_ref(self._db, campaign_id).collections():
+        for collection in campaign_ref(self.db, campaign_id).collections():
             self._delete_all(_descendants(collection), progress)
-        webhooks = webhooks_collection(self._db).where(
+        webhooks = webhooks_collection(self.db).where(
             filter=FieldFilter("campaign_id", "==", campaign_id)
         )
         for webhook in _matching(webhooks):
-            for collection in webhook_ref(self._db, webhook.id).collections():
+            for collection in webhook_ref(self.db, webhook.id).collections():
                 self._delete_all(_descendants(collection), progress)
             self._delete_all(iter([webhook]), progress)
-        self._delete_all(iter([campaign_webhooks_ref(self._db, campaign_id)]), progress)
-        jobs = jobs_collection(self._db).where(filter=FieldFilter("campaign_id", "==", campaign_id))
+        self._delete_all(iter([campaign_webhooks_ref(self.db, campaign_id)]), progress)
+        jobs = jobs_collection(self.db).where(filter=FieldFilter("campaign_id", "==", campaign_id))
         self._delete_all((r for r in _matching(jobs) if r.id != job.job_id), progress)
-        bucket = self._storage.bucket(self._settings.imports_bucket)
+        bucket = self.storage_client.bucket(self.bucket)
         for folder in FOLDERS:
             # The library lists a page (1,000 names) at a time.
-            for blob in self._storage.list_blobs(bucket, prefix=f"{folder}/{campaign_id}/"):
-                storage_objects.delete_if_exists(self._storage, bucket=bucket.name, name=blob.name)
+            for blob in self.storage_client.list_blobs(bucket, prefix=f"{folder}/{campaign_id}/"):
+                storage_objects.delete_if_exists(
+                    self.storage_client, bucket=bucket.name, name=blob.name
+                )
                 progress.add(1)
 
     def _delete_all(self, refs: Iterator[firestore.DocumentReference], progress: _Progress) -> None:
-        batch, size = self._db.batch(), 0
+        batch, size = self.db.batch(), 0
         for ref in refs:
             batch.delete(ref)
             size += 1
             if size == BATCH:
                 batch.commit()
                 progress.add(size)
-                batch, size = self._db.batch(), 0
+                batch, size = self.db.batch(), 0
         if size:
             batch.commit()
             progress.add(size)

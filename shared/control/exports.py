@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import csv
 import logging
-import re
-import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -28,7 +26,6 @@ from typing import Any
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
-from google.cloud.storage import Client as StorageClient
 
 from shared.audit.models import AuditAction, AuditContext
 from shared.campaigns import store as campaign_store
@@ -38,14 +35,10 @@ from shared.gcp.firestore import Snapshot, claims_collection, coupons_collection
 from shared.intake import jobs as job_store
 from shared.intake.csv_rows import spreadsheet_safe
 from shared.intake.models import JobKind, JobRecord
-from shared.settings import Settings
 from shared.types import RequestBody, rfc3339
 
 log = logging.getLogger(__name__)
 
-EXPORT_REQUEST = re.compile(
-    r"^export/(?P<campaign>[a-z0-9][a-z0-9_-]{0,62})/(?P<job>exp-[a-f0-9]{16})\.json$"
-)
 # Large pages: the emulator (and Firestore's per-query overhead) charge each query by what it
 # scans, and a page is streamed, never held in memory.
 PAGE_SIZE = 10_000
@@ -151,11 +144,9 @@ def documents(query: firestore.Query, *, page_size: int = PAGE_SIZE) -> Iterator
 
 
 @dataclass(kw_only=True, eq=False)
-class ExportService:
-    db: firestore.Client
-    storage_client: StorageClient
-    settings: Settings
-    clock: Callable[[], datetime]
+class ExportService(job_store.RequestedJobService):
+    kind = JobKind.EXPORT
+
     # Long streamed reads go through a client that reads them on the calling thread.
     streams: firestore.Client | None = None
     page_size: int = PAGE_SIZE
@@ -164,41 +155,28 @@ class ExportService:
     def request(self, *, campaign_id: str, kind: ExportKind, audit: AuditContext) -> JobRecord:
         """Record the job with its audit entry, then drop the request object that runs it."""
         campaign_store.get_campaign(self.db, campaign_id=campaign_id)
-        now = self.clock()
-        job_id = f"exp-{secrets.token_hex(8)}"
-        bucket = self.settings.imports_bucket
-        job = JobRecord(
-            job_id=job_id,
-            kind=JobKind.EXPORT,
+        job_id = job_store.new_job_id(JobKind.EXPORT)
+        bucket = self.bucket
+        job = job_store.requested(
+            JobKind.EXPORT,
             campaign_id=campaign_id,
-            source=f"gs://{bucket}/export/{campaign_id}/{job_id}.json",
+            bucket=bucket,
+            now=self.clock(),
+            job_id=job_id,
             result=f"gs://{bucket}/{export_object(campaign_id, job_id)}",
             export_kind=kind.value,
-            created_at=now,
-            updated_at=now,
         )
         entry = audit.entry(
             AuditAction.EXPORT, campaign_id=campaign_id, target=job_id, after={"kind": kind.value}
         )
         job_store.create_job(self.db, job=job, audit=entry)
-        storage_objects.write_json_if_absent(
-            self.storage_client,
-            bucket=bucket,
-            name=f"export/{campaign_id}/{job_id}.json",
-            body={"job_id": job_id, "kind": kind.value},
-        )
+        self.drop_request(job, {"job_id": job_id, "kind": kind.value})
         log.info("export requested", extra={"job_id": job_id, "kind": kind.value})
         return job
 
     # --- import_codes (the request object's event) ------------------------------------------
-    @staticmethod
-    def handles(name: str) -> bool:
-        return EXPORT_REQUEST.match(name) is not None
-
     def handle_request(self, name: str) -> JobRecord | None:
-        job = job_store.requested_job(
-            self.db, request=EXPORT_REQUEST, name=name, kind=JobKind.EXPORT
-        )
+        job = self.requested_job(name)
         if job is None or job.export_kind is None:
             return None
         return self.run(job, ExportKind(job.export_kind))
@@ -208,7 +186,7 @@ class ExportService:
         rows = 0
         writer = storage_objects.open_text_writer(
             self.storage_client,
-            bucket=self.settings.imports_bucket,
+            bucket=self.bucket,
             name=export_object(job.campaign_id, job.job_id),
             metadata={"codedrop-export-job": job.job_id},
         )
@@ -241,7 +219,7 @@ class ExportService:
         """A finished export's CSV, 1 MiB at a time."""
         return storage_objects.stream_object(
             self.storage_client,
-            bucket=self.settings.imports_bucket,
+            bucket=self.bucket,
             name=export_object(job.campaign_id, job.job_id),
         )
 

@@ -33,6 +33,8 @@ EventId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]
 DocumentId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")]
 # Firebase uids are at most 128 characters.
 UserId = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+# A shop's order id: printable ASCII without spaces.
+OrderId = Annotated[str, StringConstraints(pattern=r"^[\x21-\x7e]{1,128}$")]
 # A time in an event: RFC 3339 in UTC, within the calendar bounds of InputTime.
 EventTime = Annotated[InputTime, PlainSerializer(rfc3339, return_type=str)]
 # More than any import or generation job can hold, and inside Firestore's int64.
@@ -59,43 +61,43 @@ class _Event(BaseModel):
     occurred_at: EventTime
 
 
-class CouponClaimed(_Event):
-    type: Literal[EventType.COUPON_CLAIMED] = EventType.COUPON_CLAIMED
+class _ClaimEvent(_Event):
+    """What befell one shopper's claim of one code. `type` stands here so that it keeps its
+    place before the claim's fields in every event's JSON; each event narrows it."""
+
+    type: EventType
     coupon_id: DocumentId
     user_id: UserId
     claim_id: DocumentId
+
+
+class _OrderEvent(_ClaimEvent):
+    order_id: OrderId
+
+
+class CouponClaimed(_ClaimEvent):
+    type: Literal[EventType.COUPON_CLAIMED] = EventType.COUPON_CLAIMED
     # Set when the claim is a hold: it is released at this time unless redeemed.
     expires_at: EventTime | None = None
 
 
-class CouponRedeemed(_Event):
+class CouponRedeemed(_OrderEvent):
     type: Literal[EventType.COUPON_REDEEMED] = EventType.COUPON_REDEEMED
-    coupon_id: DocumentId
-    user_id: UserId
-    claim_id: DocumentId
-    order_id: Annotated[str, StringConstraints(pattern=r"^[\x21-\x7e]{1,128}$")]
     was_held: bool  # the code was a hold (not a final claim) until this redemption
 
 
-class CouponReleased(_Event):
+class CouponReleased(_ClaimEvent):
     """A hold that was not redeemed in time: its code is available again."""
 
     type: Literal[EventType.COUPON_RELEASED] = EventType.COUPON_RELEASED
-    coupon_id: DocumentId
-    user_id: UserId
-    claim_id: DocumentId
     claimed_at: EventTime  # when the hold was claimed
     expired_at: EventTime
 
 
-class CouponReversed(_Event):
+class CouponReversed(_OrderEvent):
     """A redemption undone (its order was cancelled or refunded): exactly one per redemption."""
 
     type: Literal[EventType.COUPON_REVERSED] = EventType.COUPON_REVERSED
-    coupon_id: DocumentId
-    user_id: UserId
-    claim_id: DocumentId
-    order_id: Annotated[str, StringConstraints(pattern=r"^[\x21-\x7e]{1,128}$")]
     on_cancel: OnCancel
 
 

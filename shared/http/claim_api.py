@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import flask
+from pydantic import BaseModel
 
 from shared.campaigns import service as campaign_service
 from shared.campaigns.models import CampaignPublic, CampaignRecord
@@ -34,6 +36,7 @@ from shared.fairness.models import (
     PageQuery,
     Transparency,
 )
+from shared.fairness.service import FairnessService
 from shared.http import openapi
 from shared.http.routing import (
     Access,
@@ -259,10 +262,7 @@ def fairness(call: Call, campaign_id: str) -> flask.Response:
     raises=[CampaignNotFound, FairDropNotFound, CampaignNotActive],
 )
 def fairness_entries(call: Call, campaign_id: str) -> flask.Response:
-    services = call.services
-    campaign = engine_campaign(call, campaign_id)
-    page_token = call.query_as(PageQuery).page_token
-    return json_response(services.fairness.entries(campaign, page_token))
+    return _fairness_page(call, campaign_id, FairnessService.entries)
 
 
 @router.route(
@@ -275,10 +275,18 @@ def fairness_entries(call: Call, campaign_id: str) -> flask.Response:
     raises=[CampaignNotFound, FairDropNotFound, CampaignNotActive],
 )
 def fairness_admissions(call: Call, campaign_id: str) -> flask.Response:
-    services = call.services
+    return _fairness_page(call, campaign_id, FairnessService.admissions)
+
+
+def _fairness_page(
+    call: Call,
+    campaign_id: str,
+    page: Callable[[FairnessService, CampaignRecord, str | None], BaseModel],
+) -> flask.Response:
+    """One page of a fair drop's list, from the query's page token."""
     campaign = engine_campaign(call, campaign_id)
     page_token = call.query_as(PageQuery).page_token
-    return json_response(services.fairness.admissions(campaign, page_token))
+    return json_response(page(call.services.fairness, campaign, page_token))
 
 
 @router.route(

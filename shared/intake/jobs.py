@@ -1,22 +1,28 @@
-"""Firestore access for import and generation jobs (`jobs/{job_id}`)."""
+"""Firestore access for jobs (`jobs/{job_id}`), and the request objects that run those an admin
+asks for."""
 
 from __future__ import annotations
 
 import logging
 import re
+import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
+from google.cloud.storage import Client as StorageClient
 
 from shared.audit import store as audit_store
 from shared.audit.models import AuditEntry
 from shared.errors import JobNotFound
+from shared.gcp import storage as storage_objects
 from shared.gcp.firestore import jobs_collection
 from shared.intake.models import JobKind, JobRecord, JobState
 from shared.intake.write_rate import RampLimiter, Unlimited
+from shared.settings import Settings
 
 log = logging.getLogger(__name__)
 # What a finished job's log line counts (those its kind does not use stay 0).
@@ -33,6 +39,80 @@ _LOGGED = {
     "deleted",
     "result",
 }
+
+# The jobs an admin asks for: each is recorded, then run on the event of its request object
+# `{folder}/{campaign_id}/{job_id}.json` in the imports bucket; its id is `{prefix}-{16 hex}`.
+_REQUESTED: dict[JobKind, tuple[str, str]] = {
+    JobKind.GENERATE: ("generate", "gen"),
+    JobKind.EXPORT: ("export", "exp"),
+    JobKind.DELETE: ("delete", "del"),
+}
+
+
+def request_object(kind: JobKind, campaign_id: str, job_id: str) -> str:
+    return f"{_REQUESTED[kind][0]}/{campaign_id}/{job_id}.json"
+
+
+def new_job_id(kind: JobKind) -> str:
+    return f"{_REQUESTED[kind][1]}-{secrets.token_hex(8)}"
+
+
+def requested(
+    kind: JobKind,
+    *,
+    campaign_id: str,
+    bucket: str,
+    now: datetime,
+    job_id: str | None = None,
+    **fields: Any,
+) -> JobRecord:
+    """A new job of a kind an admin asks for (a new id unless `job_id`), its source the request
+    object that will run it."""
+    job_id = job_id or new_job_id(kind)
+    return JobRecord(
+        job_id=job_id,
+        kind=kind,
+        campaign_id=campaign_id,
+        source=f"gs://{bucket}/{request_object(kind, campaign_id, job_id)}",
+        created_at=now,
+        updated_at=now,
+        **fields,
+    )
+
+
+@dataclass(kw_only=True, eq=False)
+class BucketJobService:
+    """A service whose jobs run through the imports bucket (uploads, request objects, results)."""
+
+    db: firestore.Client
+    storage_client: StorageClient
+    settings: Settings
+    clock: Callable[[], datetime]
+
+    @property
+    def bucket(self) -> str:
+        return self.settings.imports_bucket
+
+    def drop_request(self, job: JobRecord, body: dict[str, Any]) -> None:
+        """Write the job's request object; one already there (a repeated request) stays."""
+        storage_objects.write_json_if_absent(
+            self.storage_client,
+            bucket=self.bucket,
+            name=request_object(job.kind, job.campaign_id, job.job_id),
+            body=body,
+        )
+
+
+class RequestedJobService(BucketJobService):
+    """A service that runs one kind of job an admin asks for, on its request object's event."""
+
+    kind: ClassVar[JobKind]
+
+    def handles(self, name: str) -> bool:
+        return _request_match(self.kind, name) is not None
+
+    def requested_job(self, name: str) -> JobRecord | None:
+        return requested_job(self.db, name=name, kind=self.kind)
 
 
 def job_ref(db: firestore.Client, job_id: str) -> firestore.DocumentReference:
@@ -64,13 +144,19 @@ def create_job(db: firestore.Client, *, job: JobRecord, audit: AuditEntry | None
     batch.commit()
 
 
-def requested_job(
-    db: firestore.Client, *, request: re.Pattern[str], name: str, kind: JobKind
-) -> JobRecord | None:
-    """The running job that a request object admin_api dropped names (`request` matches its name
-    with groups `campaign` and `job`). None when the name is not such a request, when no job of
-    that kind and campaign has the id (logged), or when the job finished (a redelivered event)."""
-    match = request.match(name)
+def _request_match(kind: JobKind, name: str) -> re.Match[str] | None:
+    folder, prefix = _REQUESTED[kind]
+    return re.match(
+        rf"^{folder}/(?P<campaign>[a-z0-9][a-z0-9_-]{{0,62}})/(?P<job>{prefix}-[a-f0-9]{{16}})\.json$",
+        name,
+    )
+
+
+def requested_job(db: firestore.Client, *, name: str, kind: JobKind) -> JobRecord | None:
+    """The running job of `kind` that the request object `name` names. None when the name is not
+    such a request, when no job of that kind and campaign has the id (logged), or when the job
+    finished (a redelivered event)."""
+    match = _request_match(kind, name)
     if match is None:
         return None
     job = find_job(db, job_id=match["job"])

@@ -20,15 +20,11 @@ import io
 import itertools
 import logging
 import re
-import secrets
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from google.api_core import exceptions as gexc
-from google.cloud import firestore
-from google.cloud.storage import Client as StorageClient
 
 from shared.audit import store as audit_store
 from shared.audit.models import AuditAction, AuditContext, entry_for
@@ -51,7 +47,6 @@ from shared.intake.models import (
 )
 from shared.intake.report import COLUMNS as REPORT_COLUMNS
 from shared.intake.report import RowReport, formula_warning
-from shared.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -112,20 +107,12 @@ def import_job_id(obj: StoredObject) -> str:
 
 
 @dataclass(kw_only=True, eq=False)
-class IntakeService:
-    db: firestore.Client
-    storage_client: StorageClient
-    settings: Settings
-    clock: Callable[[], datetime]
+class IntakeService(job_store.BucketJobService):
     on_job_finished: Callable[[JobRecord], None] | None = None
-
-    @property
-    def bucket(self) -> str:
-        return self.settings.imports_bucket
 
     # --- events ---------------------------------------------------------------------------
     def handle_object_finalized(self, obj: StoredObject) -> JobRecord | None:
-        if obj.bucket != self.settings.imports_bucket:
+        if obj.bucket != self.bucket:
             log.warning("object in an unexpected bucket ignored", extra={"object": obj.uri})
             return None
         if obj.name.startswith(IMPORTS_FOLDER):
@@ -187,7 +174,7 @@ class IntakeService:
         job = job.restarted(now)
         report = RowReport(
             self.storage_client,
-            bucket=self.settings.imports_bucket,
+            bucket=self.bucket,
             name=f"{REPORTS_FOLDER}{campaign_id}/{job.job_id}.csv",
             job_id=job.job_id,
         )
@@ -274,7 +261,7 @@ class IntakeService:
         name_in_bucket = f"{IMPORTS_FOLDER}{campaign_id}/{name}"
         url = storage_objects.open_upload_session(
             self.storage_client,
-            bucket=self.settings.imports_bucket,
+            bucket=self.bucket,
             name=name_in_bucket,
             content_type="text/csv",
             origin=origin,
@@ -283,14 +270,12 @@ class IntakeService:
         entry = audit.entry(
             AuditAction.UPLOAD,
             campaign_id=campaign_id,
-            target=f"gs://{self.settings.imports_bucket}/{name_in_bucket}",
+            target=f"gs://{self.bucket}/{name_in_bucket}",
             after={"name": name},
         )
         audit_store.record(self.db, entry)
         log.info("upload session opened", extra={"object": name_in_bucket})
-        return UploadSession(
-            upload_url=url, bucket=self.settings.imports_bucket, object=name_in_bucket
-        )
+        return UploadSession(upload_url=url, bucket=self.bucket, object=name_in_bucket)
 
     # --- rejected rows ----------------------------------------------------------------------
     def rejected_rows(self, job: JobRecord) -> Iterator[bytes]:
@@ -318,34 +303,24 @@ class IntakeService:
         campaign_store.record_generated_format(
             self.db, campaign_id=campaign_id, code_format=code_format
         )
-        now = self.clock()
-        job_id = f"gen-{secrets.token_hex(8)}"
-        name = f"generate/{campaign_id}/{job_id}.json"
-        job = JobRecord(
-            job_id=job_id,
-            kind=JobKind.GENERATE,
+        job = job_store.requested(
+            JobKind.GENERATE,
             campaign_id=campaign_id,
-            source=f"gs://{self.settings.imports_bucket}/{name}",
+            bucket=self.bucket,
+            now=self.clock(),
             requested=spec.count,
             code_format=code_format,
-            created_at=now,
-            updated_at=now,
         )
         entry = entry_for(
             audit,
             AuditAction.GENERATE,
             campaign_id=campaign_id,
-            target=job_id,
+            target=job.job_id,
             after=spec.model_dump(mode="json"),
         )
         job_store.create_job(self.db, job=job, audit=entry)
-        storage_objects.write_json_if_absent(
-            self.storage_client,
-            bucket=self.settings.imports_bucket,
-            name=name,
-            body=spec.model_dump(),
-        )
-        log.info("code generation requested", extra={"job_id": job_id, "count": spec.count})
+        self.drop_request(job, spec.model_dump())
+        log.info("code generation requested", extra={"job_id": job.job_id, "count": spec.count})
         return job
 
     def run_generation_request(self, *, campaign_id: str, job_id: str) -> JobRecord | None:
@@ -377,7 +352,7 @@ class IntakeService:
         codes = generate_codes(wanted, code_format=_generated_format(job))
         written = storage_objects.write_lines_if_absent(
             self.storage_client,
-            bucket=self.settings.imports_bucket,
+            bucket=self.bucket,
             name=name,
             lines=itertools.chain(["code\n"], (f"{code}\n" for code in codes)),
             metadata={PARENT_METADATA: job.job_id},

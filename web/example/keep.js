@@ -14,6 +14,7 @@ import {
   signInWithEmailLink,
   signInWithPhoneNumber,
 } from "https://www.gstatic.com/firebasejs/12.19.0/firebase-auth.js";
+import { PHONE_MESSAGES } from "./phone.js";
 
 // The address the link went to, so the browser that opens it need not ask again (Firebase
 // wants the address with the link: a link forwarded to someone else signs nobody in).
@@ -26,11 +27,7 @@ const MESSAGES = {
   "auth/missing-email": "Enter your email address.",
   "auth/invalid-action-code": "That link has been used or has expired: ask for a new one.",
   "auth/expired-action-code": "That link has expired: ask for a new one.",
-  "auth/too-many-requests": "Too many attempts: wait a moment, then try again.",
-  "auth/invalid-phone-number": "That phone number does not look right: start with + and your country code.",
-  "auth/missing-phone-number": "Enter your phone number.",
-  "auth/invalid-verification-code": "That code is not the one we sent. Check it and try again.",
-  "auth/code-expired": "That code has expired: ask for a new one.",
+  ...PHONE_MESSAGES,
   "auth/credential-already-in-use": "That number already keeps another code: sign in with it on a new page instead.",
   "auth/provider-already-linked": "Your code is already saved to a phone number.",
 };

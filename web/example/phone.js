@@ -1,7 +1,8 @@
 // Phone sign-in for sales that count phone numbers: the shopper types their number, gets a code
 // by text message (from the Auth emulator's log locally), types it, and the claim goes on.
 
-const MESSAGES = {
+// keep.js, which links a number to an anonymous account, says the same.
+export const PHONE_MESSAGES = {
   "auth/invalid-phone-number": "That phone number does not look right: start with + and your country code.",
   "auth/missing-phone-number": "Enter your phone number.",
   "auth/invalid-verification-code": "That code is not the one we sent. Check it and try again.",
@@ -11,7 +12,7 @@ const MESSAGES = {
 };
 
 function describe(error) {
-  return MESSAGES[error?.code] ?? "We could not sign you in. Please try again.";
+  return PHONE_MESSAGES[error?.code] ?? "We could not sign you in. Please try again.";
 }
 
 /**
@@ -56,7 +57,7 @@ export function createPhoneSignIn(shopper, onChange) {
     const phoneNumber = phoneInput.value.replace(/[\s().-]/g, "");
     // E.164, checked here: the SDK can take seconds to refuse a malformed number.
     if (!/^\+[1-9]\d{6,14}$/.test(phoneNumber)) {
-      setError(MESSAGES["auth/invalid-phone-number"]);
+      setError(PHONE_MESSAGES["auth/invalid-phone-number"]);
       phoneInput.focus();
       return;
     }
