@@ -34,7 +34,7 @@ class Publisher:
             self.messages.append((data, attributes))
         if self.stalled:  # what the API call does when nothing answers
             time.sleep(timeout)
-            raise DeadlineExceeded("publish not acknowledged")
+            raise DeadlineExceeded("publish not acknowledged")  # type: ignore[no-untyped-call]
 
     def claims(self) -> list[list[str]]:
         """The claim ids each message carried."""
