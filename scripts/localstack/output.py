@@ -56,8 +56,9 @@ def configure_logging(verbosity: int) -> None:
     root = logging.getLogger()
     root.handlers = [handler]
     root.setLevel(logging.DEBUG)
-    # The client libraries are chatty at DEBUG; their warnings still show.
-    for noisy in ("google", "urllib3", "grpc"):
+    # The client libraries are chatty at DEBUG (httpcore: eight lines a relayed push, a tenth of
+    # this process's Python CPU in a sale); their warnings still show.
+    for noisy in ("google", "urllib3", "grpc", "httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.INFO)
 
 
