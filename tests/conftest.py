@@ -37,6 +37,7 @@ from devkit.standins.app_check import DevAppCheckServer, dev_app_check
 from devkit.standins.push_auth import LOCAL_ACCOUNT, LOCAL_AUDIENCE, PushRelay
 from tests.support.api import function_client
 from tests.support.cloudevents import PUSH_KEYS, deliver, published_event
+from tests.support.servers import FunctionServers
 from tests.support.stack import (
     BUCKET,
     CORS_ORIGIN,
@@ -350,6 +351,19 @@ def storage_client(emulators: EmulatorStack) -> StorageClient:
     from shared.container import instance_services
 
     return instance_services().storage
+
+
+@pytest.fixture(scope="session")
+def shared_servers(
+    emulators: EmulatorStack, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[FunctionServers]:
+    """main.py's functions over HTTP on the suite's emulators, as the local stack serves them,
+    each started when a test first asks for it and kept for the session."""
+    servers = FunctionServers(tmp_path_factory.mktemp("shared-servers"))
+    try:
+        yield servers
+    finally:
+        servers.stop()
 
 
 @pytest.fixture

@@ -42,7 +42,8 @@ from tests.browser.conftest import LOCAL_HOSTS, PHONE
 from tests.support.servers import fast_notifier, function_servers
 from tests.support.stack import BUCKET, PROJECT, MakeCampaign
 
-pytestmark = [pytest.mark.emulator, pytest.mark.browser]
+# One pytest-xdist worker runs the module: its servers (a module fixture) start once.
+pytestmark = [pytest.mark.emulator, pytest.mark.browser, pytest.mark.xdist_group("console")]
 # Two shared cores: an admin_api call may take seconds while other suites run.
 expect.set_options(timeout=20_000)
 
