@@ -111,6 +111,23 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     _run.callback(_auth_early.stop)
 
 
+def _long(item: pytest.Item) -> bool:
+    """Marked `long`, or allowed more than the run's default timeout (a whole stack and a
+    sale)."""
+    timeout = item.get_closest_marker("timeout")
+    default = float(item.config.getini("timeout") or 0)
+    return item.get_closest_marker("long") is not None or bool(
+        timeout and timeout.args and default and float(timeout.args[0]) > default
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The long tests first: pytest-xdist hands tests out in this order (after the xdist_group
+    groups, the largest first), so none of them is started last and left to finish the run
+    alone while the other worker idles."""
+    items.sort(key=lambda item: not _long(item))
+
+
 def production_index_problems(
     recorder: Recorder, config: IndexConfig, *, whole_suite: bool = True
 ) -> list[str]:
