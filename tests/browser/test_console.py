@@ -42,8 +42,7 @@ from tests.browser.conftest import LOCAL_HOSTS, PHONE
 from tests.support.servers import fast_notifier, function_servers
 from tests.support.stack import BUCKET, PROJECT, MakeCampaign
 
-# One pytest-xdist worker runs the module: its servers (a module fixture) start once.
-pytestmark = [pytest.mark.emulator, pytest.mark.browser, pytest.mark.xdist_group("console")]
+pytestmark = [pytest.mark.emulator, pytest.mark.browser]
 # Two shared cores: an admin_api call may take seconds while other suites run.
 expect.set_options(timeout=20_000)
 
