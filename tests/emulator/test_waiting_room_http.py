@@ -188,7 +188,6 @@ def _warm_up(app: Flask, make_campaign: MakeCampaign) -> None:
         assert set(pool.map(claim, range(WARM_UP_CLAIMS))) == {201}
 
 
-@pytest.mark.long
 def test_a_burst_of_shoppers_is_admitted_in_order_at_the_target_rate(
     admissions: dict[str, float], make_campaign: MakeCampaign
 ) -> None:
