@@ -35,8 +35,10 @@ from devkit.emulators.manager import AUTH_TIMEOUT
 from devkit.firestore_indexes import IndexConfig, QueryShape, Recorder, recording
 from devkit.standins.app_check import DevAppCheckServer, dev_app_check
 from devkit.standins.push_auth import LOCAL_ACCOUNT, LOCAL_AUDIENCE, PushRelay
+from tests.support import xdist_groups
 from tests.support.api import function_client
 from tests.support.cloudevents import PUSH_KEYS, deliver, published_event
+from tests.support.servers import FunctionServers
 from tests.support.stack import (
     BUCKET,
     CORS_ORIGIN,
@@ -87,6 +89,8 @@ def pytest_configure(config: pytest.Config) -> None:
         records = Path(tempfile.mkdtemp(prefix="codedrop-test-index-records-"))
         _run.callback(shutil.rmtree, records, ignore_errors=True)
         os.environ[RECORDS_ENV] = str(records)  # workers start with this environment
+        if config.pluginmanager.hasplugin("xdist"):
+            config.pluginmanager.register(xdist_groups.Scheduler(records))
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -94,11 +98,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     _recorder = _run.enter_context(recording())
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """The Auth emulator takes 10-30 s to start: when a collected test will sign users in, start
-    it now, so that it boots while the other emulators start and the first tests run."""
+def _signs_in(item: pytest.Item) -> bool:
+    return "auth_emulator" in getattr(item, "fixturenames", ())
+
+
+def _start_auth_early() -> None:
     global _auth_early
-    if not any("auth_emulator" in getattr(item, "fixturenames", ()) for item in session.items):
+    if _auth_early is not None:
         return
     try:
         check_auth_prerequisites()
@@ -108,6 +114,48 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     _run.callback(shutil.rmtree, log_dir, ignore_errors=True)
     _auth_early = start_auth(port=free_port(), project=PROJECT, log_dir=log_dir, wait=False)
     _run.callback(_auth_early.stop)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The Auth emulator takes 10-30 s of CPU to start: in a run in one process where a test
+    will sign users in, start it now, so that it boots while the other emulators start and the
+    first tests run. A pytest-xdist worker cannot tell yet whether it will be given those tests
+    (one worker is: they are one group), and starts it before the first (below)."""
+    if _worker(session.config) is None and any(_signs_in(item) for item in session.items):
+        _start_auth_early()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before the fixtures of the first test that signs users in: the emulator boots while the
+    session's other emulators start."""
+    if _signs_in(item):
+        _start_auth_early()
+
+
+def _long(item: pytest.Item) -> bool:
+    """Marked `long`, or allowed more than the run's default timeout (a whole stack and a
+    sale)."""
+    timeout = item.get_closest_marker("timeout")
+    default = float(item.config.getini("timeout") or 0)
+    return item.get_closest_marker("long") is not None or bool(
+        timeout and timeout.args and default and float(timeout.args[0]) > default
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests that sign users in are one xdist group: one worker runs them all, and it alone
+    starts the Auth emulator and Chromium (each takes seconds of CPU; tests/support/xdist_groups
+    tells the scheduler the groups). The long tests first:
+    pytest-xdist hands tests out in this order (after the groups, the largest first), so none
+    of them is started last and left to finish the run alone while the other worker idles."""
+    for item in items:
+        if _signs_in(item):
+            item.add_marker(pytest.mark.xdist_group("auth"))
+    items.sort(key=lambda item: not _long(item))
+    worker = _worker(config)
+    if worker is not None:
+        xdist_groups.write_groups(items, Path(os.environ[RECORDS_ENV]), worker)
 
 
 def production_index_problems(
@@ -350,6 +398,19 @@ def storage_client(emulators: EmulatorStack) -> StorageClient:
     from shared.container import instance_services
 
     return instance_services().storage
+
+
+@pytest.fixture(scope="session")
+def shared_servers(
+    emulators: EmulatorStack, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[FunctionServers]:
+    """main.py's functions over HTTP on the suite's emulators, as the local stack serves them,
+    each started when a test first asks for it and kept for the session."""
+    servers = FunctionServers(tmp_path_factory.mktemp("shared-servers"))
+    try:
+        yield servers
+    finally:
+        servers.stop()
 
 
 @pytest.fixture

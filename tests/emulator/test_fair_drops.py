@@ -280,6 +280,7 @@ def test_a_forged_place_is_refused(make_drop: Callable[..., Drop]) -> None:
         assert refused.get_json()["error_code"] == "INVALID_TICKET"
 
 
+@pytest.mark.long
 def test_the_transparency_report_after_the_drop(
     make_drop: Callable[..., Drop], pump_events: Pump
 ) -> None:

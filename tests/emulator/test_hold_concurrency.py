@@ -195,6 +195,7 @@ def test_releases_racing_claims_never_leave_a_code_free_and_held(
     assert outcomes["created"] == codes
 
 
+@pytest.mark.long
 def test_holds_expiring_during_a_running_sale_reach_later_shoppers(
     db: firestore.Client, make_campaign: MakeCampaign
 ) -> None:

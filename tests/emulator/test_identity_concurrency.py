@@ -97,6 +97,7 @@ def _instance(args: tuple[str, list[tuple[str, str]], int]) -> list[str]:
         return list(pool.map(one, accounts))
 
 
+@pytest.mark.long
 def test_accounts_behind_one_phone_across_two_instances_share_one_limit(
     db: firestore.Client, make_campaign: MakeCampaign
 ) -> None:

@@ -7,29 +7,25 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import httpx
 import pytest
 from flask.testing import FlaskClient
 from google.cloud.pubsub_v1 import SubscriberClient
 
-from devkit.emulators import EmulatorStack
 from devkit.standins.push_auth import PushRelay
 from tests.support.api import ADMIN, auth
 from tests.support.cloudevents import PUSH_KEYS
-from tests.support.servers import function_servers
+from tests.support.servers import FunctionServers
 from tests.support.stack import EVENTS_TOPIC, PROJECT, MakeCampaign
 
 pytestmark = pytest.mark.emulator
 
 
-@pytest.fixture(scope="module")
-def count_usage_url(
-    emulators: EmulatorStack, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
-    with function_servers(["count_usage"], run_dir=tmp_path_factory.mktemp("pushed")) as urls:
-        yield urls["count_usage"]
+@pytest.fixture(scope="session")
+def count_usage_url(shared_servers: FunctionServers) -> str:
+    return shared_servers.urls(["count_usage"])["count_usage"]
 
 
 def push_subscription(endpoint: str, cleanup: list[Callable[[], object]]) -> None:

@@ -273,6 +273,7 @@ def test_a_reversal_racing_the_release_of_its_hold_happens_once_or_not_at_all(
     assert totals["remaining"] == (rounds if policy == "return_to_pool" else released)
 
 
+@pytest.mark.long
 def test_a_void_racing_the_claim_of_the_last_code_leaves_it_voided_and_never_free(
     db: firestore.Client, make_campaign: MakeCampaign, pump_events: Pump
 ) -> None:

@@ -315,6 +315,7 @@ def test_a_claim_never_waits_on_a_publish_past_its_own_deadline(
     assert counters().totals(campaign_id).claimed == 1
 
 
+@pytest.mark.long
 def test_a_claim_whose_instance_died_before_publishing_is_republished(
     db: firestore.Client,
     admin_client: FlaskClient,

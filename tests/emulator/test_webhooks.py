@@ -743,6 +743,7 @@ def _push(messages: Sequence[tuple[bytes, str]]) -> list[int]:
         return [status for part in parts for status in part]
 
 
+@pytest.mark.long
 def test_a_sale_is_delivered_exactly_once_to_a_deduplicating_receiver(
     admin_client: FlaskClient,
     db: firestore.Client,

@@ -20,32 +20,57 @@ from shared.http.entry_points import entry_points
 from tests.support.stack import BUCKET, MAIN
 
 
-@contextlib.contextmanager
-def function_servers(targets: Iterable[str], *, run_dir: Path) -> Iterator[dict[str, str]]:
-    """Servers for main.py's `targets` with this process's environment (the emulators
-    fixture's), started side by side as the kind main.py declares; their URLs by target."""
-    env = function_env({})
-    servers: list[FunctionProcess] = []
-    kinds = entry_points(Path(MAIN))
-    try:
-        for target in targets:
-            function = Function(target, workers=1, threads=4, kind=kinds[target])
-            servers.append(
-                start_function(
-                    function, port=free_port(), env=env, log_dir=run_dir, run_dir=run_dir
+class FunctionServers:
+    """Servers for main.py's functions, each started on its first use (as the kind main.py
+    declares) with this process's environment as it was when the pool was made, and kept
+    until stop(). The suite's session keeps one pool (the `shared_servers` fixture): a start
+    costs seconds of CPU, and a server holds no state of a test's (that is in the emulators,
+    under the test's own ids)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self._run_dir = run_dir
+        self._env = function_env({})
+        self._kinds = entry_points(Path(MAIN))
+        self._servers: dict[str, FunctionProcess] = {}
+
+    def urls(self, targets: Iterable[str]) -> dict[str, str]:
+        """The targets' URLs, starting those not running yet side by side."""
+        wanted = list(targets)
+        started: list[FunctionProcess] = []
+        for target in wanted:
+            if target not in self._servers:
+                function = Function(target, workers=1, threads=4, kind=self._kinds[target])
+                self._servers[target] = server = start_function(
+                    function,
+                    port=free_port(),
+                    env=self._env,
+                    log_dir=self._run_dir,
+                    run_dir=self._run_dir,
                 )
-            )
-        for server in servers:
+                started.append(server)
+        for server in started:
             try:
                 server.wait_answering(timeout=60)
             except StackError as exc:
                 pytest.fail(str(exc))
-        yield {server.name: server.url for server in servers}
-    finally:
-        for server in servers:
+        return {target: self._servers[target].url for target in wanted}
+
+    def stop(self) -> None:
+        for server in self._servers.values():
             server.terminate()  # all at once: each takes about a second to stop
-        for server in servers:
+        for server in self._servers.values():
             server.stop()
+
+
+@contextlib.contextmanager
+def function_servers(targets: Iterable[str], *, run_dir: Path) -> Iterator[dict[str, str]]:
+    """Servers of their own for `targets`, with this process's environment now (a fixture's
+    that changes it, e.g. the browser tests' CORS), started side by side; URLs by target."""
+    servers = FunctionServers(run_dir)
+    try:
+        yield servers.urls(targets)
+    finally:
+        servers.stop()
 
 
 def fast_notifier(

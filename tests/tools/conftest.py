@@ -7,21 +7,14 @@ from collections.abc import Iterator
 import pytest
 from google.cloud.storage import Client as StorageClient
 
-from devkit.emulators import EmulatorStack
 from devkit.standins.storage_notifier import StorageNotifier, running
-from tests.support.servers import fast_notifier, function_servers
+from tests.support.servers import FunctionServers, fast_notifier
 
 
-@pytest.fixture(scope="module")
-def servers(
-    emulators: EmulatorStack, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, str]]:
+@pytest.fixture(scope="session")
+def servers(shared_servers: FunctionServers) -> dict[str, str]:
     """admin_api and import_codes over HTTP, as the local stack serves them."""
-    with function_servers(
-        ["admin_api", "import_codes"],
-        run_dir=tmp_path_factory.mktemp("servers"),
-    ) as urls:
-        yield urls
+    return shared_servers.urls(["admin_api", "import_codes"])
 
 
 @pytest.fixture

@@ -34,6 +34,8 @@ FIREBASE = "npx --no-install firebase "
 PARSE = re.compile(
     r"unrecognized arguments|argument --|Invalid choice|must be specified|At most one of"
 )
+# One pytest-xdist worker runs the module: the printed plan (a module fixture) is made once.
+pytestmark = pytest.mark.xdist_group("deploy-plan")
 
 
 def _dry_run(*args: str, timeout: float) -> list[str]:

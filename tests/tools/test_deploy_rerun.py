@@ -23,7 +23,8 @@ from scripts.deployment import cli, functions, hosting, plan, resources
 from scripts.deployment.plan import run_plan
 
 # A whole plan is some 250 calls of the stand-in, a process each: minutes on a busy machine.
-pytestmark = pytest.mark.timeout(900)
+# One pytest-xdist worker runs the module, so that the first run (a module fixture) runs once.
+pytestmark = [pytest.mark.timeout(900), pytest.mark.xdist_group("deploy-rerun")]
 
 PROJECT = "codedrop-test"
 FAKE = Path(__file__).with_name("fake_gcloud.py")

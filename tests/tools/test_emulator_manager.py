@@ -192,6 +192,7 @@ def test_stack_stops_the_started_ones_when_one_fails(tmp_path: Path) -> None:
     assert _group_gone(stack.pubsub)
 
 
+@pytest.mark.long
 @pytest.mark.emulator
 @needs_emulators
 def test_cli_start_prints_exports_and_stops_on_sigterm(tmp_path: Path) -> None:

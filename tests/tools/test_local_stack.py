@@ -45,6 +45,7 @@ def _clean_env() -> dict[str, str]:
     }
 
 
+@pytest.mark.long
 @pytest.mark.emulator
 @needs_emulators
 def test_check_starts_everything_claims_once_and_stops(tmp_path: Path) -> None:

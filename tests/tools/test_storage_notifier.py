@@ -21,7 +21,7 @@ import pytest
 from google.cloud import firestore
 from google.cloud.storage import Client as StorageClient
 
-from devkit.emulators import EmulatorStack, free_port
+from devkit.emulators import free_port
 from devkit.standins.storage_notifier import (
     EVENT_TYPE,
     StorageNotifier,
@@ -34,19 +34,15 @@ from scripts.localstack import stack
 from shared.intake import jobs as job_store
 from shared.intake.models import JobRecord
 from shared.intake.service import StoredObject, import_job_id
-from tests.support.servers import fast_notifier, function_servers
+from tests.support.servers import FunctionServers, fast_notifier
 from tests.support.stack import BUCKET, ROOT, MakeCampaign
 
 # --- a functions-framework server, as the local stack runs it ---------------------------------
 
 
-@pytest.fixture(scope="module")
-def import_codes_url(
-    emulators: EmulatorStack, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
-    run_dir = tmp_path_factory.mktemp("servers")
-    with function_servers(["import_codes"], run_dir=run_dir) as urls:
-        yield urls["import_codes"]
+@pytest.fixture(scope="session")
+def import_codes_url(shared_servers: FunctionServers) -> str:
+    return shared_servers.urls(["import_codes"])["import_codes"]
 
 
 def wait_for_job(db: firestore.Client, job_id: str, *, timeout: float = 20) -> JobRecord:
