@@ -97,6 +97,7 @@ def floor_run(tmp_path_factory: pytest.TempPathFactory) -> FloorRun:
 
 @pytest.mark.emulator
 @pytest.mark.timeout(2 * TIMEOUT)  # a whole stack, two sales and their audits
+@pytest.mark.xdist_group("loadtest-stack")  # one worker makes the module's one run
 def test_small_sale_has_no_violation_and_issues_every_code(floor_run: FloorRun) -> None:
     out = floor_run.report / "1-codedrop"
     output = floor_run.finished.stdout + floor_run.finished.stderr
@@ -132,6 +133,7 @@ def test_small_sale_has_no_violation_and_issues_every_code(floor_run: FloorRun) 
 
 @pytest.mark.emulator
 @pytest.mark.timeout(2 * TIMEOUT)
+@pytest.mark.xdist_group("loadtest-stack")
 def test_the_floor_comparison_runs_both_sides_and_counts_their_operations(
     floor_run: FloorRun,
 ) -> None:
