@@ -5,10 +5,10 @@ invocation, a read to check it and a commit to count it. An instance's concurren
 campaign share a message instead (`coupon.claimed.batch`, shared/events/models.py): the first
 claim to publish opens the campaign's batch and closes it after `window_seconds`, or at once when
 it holds MAX_BATCH_CLAIMS claims or MAX_BATCH_BYTES of JSON; the claims that arrive meanwhile
-join it. The leader publishes the message in one awaited request within its own time (the
-members joined later, so theirs ends no sooner); every claim waits for it within its own timeout,
-and a claim whose batch failed or outlasted it keeps its own event in the outbox, as
-EventBus.publish does. A batch of one is published as the plain event.
+join it. The leader publishes the message in one awaited request within its own time; every
+claim waits for that request within its own timeout, never longer, and a claim whose batch failed
+or outlasted it keeps its own event in the outbox, as EventBus.publish does. A batch of one is
+published as the plain event.
 Batches are per campaign, so the webhook attribute the bus sets applies to all of its claims.
 """
 
@@ -88,8 +88,8 @@ class ClaimBatcher:
         batch.closed.set()
 
     def _send(self, batch: _Batch, *, timeout: float) -> None:
-        """Publish and await the batch, within its leader's time (members that joined later
-        have at least as long)."""
+        """Publish and await the batch within its leader's remaining time (each member stops
+        waiting at its own deadline)."""
         try:
             self.bus.publish_claims(batch.claims, batch.encoded, timeout=timeout)
         # Whatever the publish raised, each claim of the batch keeps its event in the outbox.
