@@ -317,8 +317,11 @@ def _create_topic_and_pump_subscription() -> None:
     create_topic_with_pull(project=PROJECT, topic=EVENTS_TOPIC, subscription=PUMP_SUBSCRIPTION)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def db(emulators: EmulatorStack) -> firestore.Client:
+    """The process's container's client, asked for each test: a test that rebuilds the
+    container (tests/support/stack.py reset_instance) leaves no later test with the old one,
+    whose RPCs a counter on the new one would not see."""
     from shared.container import instance_services
 
     return instance_services().db

@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
-from google.cloud import firestore
 from google.cloud.storage import Client as StorageClient
 from hypothesis import HealthCheck, given, settings
 
@@ -28,6 +27,7 @@ from shared.campaigns import service as campaign_service
 from shared.campaigns import store as campaign_store
 from shared.campaigns.models import CampaignCreate
 from shared.clock import utcnow
+from shared.container import instance_services
 from shared.gcp.firestore import campaign_ref
 from shared.http import admin_api, claim_api
 from tests.support.api import ADMIN, auth
@@ -91,7 +91,6 @@ def _config() -> SchemathesisConfig:
 def fuzz_schemas(
     claim_client: FlaskClient,
     admin_client: FlaskClient,
-    db: firestore.Client,
     storage_client: StorageClient,
 ) -> Iterator[dict[str, OpenApiSchema]]:
     apps = {"claim_api": claim_client.application, "admin_api": admin_client.application}
@@ -102,6 +101,7 @@ def fuzz_schemas(
         for api, app in apps.items()
     }
     # What the fuzzer created: campaigns (any id it liked), their jobs, generation requests.
+    db = instance_services().db
     for campaign in campaign_store.list_campaigns(db):
         if campaign.created_at >= started:
             db.recursive_delete(campaign_ref(db, campaign.campaign_id))
@@ -115,8 +115,9 @@ def fuzz_schemas(
 
 
 @pytest.fixture(scope="module")
-def fuzz_campaign(fuzz_schemas: dict[str, OpenApiSchema], db: firestore.Client) -> str:
+def fuzz_campaign(fuzz_schemas: dict[str, OpenApiSchema], emulators: object) -> str:
     """A live campaign with codes (deleted with the rest of what the fuzzer created)."""
+    db = instance_services().db
     campaign_id = f"fuzz-{uuid.uuid4().hex[:8]}"
     now = utcnow()
     data = CampaignCreate(
