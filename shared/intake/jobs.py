@@ -109,7 +109,7 @@ class RequestedJobService(BucketJobService):
     kind: ClassVar[JobKind]
 
     def handles(self, name: str) -> bool:
-        return _request_match(self.kind, name) is not None
+        return is_request(self.kind, name)
 
     def requested_job(self, name: str) -> JobRecord | None:
         return requested_job(self.db, name=name, kind=self.kind)
@@ -150,6 +150,11 @@ def _request_match(kind: JobKind, name: str) -> re.Match[str] | None:
         rf"^{folder}/(?P<campaign>[a-z0-9][a-z0-9_-]{{0,62}})/(?P<job>{prefix}-[a-f0-9]{{16}})\.json$",
         name,
     )
+
+
+def is_request(kind: JobKind, name: str) -> bool:
+    """Whether `name` is the request object of a job of `kind`."""
+    return _request_match(kind, name) is not None
 
 
 def requested_job(db: firestore.Client, *, name: str, kind: JobKind) -> JobRecord | None:

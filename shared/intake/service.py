@@ -54,9 +54,6 @@ IMPORTS_FOLDER = "imports/"
 # What is imported: a .csv file directly in the folder of a (lower-case) campaign id.
 IMPORT_PATH = re.compile(r"^imports/(?P<campaign>[a-z0-9][a-z0-9_-]{0,62})/[^/]+\.(?i:csv)$")
 CAMPAIGN_FOLDER = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
-GENERATE_PATH = re.compile(
-    r"^generate/(?P<campaign>[a-z0-9][a-z0-9_-]{0,62})/(?P<job>[\w-]+)\.json$"
-)
 PARENT_METADATA = "codedrop-generate-job"
 UPLOADED_BY_METADATA = "codedrop-uploaded-by"
 REPORTS_FOLDER = "reports/"
@@ -125,8 +122,9 @@ class IntakeService(job_store.BucketJobService):
             if refusal is not None:
                 return self.refuse_import(obj, campaign_id=campaign_id, reason=refusal)
             return self.import_object(obj, campaign_id=campaign_id)
-        if match := GENERATE_PATH.match(obj.name):
-            return self.run_generation_request(campaign_id=match["campaign"], job_id=match["job"])
+        if job_store.is_request(JobKind.GENERATE, obj.name):
+            job = job_store.requested_job(self.db, name=obj.name, kind=JobKind.GENERATE)
+            return None if job is None else self.run_generation(job)
         log.info("object is not an import; ignored", extra={"object": obj.uri})
         return None
 
@@ -323,15 +321,10 @@ class IntakeService(job_store.BucketJobService):
         log.info("code generation requested", extra={"job_id": job.job_id, "count": spec.count})
         return job
 
-    def run_generation_request(self, *, campaign_id: str, job_id: str) -> JobRecord | None:
-        job = job_store.find_job(self.db, job_id=job_id)
-        if job is None or job.kind is not JobKind.GENERATE or job.campaign_id != campaign_id:
-            log.warning("generation request without its job; ignored", extra={"job_id": job_id})
-            return None
-        if job.state is not JobState.RUNNING:
-            return None
+    def run_generation(self, job: JobRecord) -> JobRecord:
+        """Write the running generation job's next round (its first round started once)."""
         if job.rounds == 0:
-            job = job_store.next_round(self.db, job_id=job_id, now=self.clock())
+            job = job_store.next_round(self.db, job_id=job.job_id, now=self.clock())
         self._write_generated_round(job)
         return job
 
