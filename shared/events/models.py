@@ -248,6 +248,12 @@ def encode_batch(claims: Sequence[CouponClaimed], encoded: Sequence[bytes] | Non
     """The batch message of `claims` (one campaign's, each once), members encoded as
     encode_event does. A publisher that encoded them already (to measure the batch) passes
     those bytes as `encoded`: they are spliced in, not validated and dumped a second time."""
+    # What ClaimedBatch checks of its members, without validating each member again.
+    if not 0 < len(claims) <= MAX_BATCH_CLAIMS:
+        raise ValueError(f"a batch holds 1 to {MAX_BATCH_CLAIMS} claims")
+    _distinct_members(tuple(claims))
+    if any(c.campaign_id != claims[0].campaign_id for c in claims):
+        raise ValueError("every claim of a batch is of its campaign")
     if encoded is None:
         encoded = [encode_event(c) for c in claims]
     head = ClaimedBatch.model_construct(

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from google.api_core.exceptions import DeadlineExceeded
 
 from shared.events import models as events
@@ -206,6 +207,20 @@ def test_a_batch_spliced_from_its_members_bytes_is_the_validated_batch() -> None
     parsed = events.parse_message(data)
     assert isinstance(parsed, events.ClaimedBatch)
     assert parsed.claims == tuple(claims)
+
+
+def test_a_batch_that_breaks_the_models_rules_is_not_spliced() -> None:
+    """Splicing skips validating each member again, not the batch's own rules."""
+    broken = {
+        "1 to 100 claims": [],
+        "each claim once": [claimed(1), claimed(1)],
+        "of its campaign": [claimed(1), claimed(7, "another-sale")],
+    }
+    for rule, claims in broken.items():
+        with pytest.raises(ValueError, match=rule):
+            events.encode_batch(claims, [events.encode_event(c) for c in claims])
+    with pytest.raises(ValueError, match="1 to 100 claims"):
+        events.encode_batch([claimed(n) for n in range(events.MAX_BATCH_CLAIMS + 1)])
 
 
 def test_a_failed_batch_leaves_each_claim_its_own_outbox_entry() -> None:
