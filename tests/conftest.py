@@ -20,6 +20,7 @@ from flask.testing import FlaskClient
 from google.cloud import firestore
 from google.cloud.storage import Client as StorageClient
 
+from devkit.cleanup import delete_tree
 from devkit.emulators import (
     EmulatorStack,
     EmulatorUnavailable,
@@ -363,7 +364,7 @@ def make_campaign(db: firestore.Client, cleanup: list[Callable[[], object]]) -> 
     def make(*, codes: int | list[str] = 0, **fields: Any) -> str:
         now = utcnow()
         campaign_id = fields.pop("campaign_id", None) or f"t-{uuid.uuid4().hex[:12]}"
-        cleanup.append(lambda: db.recursive_delete(campaign_ref(db, campaign_id)))
+        cleanup.append(lambda: delete_tree(db, campaign_ref(db, campaign_id)))
         # Lax here, so tests may name enums by their values ("phone"); the API is strict.
         data = CampaignCreate.model_validate(
             {
@@ -392,7 +393,7 @@ def new_id(db: firestore.Client, cleanup: list[Callable[[], object]]) -> str:
     from shared.gcp.firestore import campaign_ref
 
     campaign_id = f"t-{uuid.uuid4().hex[:12]}"
-    cleanup.append(lambda: db.recursive_delete(campaign_ref(db, campaign_id)))
+    cleanup.append(lambda: delete_tree(db, campaign_ref(db, campaign_id)))
     return campaign_id
 
 

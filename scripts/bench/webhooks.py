@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass
 from google.cloud import firestore
 
 from devkit.claims import add_claims, claim_record
+from devkit.cleanup import delete_tree
 from devkit.receiver import Receiver
 from scripts.bench import harness
 from shared.clock import utcnow
@@ -122,7 +123,7 @@ def scenario(
         for receiver in receivers:
             receiver.stop()
         for record in webhooks.list_webhooks(campaign_id=campaign_id).webhooks:
-            services.db.recursive_delete(webhook_ref(services.db, record.webhook_id))
+            delete_tree(services.db, webhook_ref(services.db, record.webhook_id))
     deliveries = sum(len(r.unique_event_ids()) for r in receivers)
     emulator_cpu = phase.emulator_cpu_seconds
     log.info("%s: %d deliveries in %.2f s", name, deliveries, seconds)

@@ -28,6 +28,7 @@ from google.cloud.firestore_v1.base_query import FieldFilter
 from google.cloud.storage import Client as StorageClient
 from playwright.sync_api import Browser, FilePayload, Page, expect
 
+from devkit.cleanup import delete_tree
 from devkit.emulators import EmulatorStack, RunningEmulator, free_port
 from devkit.emulators.auth import AuthEmulatorClient
 from scripts.localstack.pages import ConsoleConfig, PageConfig, PageServer
@@ -166,7 +167,7 @@ def forget_campaign(
 
     def forget(campaign_id: str) -> None:
         def delete() -> None:
-            db.recursive_delete(campaign_ref(db, campaign_id))
+            delete_tree(db, campaign_ref(db, campaign_id))
             for collection in (jobs_collection(db), audit_collection(db)):
                 for snapshot in collection.where(
                     filter=FieldFilter("campaign_id", "==", campaign_id)

@@ -9,6 +9,7 @@ import pytest
 from flask.testing import FlaskClient
 from google.cloud import firestore
 
+from devkit.cleanup import delete_tree
 from shared.clock import utcnow
 from shared.gcp.firestore import campaign_ref
 from tests.support.api import ADMIN, auth
@@ -51,7 +52,7 @@ def test_create_without_an_id_generates_one(
 
     assert created.status_code == 201
     campaign_id = created.get_json()["campaign_id"]
-    cleanup.append(lambda: db.recursive_delete(campaign_ref(db, campaign_id)))
+    cleanup.append(lambda: delete_tree(db, campaign_ref(db, campaign_id)))
     assert campaign_id.startswith("summer-sale-")
 
 

@@ -22,6 +22,7 @@ from flask.testing import FlaskClient
 from google.cloud.storage import Client as StorageClient
 from hypothesis import HealthCheck, given, settings
 
+from devkit.cleanup import delete_tree
 from devkit.codes import add_codes
 from shared.campaigns import service as campaign_service
 from shared.campaigns import store as campaign_store
@@ -104,7 +105,7 @@ def fuzz_schemas(
     db = instance_services().db
     for campaign in campaign_store.list_campaigns(db):
         if campaign.created_at >= started:
-            db.recursive_delete(campaign_ref(db, campaign.campaign_id))
+            delete_tree(db, campaign_ref(db, campaign.campaign_id))
     for blob in storage_client.list_blobs(BUCKET, prefix="generate/"):
         if blob.time_created and blob.time_created >= started:
             blob.delete()

@@ -16,6 +16,7 @@ import pytest
 from flask.testing import FlaskClient
 from google.cloud import firestore
 
+from devkit.cleanup import delete_tree
 from devkit.codes import add_codes
 from devkit.receiver import Receiver
 from devkit.standins.push_auth import DevPushKeys
@@ -44,7 +45,7 @@ pytestmark = pytest.mark.emulator
 @pytest.fixture
 def new_campaign_id(db: firestore.Client, cleanup: list[Callable[[], object]]) -> str:
     campaign_id = f"atk-{uuid.uuid4().hex[:10]}"
-    cleanup.append(lambda: db.recursive_delete(campaign_ref(db, campaign_id)))
+    cleanup.append(lambda: delete_tree(db, campaign_ref(db, campaign_id)))
     return campaign_id
 
 
@@ -174,7 +175,7 @@ def test_a_forged_event_pushed_to_deliver_webhooks_is_sent_nowhere(
         json={"url": receiver.url(), "events": ["coupon.redeemed", "campaign.sold_out"]},
         headers=ADMIN,
     ).get_json()
-    cleanup.append(lambda: db.recursive_delete(webhook_ref(db, created["webhook_id"])))
+    cleanup.append(lambda: delete_tree(db, webhook_ref(db, created["webhook_id"])))
     redeemed_sale(claim_client, admin_client, campaign_id)
     (real,) = [e for e in pump_events() if e["type"] == "coupon.redeemed"]
     forged = [

@@ -16,6 +16,7 @@ import pytest
 from flask.testing import FlaskClient
 from google.cloud import firestore
 
+from devkit.cleanup import delete_tree
 from devkit.firestore_rpcs import RpcCounter
 from devkit.receiver import Receiver
 from shared.claims.policy import Shopper
@@ -191,7 +192,7 @@ def test_webhooks_receive_a_batch_as_one_event_per_claim(
         json={"url": receiver.url(), "events": ["coupon.claimed"], "max_per_second": 100},
         headers=ADMIN,
     ).get_json()
-    cleanup.append(lambda: db.recursive_delete(webhook_ref(db, created["webhook_id"])))
+    cleanup.append(lambda: delete_tree(db, webhook_ref(db, created["webhook_id"])))
     real = claimed_events(db, campaign_id, 4)
     forged = real[0].model_copy(
         update={"event_id": f"claimed.{campaign_id}.ghost", "claim_id": "ghost"}

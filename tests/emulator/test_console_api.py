@@ -13,6 +13,7 @@ from flask.testing import FlaskClient
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
+from devkit.cleanup import delete_tree
 from shared.clock import utcnow
 from shared.gcp.firestore import audit_collection, campaign_ref
 from tests.support.api import auth
@@ -38,7 +39,7 @@ def campaign_id(db: firestore.Client, cleanup: list[Callable[[], object]]) -> st
     new = f"con-{uuid.uuid4().hex[:10]}"
 
     def remove() -> None:
-        db.recursive_delete(campaign_ref(db, new))
+        delete_tree(db, campaign_ref(db, new))
         query = audit_collection(db).where(filter=FieldFilter("campaign_id", "==", new))
         for snapshot in query.stream():
             snapshot.reference.delete()

@@ -16,6 +16,7 @@ from google.cloud.firestore_v1.base_query import FieldFilter
 from google.cloud.storage import Client as StorageClient
 
 from devkit import codes as fixture_codes
+from devkit.cleanup import delete_tree
 from shared.clock import utcnow
 from shared.control import deletion
 from shared.gcp.firestore import audit_collection, campaign_ref, jobs_collection
@@ -30,7 +31,7 @@ Delete = Callable[[str], dict[str, Any]]
 
 def _forget(db: firestore.Client, storage_client: StorageClient, campaign_id: str) -> None:
     """What a test's deletion leaves by design (the audit log) or by failing (the rest)."""
-    db.recursive_delete(campaign_ref(db, campaign_id))
+    delete_tree(db, campaign_ref(db, campaign_id))
     for collection in (audit_collection(db), jobs_collection(db)):
         query = collection.where(filter=FieldFilter("campaign_id", "==", campaign_id))
         for snapshot in query.stream():

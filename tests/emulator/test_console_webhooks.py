@@ -13,6 +13,7 @@ from flask.testing import FlaskClient
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
+from devkit.cleanup import delete_tree
 from devkit.receiver import Receiver
 from shared.container import Services
 from shared.gcp.firestore import audit_collection, webhook_ref
@@ -57,7 +58,7 @@ def subscribed(
             filter=FieldFilter("campaign_id", "==", campaign_id)
         )
         for snapshot in hooks.stream():
-            db.recursive_delete(webhook_ref(db, snapshot.id))
+            delete_tree(db, webhook_ref(db, snapshot.id))
         db.collection("campaign_webhooks").document(campaign_id).delete()
 
     cleanup.append(forget)

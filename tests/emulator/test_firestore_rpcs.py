@@ -14,6 +14,7 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
+from devkit.cleanup import delete_tree
 from devkit.firestore_rpcs import RpcCounter, RpcCounts
 from shared.gcp import client_internals
 from shared.gcp.batched_reads import ReadCoalescer, read_document
@@ -31,7 +32,7 @@ def collection(db: firestore.Client) -> Iterator[firestore.CollectionReference]:
         batch.set(ref.document(f"d{n}"), {"n": n})
     batch.commit()
     yield ref
-    db.recursive_delete(ref)
+    delete_tree(db, ref)
 
 
 def counted(db: firestore.Client, work: Callable[[], object]) -> RpcCounts:

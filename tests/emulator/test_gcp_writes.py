@@ -13,6 +13,7 @@ import pytest
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
+from devkit.cleanup import delete_tree
 from devkit.firestore_rpcs import RpcCounter
 from shared.gcp import client_internals, writes
 
@@ -34,7 +35,7 @@ FIELDS: dict[str, object] = {
 def collection(db: firestore.Client) -> Iterator[firestore.CollectionReference]:
     ref = db.collection(f"writes-test-{uuid.uuid4().hex[:12]}")
     yield ref
-    db.recursive_delete(ref)
+    delete_tree(db, ref)
 
 
 def test_raw_and_library_writes_commit_together(

@@ -14,6 +14,7 @@ from flask.testing import FlaskClient
 from google.cloud import firestore
 from werkzeug.test import TestResponse
 
+from devkit.cleanup import delete_tree
 from shared.clock import utcnow
 from shared.container import instance_services
 from shared.gcp.firestore import campaign_ref
@@ -159,7 +160,7 @@ def test_a_whole_sale_answers_as_documented(
     call("claim_api", "POST", claims, full + "/claims", headers=auth("x"), data=big)
     # Operators.
     other = f"{campaign_id}-b"
-    cleanup.append(lambda: db.recursive_delete(campaign_ref(db, other)))
+    cleanup.append(lambda: delete_tree(db, campaign_ref(db, other)))
     body = {"campaign_id": other, "title": "B", **window}
     created = call("admin_api", "POST", "/v1/campaigns", "/v1/campaigns", headers=ADMIN, json=body)
     assert created.status_code == 201

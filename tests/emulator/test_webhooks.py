@@ -25,6 +25,7 @@ from google.cloud import firestore
 from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
 from pydantic import SecretStr
 
+from devkit.cleanup import delete_tree
 from devkit.firestore_rpcs import RpcCounter
 from devkit.pubsub import pull_all
 from devkit.receiver import Received, Receiver
@@ -101,7 +102,7 @@ def forget_webhook(
     db: firestore.Client, cleanup: list[Callable[[], object]]
 ) -> Callable[[str], None]:
     def forget(webhook_id: str) -> None:
-        cleanup.append(lambda: db.recursive_delete(webhook_ref(db, webhook_id)))
+        cleanup.append(lambda: delete_tree(db, webhook_ref(db, webhook_id)))
 
     return forget
 
