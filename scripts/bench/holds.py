@@ -524,20 +524,20 @@ def build_services(publisher: harness.MemoryPublisher) -> Any:
 
 
 OPTIONS: list[harness.Option] = [
-    ("--codes", int, 5000, "codes in the sale"),
-    ("--shoppers", int, 10_000, "shoppers arriving"),
-    ("--hold-seconds", int, 3, "the holding campaign's hold"),
+    ("--codes", harness.positive, 5000, "codes in the sale"),
+    ("--shoppers", harness.positive, 10_000, "shoppers arriving"),
+    ("--hold-seconds", harness.positive, 3, "the holding campaign's hold"),
     ("--abandon", float, 0.3, "share of shoppers who abandon the checkout"),
     ("--arrival-seconds", float, 20.0, "the shoppers arrive evenly over this window"),
     ("--checkout-seconds", float, 1.0, "longest checkout (s)"),
     ("--patience-seconds", float, 3.0, "how long a shopper told SOLD_OUT keeps trying (s)"),
     ("--sweep-every", float, 0.5, "seconds between sweeps"),
-    ("--concurrency", int, 64, "threads"),
-    ("--instances", int, 2, "claim engines"),
-    ("--burst", int, 2000, "holds expiring at once for the release measure"),
+    ("--concurrency", harness.positive, 64, "threads"),
+    ("--instances", harness.positive, 2, "claim engines"),
+    ("--burst", harness.positive, 2000, "holds expiring at once for the release measure"),
     ("--seed", int, 1, "random seed"),
     ("--cancel", float, 0.1, "share of orders cancelled"),
-    ("--firestore", str, None, "HOST:PORT of a running emulator (reset first)"),
+    harness.FIRESTORE_OPTION,
 ]
 
 
