@@ -49,7 +49,6 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
-from datetime import timedelta
 from typing import Any
 
 from scripts.bench import harness
@@ -351,29 +350,20 @@ def _percentiles(values: list[float | None]) -> dict[str, float]:
 
 
 def make_campaign(services: Any, cfg: Config, *, hold_seconds: int | None) -> str:
-    from devkit.codes import add_codes
-    from shared.campaigns import service as campaign_service
-    from shared.campaigns.models import CampaignCreate
-    from shared.clock import utcnow
     from shared.gcp.firestore import campaign_ref
     from shared.types import OnCancel
 
-    now = utcnow()
-    campaign_id = f"holds-{'on' if hold_seconds else 'off'}-{cfg.seed}"
-    data = CampaignCreate(
-        campaign_id=campaign_id,
+    campaign_id = harness.create_campaign(
+        services.db,
+        campaign_id=f"holds-{'on' if hold_seconds else 'off'}-{cfg.seed}",
         title="Holds benchmark",
-        starts_at=now - timedelta(minutes=1),
-        ends_at=now + timedelta(hours=2),
+        codes=[f"H{cfg.seed}-{i:06d}" for i in range(cfg.codes)],
         hold_seconds=60 if hold_seconds else None,
         on_cancel=OnCancel.RETURN_TO_POOL,
     )
-    campaign_service.create_campaign(services.db, data=data, now=now)
     if hold_seconds:
         # Holds of a few seconds, below the API's minimum of 60, written straight in.
         campaign_ref(services.db, campaign_id).update({"hold_seconds": hold_seconds})
-    codes = [f"H{cfg.seed}-{i:06d}" for i in range(cfg.codes)]
-    add_codes(services.db, campaign_id=campaign_id, codes=codes, now=now)
     return campaign_id
 
 
