@@ -41,15 +41,7 @@ from typing import Any
 from google.cloud import firestore
 
 from scripts.bench import harness
-from scripts.bench.waiting_room import (
-    HEARTBEAT_LAG,
-    JITTER_HIGH,
-    JITTER_LOW,
-    KP,
-    TICK,
-    Config,
-    FairPolicy,
-)
+from scripts.bench.waiting_room import TICK, Config, FairPolicy
 from shared.campaigns import service as campaign_service
 from shared.campaigns import store as campaign_store
 from shared.campaigns.models import CampaignCreate
@@ -212,12 +204,7 @@ def simulate_admission(
         arrival_seconds=10.0,
         arrivals="uniform",
         rate=rate,
-        tick=TICK,
-        kp=KP,
-        jitter_low=JITTER_LOW,
-        jitter_high=JITTER_HIGH,
         instances=instances,
-        heartbeat_lag=HEARTBEAT_LAG,
         exchange_seconds=0.05,
         seed=seed,
         horizon_seconds=math.inf,

@@ -75,8 +75,8 @@ from shared.settings import Settings
 from shared.waiting_room.admission import AdmissionController, LeakyBucket, RoomShare
 from shared.waiting_room.service import heartbeat_interval
 
-# The room as deployed (shared/settings.py), and how shoppers and instances behave in it: the
-# defaults of the simulation, and of the fair drop's.
+# The room as deployed (shared/settings.py), and how shoppers and instances behave in it:
+# Config's defaults (the fair drop simulates this room), and those of the options.
 TICK: float = Settings.model_fields["waiting_room_tick_seconds"].default
 KP: float = Settings.model_fields["waiting_room_kp"].default
 JITTER_LOW, JITTER_HIGH = 0.5, 1.0
@@ -94,15 +94,15 @@ class Config:
     arrival_seconds: float
     arrivals: str
     rate: float
-    tick: float
-    kp: float
-    jitter_low: float
-    jitter_high: float
     instances: int
-    heartbeat_lag: float
     exchange_seconds: float
     seed: int
     horizon_seconds: float
+    tick: float = TICK
+    kp: float = KP
+    jitter_low: float = JITTER_LOW
+    jitter_high: float = JITTER_HIGH
+    heartbeat_lag: float = HEARTBEAT_LAG
 
 
 class Policy(Protocol):
