@@ -150,30 +150,42 @@ class _Stopped(Exception):
     """The notifier is stopping: no further attempt."""
 
 
-def backoff_delays(
-    max_attempts: int, first: float = FIRST_BACKOFF, cap: float = MAX_BACKOFF
-) -> Iterator[float]:
-    """The waits between attempts: first, 2*first, 4*first, … at most cap."""
-    for attempt in range(max_attempts - 1):
-        yield min(first * 2**attempt, cap)
+@dataclass(frozen=True, slots=True)
+class Retries:
+    """How one event is delivered: at most `max_attempts` POSTs, each waiting `timeout` s for
+    the answer, with exponential backoff between them."""
+
+    max_attempts: int = MAX_ATTEMPTS
+    first_backoff: float = FIRST_BACKOFF
+    max_backoff: float = MAX_BACKOFF
+    timeout: float = REQUEST_TIMEOUT
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError("max_attempts must be positive")
+
+    def delays(self) -> Iterator[float]:
+        """The waits between attempts: first, 2*first, 4*first, … at most max_backoff."""
+        for attempt in range(self.max_attempts - 1):
+            yield min(self.first_backoff * 2**attempt, self.max_backoff)
+
+
+RETRIES = Retries()
 
 
 def deliver(
     url: str,
     event: FinalizedEvent,
     *,
-    max_attempts: int = MAX_ATTEMPTS,
-    first_backoff: float = FIRST_BACKOFF,
-    max_backoff: float = MAX_BACKOFF,
-    timeout: float = REQUEST_TIMEOUT,
+    retries: Retries = RETRIES,
     stop: threading.Event | None = None,
 ) -> bool:
     """Deliver the event until the target answers 2xx; False once it gave up (or was stopped).
 
-    google.api_core's retry loop runs the attempts; the waits are backoff_delays (no jitter:
+    google.api_core's retry loop runs the attempts; the waits are retries.delays() (no jitter:
     one event goes to one function, there is no herd to spread) and a stop cuts them short."""
     stopping = stop or threading.Event()
-    delays = list(backoff_delays(max_attempts, first_backoff, max_backoff))
+    delays = list(retries.delays())
     fields = {"object": event.uri, "event_id": event.event_id, "url": url}
     attempts = 0
 
@@ -185,7 +197,7 @@ def deliver(
         started = time.monotonic()
         try:
             response = http.request(
-                "POST", url, data=event.body, headers=dict(event.headers), timeout=timeout
+                "POST", url, data=event.body, headers=dict(event.headers), timeout=retries.timeout
             )
         except http.Unreachable as exc:  # refused, reset, timed out
             raise _NotDelivered(f"unreachable: {exc}") from exc
@@ -202,7 +214,7 @@ def deliver(
         )
 
     def retryable(exc: Exception) -> bool:
-        return isinstance(exc, _NotDelivered) and attempts < max_attempts
+        return isinstance(exc, _NotDelivered) and attempts < retries.max_attempts
 
     def retrying(exc: Exception) -> None:
         delay = delays[attempts - 1]
@@ -263,23 +275,17 @@ class StorageNotifier:
         target_url: str,
         poll_interval: float = POLL_INTERVAL,
         workers: int = WORKERS,
-        max_attempts: int = MAX_ATTEMPTS,
-        first_backoff: float = FIRST_BACKOFF,
-        max_backoff: float = MAX_BACKOFF,
-        request_timeout: float = REQUEST_TIMEOUT,
+        retries: Retries = RETRIES,
         list_failure_after: float = LIST_FAILURE_AFTER,
     ) -> None:
-        if workers < 1 or max_attempts < 1 or poll_interval <= 0:
-            raise ValueError("workers, max_attempts and poll_interval must be positive")
+        if workers < 1 or poll_interval <= 0:
+            raise ValueError("workers and poll_interval must be positive")
         self._client = client
         self.bucket = bucket
         self.target_url = target_url
         self._poll_interval = poll_interval
         self._workers = workers
-        self._max_attempts = max_attempts
-        self._first_backoff = first_backoff
-        self._max_backoff = max_backoff
-        self._request_timeout = request_timeout
+        self._retries = retries
         self._list_failure_after = list_failure_after
 
         self._stop = threading.Event()
@@ -444,15 +450,7 @@ class StorageNotifier:
                 self._in_flight[key] = event
             ok = False
             try:
-                ok = deliver(
-                    self.target_url,
-                    event,
-                    max_attempts=self._max_attempts,
-                    first_backoff=self._first_backoff,
-                    max_backoff=self._max_backoff,
-                    timeout=self._request_timeout,
-                    stop=self._stop,
-                )
+                ok = deliver(self.target_url, event, retries=self._retries, stop=self._stop)
             except Exception:
                 log.exception("delivering an event failed", extra={"object": event.uri})
             finally:

@@ -290,7 +290,7 @@ OPTIONS: list[harness.Option] = [
     ("--threads", harness.positive, 48, "concurrent claims"),
     ("--settings", str, ",".join(SETTINGS), "comma-separated, of " + ", ".join(SETTINGS)),
     ("--seed", int, 14, "shuffles the arrivals"),
-    ("--firestore", str, None, "HOST:PORT of a running emulator to use"),
+    harness.FIRESTORE_OPTION,
 ]
 
 

@@ -901,15 +901,20 @@ def targets(engine: dict[str, Any]) -> list[tuple[str, bool, str]]:
 
 
 OPTIONS: list[harness.Option] = [
-    ("--codes", int, 5000, "codes in the campaign"),
-    ("--shoppers", int, 10000, "distinct shoppers"),
+    ("--codes", harness.positive, 5000, "codes in the campaign"),
+    ("--shoppers", harness.positive, 10000, "distinct shoppers"),
     ("--double-clicks", int, 1000, "shoppers who send a second request"),
-    ("--concurrency", int, 64, "concurrent claimers, over all processes (unless --threads)"),
-    ("--processes", int, 2, "function instances"),
-    ("--threads", int, None, "claimer threads per process"),
+    (
+        "--concurrency",
+        harness.positive,
+        64,
+        "concurrent claimers, over all processes (unless --threads)",
+    ),
+    ("--processes", harness.positive, 2, "function instances"),
+    ("--threads", harness.positive, None, "claimer threads per process"),
     ("--sold-out-probe", int, 200, "late shoppers claiming after the sale"),
     ("--warmup-claims", int, 2000, "untimed claims first, to warm the emulator up (0: none)"),
-    ("--firestore", str, None, "HOST:PORT of a running emulator to use"),
+    harness.FIRESTORE_OPTION,
     ("--skip-baseline", None, False, "only codedrop's engine"),
     ("--baseline-cap-seconds", float, 60.0, "the reference design starts no request after this"),
     ("--baseline-grace-seconds", float, 30.0, "then how long its claims may take to answer"),
@@ -920,12 +925,7 @@ OPTIONS: list[harness.Option] = [
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = harness.parser(__doc__, prog="claims", options=OPTIONS)
     args = parser.parse_args(argv)
-    for name in ("codes", "shoppers", "concurrency", "processes"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be at least 1")
     if args.threads is not None:
-        if args.threads < 1:
-            parser.error("--threads must be at least 1")
         args.concurrency = args.threads * args.processes
     if args.concurrency < args.processes:
         parser.error("--concurrency must be at least --processes")

@@ -51,13 +51,12 @@ from devkit.measure import cpu_seconds, peak_rss_bytes, rss_bytes
 from scripts.bench.harness import (
     BUCKET,
     Emulators,
+    create_campaign,
     level,
     setup_logging,
     stop_on_sigterm,
     write_json,
 )
-from shared.campaigns import service as campaign_service
-from shared.campaigns.models import CampaignCreate
 from shared.clock import utcnow
 
 log = logging.getLogger("bench.exports")
@@ -70,13 +69,8 @@ SAMPLE_SECONDS = 0.05
 
 def seed(db: firestore.Client, *, rows: int) -> None:
     """The campaign and `rows` claim documents as claims write them (one user each)."""
+    create_campaign(db, campaign_id=CAMPAIGN, title="Export bench")
     now = utcnow()
-    data = CampaignCreate(
-        title="Export bench", starts_at=now, ends_at=now.replace(year=now.year + 1)
-    )
-    campaign_service.create_campaign(
-        db, data=data.model_copy(update={"campaign_id": CAMPAIGN}), now=now
-    )
 
     def write(start: int) -> None:
         add_claims(

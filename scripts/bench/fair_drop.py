@@ -41,7 +41,7 @@ from typing import Any
 from google.cloud import firestore
 
 from scripts.bench import harness
-from scripts.bench.waiting_room import Config, FairPolicy
+from scripts.bench.waiting_room import TICK, Config, FairPolicy
 from shared.campaigns import service as campaign_service
 from shared.campaigns import store as campaign_store
 from shared.campaigns.models import CampaignCreate
@@ -65,8 +65,6 @@ from shared.waiting_room.service import DRAWN_PEER
 log = logging.getLogger("fair_drop")
 
 CAMPAIGN = "fair-drop-bench"
-TICK = 1.0
-KP = 0.5
 WRITERS = 8
 POLL_SECONDS = 0.2
 
@@ -206,12 +204,7 @@ def simulate_admission(
         arrival_seconds=10.0,
         arrivals="uniform",
         rate=rate,
-        tick=TICK,
-        kp=KP,
-        jitter_low=0.5,
-        jitter_high=1.0,
         instances=instances,
-        heartbeat_lag=0.1,
         exchange_seconds=0.05,
         seed=seed,
         horizon_seconds=math.inf,

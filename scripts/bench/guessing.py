@@ -24,7 +24,6 @@ import json
 import sys
 import time
 from collections import Counter
-from datetime import timedelta
 from typing import Any
 
 from devkit.emulators.auth import AuthEmulatorClient
@@ -58,26 +57,12 @@ def instance_client(limit: int) -> Any:
 
 
 def seed_campaign() -> None:
-    from devkit.codes import add_codes
-    from shared.campaigns.models import CampaignCreate
-    from shared.campaigns.service import create_campaign
-    from shared.clock import utcnow
     from shared.container import Services
     from shared.settings import Settings
 
-    now = utcnow()
     db = Services(Settings(project_id=PROJECT)).db
-    create_campaign(
-        db,
-        data=CampaignCreate(
-            campaign_id=CAMPAIGN,
-            title="Guessing",
-            starts_at=now - timedelta(minutes=1),
-            ends_at=now + timedelta(days=1),
-        ),
-        now=now,
-    )
-    add_codes(db, campaign_id=CAMPAIGN, codes=[f"REAL-{n:04d}" for n in range(100)], now=now)
+    codes = [f"REAL-{n:04d}" for n in range(100)]
+    harness.create_campaign(db, campaign_id=CAMPAIGN, title="Guessing", codes=codes)
 
 
 def _admin_token(accounts: AuthEmulatorClient, name: str) -> str:
@@ -143,7 +128,7 @@ OPTIONS: list[harness.Option] = [
     ("--per-minute", harness.positive, 1000, "look-ups the caller sends a minute"),
     ("--seconds", float, 120.0, "how long the caller sends them"),
     ("--limit", harness.positive, 60, "the per-caller limit a minute"),
-    ("--firestore", str, None, "HOST:PORT of a running emulator (reset first)"),
+    harness.FIRESTORE_OPTION,
 ]
 
 

@@ -59,6 +59,14 @@ R = TypeVar("R")
 # flag, type (None: a switch), default, help
 Option = tuple[str, Callable[[str], Any] | None, Any, str]
 
+# For a benchmark that lists it: run_with_emulators then uses this emulator instead of its own.
+FIRESTORE_OPTION: Option = (
+    "--firestore",
+    str,
+    None,
+    "HOST:PORT of a running Firestore emulator to use instead of starting one (it may be emptied)",
+)
+
 
 def parser(
     doc: str | None, *, prog: str, options: Sequence[Option] = ()

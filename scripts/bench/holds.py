@@ -49,7 +49,6 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
-from datetime import timedelta
 from typing import Any
 
 from scripts.bench import harness
@@ -351,29 +350,20 @@ def _percentiles(values: list[float | None]) -> dict[str, float]:
 
 
 def make_campaign(services: Any, cfg: Config, *, hold_seconds: int | None) -> str:
-    from devkit.codes import add_codes
-    from shared.campaigns import service as campaign_service
-    from shared.campaigns.models import CampaignCreate
-    from shared.clock import utcnow
     from shared.gcp.firestore import campaign_ref
     from shared.types import OnCancel
 
-    now = utcnow()
-    campaign_id = f"holds-{'on' if hold_seconds else 'off'}-{cfg.seed}"
-    data = CampaignCreate(
-        campaign_id=campaign_id,
+    campaign_id = harness.create_campaign(
+        services.db,
+        campaign_id=f"holds-{'on' if hold_seconds else 'off'}-{cfg.seed}",
         title="Holds benchmark",
-        starts_at=now - timedelta(minutes=1),
-        ends_at=now + timedelta(hours=2),
+        codes=[f"H{cfg.seed}-{i:06d}" for i in range(cfg.codes)],
         hold_seconds=60 if hold_seconds else None,
         on_cancel=OnCancel.RETURN_TO_POOL,
     )
-    campaign_service.create_campaign(services.db, data=data, now=now)
     if hold_seconds:
         # Holds of a few seconds, below the API's minimum of 60, written straight in.
         campaign_ref(services.db, campaign_id).update({"hold_seconds": hold_seconds})
-    codes = [f"H{cfg.seed}-{i:06d}" for i in range(cfg.codes)]
-    add_codes(services.db, campaign_id=campaign_id, codes=codes, now=now)
     return campaign_id
 
 
@@ -524,20 +514,20 @@ def build_services(publisher: harness.MemoryPublisher) -> Any:
 
 
 OPTIONS: list[harness.Option] = [
-    ("--codes", int, 5000, "codes in the sale"),
-    ("--shoppers", int, 10_000, "shoppers arriving"),
-    ("--hold-seconds", int, 3, "the holding campaign's hold"),
+    ("--codes", harness.positive, 5000, "codes in the sale"),
+    ("--shoppers", harness.positive, 10_000, "shoppers arriving"),
+    ("--hold-seconds", harness.positive, 3, "the holding campaign's hold"),
     ("--abandon", float, 0.3, "share of shoppers who abandon the checkout"),
     ("--arrival-seconds", float, 20.0, "the shoppers arrive evenly over this window"),
     ("--checkout-seconds", float, 1.0, "longest checkout (s)"),
     ("--patience-seconds", float, 3.0, "how long a shopper told SOLD_OUT keeps trying (s)"),
     ("--sweep-every", float, 0.5, "seconds between sweeps"),
-    ("--concurrency", int, 64, "threads"),
-    ("--instances", int, 2, "claim engines"),
-    ("--burst", int, 2000, "holds expiring at once for the release measure"),
+    ("--concurrency", harness.positive, 64, "threads"),
+    ("--instances", harness.positive, 2, "claim engines"),
+    ("--burst", harness.positive, 2000, "holds expiring at once for the release measure"),
     ("--seed", int, 1, "random seed"),
     ("--cancel", float, 0.1, "share of orders cancelled"),
-    ("--firestore", str, None, "HOST:PORT of a running emulator (reset first)"),
+    harness.FIRESTORE_OPTION,
 ]
 
 

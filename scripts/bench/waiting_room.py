@@ -71,8 +71,16 @@ from typing import Any, Protocol
 from devkit.measure import percentiles
 from scripts.bench import harness
 from scripts.bench.harness import Row, fmt
+from shared.settings import Settings
 from shared.waiting_room.admission import AdmissionController, LeakyBucket, RoomShare
 from shared.waiting_room.service import heartbeat_interval
+
+# The room as deployed (shared/settings.py), and how shoppers and instances behave in it:
+# Config's defaults (the fair drop simulates this room), and those of the options.
+TICK: float = Settings.model_fields["waiting_room_tick_seconds"].default
+KP: float = Settings.model_fields["waiting_room_kp"].default
+JITTER_LOW, JITTER_HIGH = 0.5, 1.0
+HEARTBEAT_LAG = 0.1
 
 SETTLED_FRACTION = 0.8  # the middle 80% of the admission period
 MIN_WINDOW_ADMISSIONS = 20  # per-tick ratios of emptier windows are noise
@@ -86,15 +94,15 @@ class Config:
     arrival_seconds: float
     arrivals: str
     rate: float
-    tick: float
-    kp: float
-    jitter_low: float
-    jitter_high: float
     instances: int
-    heartbeat_lag: float
     exchange_seconds: float
     seed: int
     horizon_seconds: float
+    tick: float = TICK
+    kp: float = KP
+    jitter_low: float = JITTER_LOW
+    jitter_high: float = JITTER_HIGH
+    heartbeat_lag: float = HEARTBEAT_LAG
 
 
 class Policy(Protocol):
@@ -459,12 +467,17 @@ OPTIONS: list[harness.Option] = [
     ("--shoppers", int, 20_000, "shoppers in the sale"),
     ("--arrival-seconds", float, 10.0, "they all arrive within this window"),
     ("--rate", float, 200.0, "target admissions per second"),
-    ("--tick", float, 1.0, "controller tick (s)"),
-    ("--kp", float, 0.5, "proportional gain"),
-    ("--jitter-low", float, 0.5, "Retry-After low, in ticks"),
-    ("--jitter-high", float, 1.0, "Retry-After high, in ticks"),
+    ("--tick", float, TICK, "controller tick (s)"),
+    ("--kp", float, KP, "proportional gain"),
+    ("--jitter-low", float, JITTER_LOW, "Retry-After low, in ticks"),
+    ("--jitter-high", float, JITTER_HIGH, "Retry-After high, in ticks"),
     ("--instances", str, "1", "instances sharing the room; several: comma-separated (1,2,10,100)"),
-    ("--heartbeat-lag", float, 0.1, "a heartbeat is seen this long after it is written (s)"),
+    (
+        "--heartbeat-lag",
+        float,
+        HEARTBEAT_LAG,
+        "a heartbeat is seen this long after it is written (s)",
+    ),
     ("--exchange-seconds", float, 0.0, "an exchange's read completes this long after it began"),
     ("--seed", int, 7, "arrivals and polls"),
     ("--horizon-seconds", float, 0.0, "stop the clock here (0: 5x the ideal drain time)"),

@@ -12,7 +12,7 @@ import pytest
 from google.cloud.storage import Client as StorageClient
 
 from devkit.emulators import free_port
-from devkit.standins.storage_notifier import StorageNotifier
+from devkit.standins.storage_notifier import Retries, StorageNotifier
 from scripts.localstack.config import Function
 from scripts.localstack.errors import StackError
 from scripts.localstack.functions import FunctionProcess, function_env, start_function
@@ -82,6 +82,5 @@ def fast_notifier(
         bucket=BUCKET,
         target_url=target_url,
         poll_interval=0.1,
-        max_attempts=max_attempts,
-        first_backoff=first_backoff,
+        retries=Retries(max_attempts, first_backoff=first_backoff),
     )

@@ -24,8 +24,8 @@ from google.cloud.storage import Client as StorageClient
 from devkit.emulators import free_port
 from devkit.standins.storage_notifier import (
     EVENT_TYPE,
+    Retries,
     StorageNotifier,
-    backoff_delays,
     deliver,
     finalized_event,
     object_resource,
@@ -103,8 +103,8 @@ def test_the_event_is_the_one_eventarc_sends_in_binary_mode() -> None:
 
 
 def test_backoff_doubles_up_to_the_cap() -> None:
-    assert list(backoff_delays(6, first=0.5, cap=3)) == [0.5, 1, 2, 3, 3]
-    assert list(backoff_delays(1)) == []
+    assert list(Retries(6, first_backoff=0.5, max_backoff=3).delays()) == [0.5, 1, 2, 3, 3]
+    assert list(Retries(1).delays()) == []
 
 
 # --- delivery against a small HTTP server -----------------------------------------------------
@@ -146,7 +146,7 @@ class Recorder:
 def test_failed_deliveries_are_retried_with_the_same_event() -> None:
     event = finalized_event(FIXTURE["data"])
     with Recorder([500, 503]) as endpoint:
-        assert deliver(endpoint.url, event, first_backoff=0.01, max_backoff=0.02)
+        assert deliver(endpoint.url, event, retries=Retries(first_backoff=0.01, max_backoff=0.02))
     assert len(endpoint.requests) == 3
     for headers, body in endpoint.requests:
         lowered = {k.lower(): v for k, v in headers.items()}
@@ -163,7 +163,8 @@ def test_delivery_gives_up_after_the_last_attempt_with_an_error(
     nobody = f"http://127.0.0.1:{free_port()}/"
     with caplog.at_level(logging.WARNING, logger="storage_notifier"):
         started = time.monotonic()
-        assert not deliver(nobody, event, max_attempts=3, first_backoff=0.01, max_backoff=0.01)
+        retries = Retries(3, first_backoff=0.01, max_backoff=0.01)
+        assert not deliver(nobody, event, retries=retries)
         assert time.monotonic() - started < 5
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert [r.getMessage() for r in errors] == ["event not delivered; giving up"]

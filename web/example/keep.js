@@ -14,6 +14,7 @@ import {
   signInWithEmailLink,
   signInWithPhoneNumber,
 } from "https://www.gstatic.com/firebasejs/12.19.0/firebase-auth.js";
+import { whileSending } from "./forms.js";
 import { PHONE_MESSAGES } from "./phone.js";
 
 // The address the link went to, so the browser that opens it need not ask again (Firebase
@@ -115,19 +116,12 @@ export function createKeeper(auth) {
     history.replaceState(history.state, "", pageAddress());
   }
 
-  async function busy(work, on = form) {
-    const button = on.querySelector("button");
-    button.disabled = true;
-    say(error, "");
-    try {
-      await work();
-    } catch (failure) {
-      console.warn("email link failed", failure);
-      say(error, MESSAGES[failure?.code] ?? "That did not work. Please try again.");
-    } finally {
-      button.disabled = false;
-    }
-  }
+  const busy = (work, on = form) =>
+    whileSending(on, work, {
+      showError: (text) => say(error, text),
+      describe: (failure) => MESSAGES[failure?.code] ?? "That did not work. Please try again.",
+      what: "keeping the code failed",
+    });
 
   return {
     render,

@@ -1,6 +1,8 @@
 // Phone sign-in for sales that count phone numbers: the shopper types their number, gets a code
 // by text message (from the Auth emulator's log locally), types it, and the claim goes on.
 
+import { whileSending } from "./forms.js";
+
 // keep.js, which links a number to an anonymous account, says the same.
 export const PHONE_MESSAGES = {
   "auth/invalid-phone-number": "That phone number does not look right: start with + and your country code.",
@@ -36,21 +38,8 @@ export function createPhoneSignIn(shopper, onChange) {
     codeInput.setAttribute("aria-invalid", String(Boolean(text) && !codeForm.hidden));
   }
 
-  async function busy(form, work) {
-    const button = form.querySelector("button");
-    button.disabled = true;
-    button.setAttribute("aria-busy", "true");
-    setError("");
-    try {
-      await work();
-    } catch (failure) {
-      console.warn("phone sign-in failed", failure);
-      setError(describe(failure));
-    } finally {
-      button.disabled = false;
-      button.setAttribute("aria-busy", "false");
-    }
-  }
+  const busy = (form, work) =>
+    whileSending(form, work, { showError: setError, describe, what: "phone sign-in failed" });
 
   phoneForm.addEventListener("submit", (event) => {
     event.preventDefault();
