@@ -26,7 +26,7 @@ from tests.support.stack import MakeCampaign, Pump
 pytestmark = pytest.mark.emulator
 
 
-def claim(client: FlaskClient, campaign_id: str, user: str):  # type: ignore[no-untyped-def]
+def claim(client: FlaskClient, campaign_id: str, user: str) -> TestResponse:
     return client.post(f"/v1/campaigns/{campaign_id}/claims", headers=auth(user))
 
 
@@ -43,7 +43,8 @@ def hold_briefly(db: firestore.Client, campaign_id: str, seconds: int = 1) -> No
 def make_brief_hold_campaign(
     make_campaign: MakeCampaign, db: firestore.Client
 ) -> Callable[[int], str]:
-    """A campaign with holds, made at the API's least (60 s) and then briefly held."""
+    """A campaign of `codes` codes whose holds last a second: made with the shortest hold the
+    API allows (60 s), then shortened."""
 
     def make(codes: int) -> str:
         campaign_id = make_campaign(codes=codes, hold_seconds=60)
