@@ -8,10 +8,11 @@ import contextlib
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 import pytest
+import requests
 
 from devkit.browser import CHROMIUM_HINT, find_chromium
 from devkit.emulators import EmulatorStack, RunningEmulator, free_port
@@ -49,10 +50,30 @@ def browser() -> Iterator[Browser]:
         launched.close()
 
 
+class ClaimsOverHttp(Protocol):
+    """A stack serving claim_api over HTTP to shoppers of the Auth emulator."""
+
+    @property
+    def claim_api(self) -> str: ...
+
+    @property
+    def auth(self) -> AuthEmulatorClient: ...
+
+
+def claim_over_http(stack: ClaimsOverHttp, campaign_id: str) -> requests.Response:
+    """Another shopper, signed in anonymously on the Auth emulator, claims without a browser."""
+    user = stack.auth.sign_up_anonymous()
+    return requests.post(
+        f"{stack.claim_api}/v1/campaigns/{campaign_id}/claims",
+        headers={"Authorization": f"Bearer {user.id_token}"},
+        timeout=30,
+    )
+
+
 @dataclass(frozen=True)
 class WebStack:
     page_url: str
-    api_url: str
+    claim_api: str
     auth: AuthEmulatorClient
 
 
@@ -84,7 +105,7 @@ def web_stack(
             pages = stack.enter_context(PageServer(host="127.0.0.1", port=page_port, config=config))
         except PagesUnavailable as exc:
             pytest.fail(f"browser tests cannot run here: {exc}", pytrace=False)
-        yield WebStack(page_url=pages.url, api_url=urls["claim_api"], auth=auth_users)
+        yield WebStack(page_url=pages.url, claim_api=urls["claim_api"], auth=auth_users)
 
 
 @dataclass
@@ -102,6 +123,17 @@ class Shopper:
     def open(self, campaign_id: str) -> Page:
         self.page.goto(f"{self.stack.page_url}/?campaign={campaign_id}")
         return self.page
+
+    def claim(self, campaign_id: str) -> tuple[Page, str]:
+        """Opens the campaign's page, claims, and waits for the code the page then shows: the
+        page and that code."""
+        from playwright.sync_api import expect
+
+        page = self.open(campaign_id)
+        page.get_by_test_id("claim-button").click()
+        code = page.get_by_test_id("code")
+        expect(code).to_have_text(re.compile(campaign_id))
+        return page, code.inner_text()
 
     def claims_sent(self) -> list[Request]:
         return [r for r in self.requests if r.method == "POST" and r.url.endswith("/claims")]

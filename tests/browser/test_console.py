@@ -39,7 +39,7 @@ from shared.gcp.firestore import (
     claims_collection,
     jobs_collection,
 )
-from tests.browser.conftest import LOCAL_HOSTS, PHONE
+from tests.browser.conftest import LOCAL_HOSTS, PHONE, claim_over_http
 from tests.support.servers import fast_notifier, function_servers
 from tests.support.stack import BUCKET, PROJECT, MakeCampaign
 
@@ -183,15 +183,6 @@ def local_minute(moment: datetime) -> str:
     """What an <input type=datetime-local> holds for `moment` in the browser's time zone (UTC
     in the test browser)."""
     return moment.strftime("%Y-%m-%dT%H:%M")
-
-
-def claim_over_http(stack: ConsoleStack, campaign_id: str) -> requests.Response:
-    user = stack.auth.sign_up_anonymous()
-    return requests.post(
-        f"{stack.claim_api}/v1/campaigns/{campaign_id}/claims",
-        headers={"Authorization": f"Bearer {user.id_token}"},
-        timeout=30,
-    )
 
 
 def create_campaign(page: Page, campaign_id: str, title: str) -> None:

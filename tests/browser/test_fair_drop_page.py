@@ -48,7 +48,7 @@ def test_a_shopper_joins_the_pre_queue_sees_entry_place_and_proof_then_gets_a_co
     expect(page.get_by_test_id("place")).to_have_text("drawn at the start")
     expect(page.get_by_test_id("join-button")).to_be_hidden()
     proof = page.get_by_test_id("proof-link").get_attribute("href")
-    assert proof == f"{web_stack.api_url}/v1/campaigns/{campaign_id}/fairness"
+    assert proof == f"{web_stack.claim_api}/v1/campaigns/{campaign_id}/fairness"
     committed = requests.get(proof, timeout=30).json()
     assert committed["state"] == "open"
     assert committed["seed"] is None

@@ -9,14 +9,13 @@ import time
 from datetime import timedelta
 
 import pytest
-import requests
 from google.cloud import firestore
 from playwright.sync_api import Page, expect
 
 from shared.claims.identity import IdentityKind
 from shared.clock import utcnow
 from shared.gcp.firestore import claims_collection
-from tests.browser.conftest import Shopper, WebStack
+from tests.browser.conftest import Shopper, WebStack, claim_over_http
 from tests.support.stack import MakeCampaign
 
 pytestmark = [pytest.mark.emulator, pytest.mark.browser]
@@ -24,16 +23,6 @@ pytestmark = [pytest.mark.emulator, pytest.mark.browser]
 
 def claims_of(db: firestore.Client, campaign_id: str) -> list[dict[str, object]]:
     return [s.to_dict() or {} for s in claims_collection(db, campaign_id).stream()]
-
-
-def claim_over_http(stack: WebStack, campaign_id: str) -> requests.Response:
-    """Another shopper, signed in anonymously on the Auth emulator, claims without a browser."""
-    user = stack.auth.sign_up_anonymous()
-    return requests.post(
-        f"{stack.api_url}/v1/campaigns/{campaign_id}/claims",
-        headers={"Authorization": f"Bearer {user.id_token}"},
-        timeout=30,
-    )
 
 
 def test_a_shopper_claims_and_sees_the_code(
@@ -64,11 +53,7 @@ def test_a_reload_shows_the_same_code(
     shopper: Shopper, make_campaign: MakeCampaign, db: firestore.Client
 ) -> None:
     campaign_id = make_campaign(codes=5)
-    page = shopper.open(campaign_id)
-    page.get_by_test_id("claim-button").click()
-    code = page.get_by_test_id("code")
-    expect(code).to_have_text(re.compile(campaign_id))
-    first = code.inner_text()
+    page, first = shopper.claim(campaign_id)
 
     page.reload()
 

@@ -120,12 +120,18 @@ def test_my_claims_lists_what_i_hold(
     assert unknown.get_json()["error_code"] == "CAMPAIGN_NOT_FOUND"
 
 
+def all_claimed(client: FlaskClient, make_campaign: MakeCampaign, *holders: str) -> str:
+    """A campaign with a code for each of `holders`, each of whom has claimed theirs."""
+    campaign_id = make_campaign(codes=len(holders))
+    for holder in holders:
+        assert claim(client, campaign_id, holder).status_code == 201
+    return campaign_id
+
+
 def test_sold_out_is_410_and_recorded_on_the_campaign(
     claim_client: FlaskClient, make_campaign: MakeCampaign, db: firestore.Client
 ) -> None:
-    campaign_id = make_campaign(codes=2)
-    assert claim(claim_client, campaign_id, "u1").status_code == 201
-    assert claim(claim_client, campaign_id, "u2").status_code == 201
+    campaign_id = all_claimed(claim_client, make_campaign, "u1", "u2")
 
     late = claim(claim_client, campaign_id, "u3")
     holder = claim(claim_client, campaign_id, "u1")
@@ -144,8 +150,7 @@ def test_sold_out_is_410_and_recorded_on_the_campaign(
 def test_new_codes_reopen_a_sold_out_campaign(
     claim_client: FlaskClient, make_campaign: MakeCampaign, db: firestore.Client
 ) -> None:
-    campaign_id = make_campaign(codes=1)
-    assert claim(claim_client, campaign_id, "u1").status_code == 201
+    campaign_id = all_claimed(claim_client, make_campaign, "u1")
     assert claim(claim_client, campaign_id, "u2").status_code == 410
 
     fixture_codes.add_codes(db, campaign_id=campaign_id, codes=["FRESH-1"], now=utcnow())

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 from google.cloud import firestore
+from werkzeug.test import TestResponse
 
 from devkit.audit import audit_campaign
 from shared.campaigns import store as campaign_store
@@ -25,7 +26,7 @@ from tests.support.stack import MakeCampaign, Pump
 pytestmark = pytest.mark.emulator
 
 
-def claim(client: FlaskClient, campaign_id: str, user: str):  # type: ignore[no-untyped-def]
+def claim(client: FlaskClient, campaign_id: str, user: str) -> TestResponse:
     return client.post(f"/v1/campaigns/{campaign_id}/claims", headers=auth(user))
 
 
@@ -39,6 +40,21 @@ def hold_briefly(db: firestore.Client, campaign_id: str, seconds: int = 1) -> No
 
 
 @pytest.fixture
+def make_brief_hold_campaign(
+    make_campaign: MakeCampaign, db: firestore.Client
+) -> Callable[[int], str]:
+    """A campaign of `codes` codes whose holds last a second: made with the shortest hold the
+    API allows (60 s), then shortened."""
+
+    def make(codes: int) -> str:
+        campaign_id = make_campaign(codes=codes, hold_seconds=60)
+        hold_briefly(db, campaign_id)
+        return campaign_id
+
+    return make
+
+
+@pytest.fixture
 def expire_holds(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
     """Moves the hold releaser's clock past a brief hold's expiry, instead of waiting for it."""
 
@@ -47,6 +63,14 @@ def expire_holds(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
         monkeypatch.setattr(releaser, "clock", lambda: utcnow() + timedelta(seconds=1.1))
 
     return later
+
+
+def redeem(admin_client: FlaskClient, campaign_id: str, code: str, order_id: str) -> TestResponse:
+    return admin_client.post(
+        f"/v1/campaigns/{campaign_id}/redemptions",
+        json={"code": code, "order_id": order_id},
+        headers=REDEEMER,
+    )
 
 
 def sweep(admin_client: FlaskClient) -> dict[str, Any]:
@@ -103,13 +127,12 @@ def test_a_claim_on_a_hold_campaign_is_a_hold_until_its_expiry(
 def test_an_expired_hold_goes_back_to_the_pool_and_its_shopper_may_claim_again(
     claim_client: FlaskClient,
     admin_client: FlaskClient,
-    make_campaign: MakeCampaign,
+    make_brief_hold_campaign: Callable[[int], str],
     db: firestore.Client,
     pump_events: Pump,
     expire_holds: Callable[[], None],
 ) -> None:
-    campaign_id = make_campaign(codes=1, hold_seconds=60)
-    hold_briefly(db, campaign_id)
+    campaign_id = make_brief_hold_campaign(1)
     held = claim(claim_client, campaign_id, "abandoner").get_json()
     assert claim(claim_client, campaign_id, "patient").status_code == 410
 
@@ -131,13 +154,9 @@ def test_an_expired_hold_goes_back_to_the_pool_and_its_shopper_may_claim_again(
     second = claim(claim_client, campaign_id, "patient")
     assert second.status_code == 201
     assert second.get_json()["code"] == held["code"]
-    redeem = admin_client.post(
-        f"/v1/campaigns/{campaign_id}/redemptions",
-        json={"code": held["code"], "order_id": "order-late"},
-        headers=REDEEMER,
-    )
-    assert redeem.status_code == 201
-    assert redeem.get_json()["user_id"] == "patient"
+    redemption = redeem(admin_client, campaign_id, held["code"], "order-late")
+    assert redemption.status_code == 201
+    assert redemption.get_json()["user_id"] == "patient"
     # The first shopper may claim again; nothing is left for them now.
     assert claim(claim_client, campaign_id, "abandoner").status_code == 410
     assert audit_campaign(db, campaign_id=campaign_id).ok
@@ -154,11 +173,7 @@ def test_a_hold_is_not_released_before_its_expiry_nor_after_its_redemption(
     long_hold = claim(claim_client, campaign_id, "slow").get_json()
     hold_briefly(db, campaign_id)
     redeemed = claim(claim_client, campaign_id, "quick").get_json()
-    admin_client.post(
-        f"/v1/campaigns/{campaign_id}/redemptions",
-        json={"code": redeemed["code"], "order_id": "o-1"},
-        headers=REDEEMER,
-    )
+    redeem(admin_client, campaign_id, redeemed["code"], "o-1")
 
     expire_holds()
     sweep(admin_client)
@@ -175,20 +190,15 @@ def test_a_hold_is_not_released_before_its_expiry_nor_after_its_redemption(
 def test_stats_and_reports_follow_holds_redemptions_and_releases(
     claim_client: FlaskClient,
     admin_client: FlaskClient,
-    make_campaign: MakeCampaign,
+    make_brief_hold_campaign: Callable[[int], str],
     db: firestore.Client,
     pump_events: Pump,
     expire_holds: Callable[[], None],
 ) -> None:
-    campaign_id = make_campaign(codes=5, hold_seconds=60)
-    hold_briefly(db, campaign_id)
+    campaign_id = make_brief_hold_campaign(5)
     answers = {user: claim(claim_client, campaign_id, user).get_json() for user in "abcd"}
     for user, order in (("a", "o-a"), ("b", "o-b")):
-        admin_client.post(
-            f"/v1/campaigns/{campaign_id}/redemptions",
-            json={"code": answers[user]["code"], "order_id": order},
-            headers=REDEEMER,
-        )
+        redeem(admin_client, campaign_id, answers[user]["code"], order)
     expire_holds()
     assert sweep(admin_client)["holds_released"] >= 2  # c and d abandoned their holds
     claim(claim_client, campaign_id, "e")  # a hold again, outstanding
@@ -223,23 +233,17 @@ def test_stats_and_reports_follow_holds_redemptions_and_releases(
 def test_reconciliation_counts_held_and_redeemed_codes_after_releases(
     claim_client: FlaskClient,
     admin_client: FlaskClient,
-    make_campaign: MakeCampaign,
-    db: firestore.Client,
+    make_brief_hold_campaign: Callable[[int], str],
     pump_events: Pump,
     expire_holds: Callable[[], None],
 ) -> None:
-    campaign_id = make_campaign(codes=4, hold_seconds=60)
-    hold_briefly(db, campaign_id)
+    campaign_id = make_brief_hold_campaign(4)
     for user in ("r1", "r2", "r3"):
         claim(claim_client, campaign_id, user)
     expire_holds()
     sweep(admin_client)
     kept = claim(claim_client, campaign_id, "r4").get_json()
-    admin_client.post(
-        f"/v1/campaigns/{campaign_id}/redemptions",
-        json={"code": kept["code"], "order_id": "o-r4"},
-        headers=REDEEMER,
-    )
+    redeem(admin_client, campaign_id, kept["code"], "o-r4")
     claim(claim_client, campaign_id, "r5")
     pump_events()
     pump_events()
@@ -255,16 +259,14 @@ def test_reconciliation_counts_held_and_redeemed_codes_after_releases(
 
 
 def test_events_of_a_slot_held_twice_are_both_counted(
-    db: firestore.Client,
-    make_campaign: MakeCampaign,
+    make_brief_hold_campaign: Callable[[int], str],
     expire_holds: Callable[[], None],
 ) -> None:
     """A released hold frees the shopper's slot; their next claim lands in the same slot. Its
     coupon.claimed must not be taken for a redelivery of the first one."""
     from shared.claims.models import coupon_claimed
 
-    campaign_id = make_campaign(codes=2, hold_seconds=60)
-    hold_briefly(db, campaign_id)
+    campaign_id = make_brief_hold_campaign(2)
     services = instance_services()
     engine = services.engine
     first = engine.claim(campaign_id=campaign_id, user_id="twice").claim
@@ -282,15 +284,14 @@ def test_events_of_a_slot_held_twice_are_both_counted(
 
 def test_a_sweep_pages_through_more_expired_holds_than_a_page(
     db: firestore.Client,
-    make_campaign: MakeCampaign,
+    make_brief_hold_campaign: Callable[[int], str],
     monkeypatch: pytest.MonkeyPatch,
     expire_holds: Callable[[], None],
 ) -> None:
     from shared.claims import holds
 
     monkeypatch.setattr(holds, "PAGE_SIZE", 2)  # several pages per shard, and page cursors
-    campaign_id = make_campaign(codes=40, hold_seconds=60)
-    hold_briefly(db, campaign_id)
+    campaign_id = make_brief_hold_campaign(40)
     engine = instance_services().engine
     for i in range(40):
         engine.claim(campaign_id=campaign_id, user_id=f"pager-{i}")
@@ -305,8 +306,7 @@ def test_a_sweep_pages_through_more_expired_holds_than_a_page(
 
 
 def test_hold_events_count_as_their_records_say_and_never_twice(
-    db: firestore.Client,
-    make_campaign: MakeCampaign,
+    make_brief_hold_campaign: Callable[[int], str],
     usage_client: FlaskClient,
     pump_events: Pump,
     expire_holds: Callable[[], None],
@@ -321,8 +321,7 @@ def test_hold_events_count_as_their_records_say_and_never_twice(
     def send(event: events.Event) -> int:
         return deliver(usage_client, published_event(events.encode_event(event)))
 
-    campaign_id = make_campaign(codes=2, hold_seconds=60)
-    hold_briefly(db, campaign_id)
+    campaign_id = make_brief_hold_campaign(2)
     services = instance_services()
     hold = services.engine.claim(campaign_id=campaign_id, user_id="lost-event").claim
     expire_holds()

@@ -3,6 +3,7 @@ if it hangs."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -20,6 +21,18 @@ class Finished:
     returncode: int
     stdout: str
     stderr: str
+
+
+def env_for_a_stack_of_its_own() -> dict[str, str]:
+    """This environment without what points at other emulators or tunes other servers (the
+    suite's fixtures may have set those in this process), for a command that starts its own."""
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith("CODEDROP_")
+        and not name.endswith("_EMULATOR_HOST")
+        and name not in ("GOOGLE_CLOUD_PROJECT", "WORKERS", "THREADS")
+    }
 
 
 def run_module(

@@ -30,24 +30,12 @@ from devkit.emulators import EmulatorUnavailable, check_prerequisites
 from scripts.load_test import report
 from scripts.load_test.audit import Truth, audit_sale
 from scripts.load_test.cli import print_summary
-from tests.support.processes import Finished, run_module
+from tests.support.processes import Finished, env_for_a_stack_of_its_own, run_module
 
 REPO = Path(__file__).resolve().parents[2]
 # The --floor run takes about 90 s on a busy two-core machine, a minute of it starting the stack;
 # the rest is headroom for a loaded CI machine. Exceeding it fails the test.
 TIMEOUT = 300
-
-
-def _clean_env() -> dict[str, str]:
-    """This environment without what points at other emulators or tunes other servers (the
-    suite's fixtures may have set those in this process)."""
-    return {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith("CODEDROP_")
-        and not name.endswith("_EMULATOR_HOST")
-        and name not in ("GOOGLE_CLOUD_PROJECT", "WORKERS", "THREADS")
-    }
 
 
 def _load_test(*args: str) -> Finished:
@@ -56,7 +44,7 @@ def _load_test(*args: str) -> Finished:
         check_prerequisites()
     except EmulatorUnavailable as exc:
         pytest.fail(f"the load test cannot run here: {exc}", pytrace=False)
-    env = _clean_env()
+    env = env_for_a_stack_of_its_own()
     # One claim_api process starts faster; a few hundred shoppers need no more.
     env["CODEDROP_CLAIM_API_WORKERS"] = "1"
     return run_module(

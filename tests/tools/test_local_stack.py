@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import pytest
 from devkit.emulators import RunningEmulator, free_port
 from devkit.emulators import start_pubsub as start_pubsub_emulator
 from scripts.localstack import config, functions, resources
-from tests.support.processes import run_module
+from tests.support.processes import env_for_a_stack_of_its_own, run_module
 
 REPO = Path(__file__).resolve().parents[2]
 # Cold start is about 5 s on two cores plus 10-30 s for the Auth emulator; the rest is headroom
@@ -33,23 +32,11 @@ def _distinct_free_ports(count: int) -> list[int]:
     return ports
 
 
-def _clean_env() -> dict[str, str]:
-    """This environment without anything that points at other emulators or settings (the
-    suite's own fixtures may have set them in this process)."""
-    return {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith("CODEDROP_")
-        and not name.endswith("_EMULATOR_HOST")
-        and name not in ("GOOGLE_CLOUD_PROJECT", "WORKERS", "THREADS")
-    }
-
-
 @pytest.mark.long
 @pytest.mark.emulator
 @needs_emulators
 def test_check_starts_everything_claims_once_and_stops(tmp_path: Path) -> None:
-    env = _clean_env()
+    env = env_for_a_stack_of_its_own()
     ports = _distinct_free_ports(len(config.PORTS))
     for port, number in zip(config.PORTS, ports, strict=True):
         env[port.env] = str(number)

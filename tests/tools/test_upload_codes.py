@@ -80,13 +80,15 @@ def test_an_upload_is_followed_to_done_with_a_summary(
     assert code == 0, out + err
     name = f"imports/{campaign_id}/codes.csv"
     lines, generation = followed_to_done(out, notifier, name, import_job_id)
-    assert f"  source      gs://{BUCKET}/{name}#{generation}" in lines
-    assert "  rows read   6" in lines
-    assert "  imported    4" in lines
-    assert "  duplicates  1 (in the file 1, already in the campaign 0)" in lines
-    assert "  invalid     1" in lines
-    assert "  first 1 of 1 invalid rows:" in lines
-    assert "    line 7: whitespace inside the code" in lines
+    assert lines[2:] == [  # the whole summary, in order
+        f"  source      gs://{BUCKET}/{name}#{generation}",
+        "  rows read   6",
+        "  imported    4",
+        "  duplicates  1 (in the file 1, already in the campaign 0)",
+        "  invalid     1",
+        "  first 1 of 1 invalid rows:",
+        "    line 7: whitespace inside the code",
+    ]
     # Progress on stderr, ending full (stderr is not a terminal here: plain lines).
     assert "(8 lines)" in err
     assert err.rstrip().splitlines()[-1].startswith(f"[{'#' * 28}] 100%  rows 6/8 lines")

@@ -112,6 +112,13 @@ def listening(clock: Clock, document: Document) -> tuple[LiveCampaigns, Listener
     return campaigns, listener
 
 
+def call_every_tenth_of_a_second(clock: Clock, campaigns: LiveCampaigns, calls: int) -> None:
+    """A busy instance: `calls` calls, each a tenth of a second after the one before."""
+    for _ in range(calls):
+        clock.now += 0.1
+        campaigns.get(CAMPAIGN)
+
+
 def test_the_first_call_takes_the_listeners_first_snapshot_without_a_read() -> None:
     clock, document = Clock(), Document(version(1))
 
@@ -135,9 +142,7 @@ def test_a_delivered_change_is_served_at_once_without_a_read() -> None:
 def test_while_serving_a_silent_listener_is_trusted_for_its_bound_then_one_read_checks() -> None:
     clock, document = Clock(), Document(version(1))
     campaigns, _ = listening(clock, document)
-    for _ in range(49):  # a call every 0.1 s: never idle
-        clock.now += 0.1
-        campaigns.get(CAMPAIGN)
+    call_every_tenth_of_a_second(clock, campaigns, 49)  # never idle
     assert document.reads == 0
 
     document.current = version(2, paused=True)  # a change the stream never delivered
@@ -189,9 +194,7 @@ def test_a_read_ahead_of_a_listener_that_stays_behind_restarts_it() -> None:
     document.current = version(2, sold_out=True)
     clock.now += 5.1
     assert campaigns.get(CAMPAIGN)[0].sold_out  # the check read found what was not delivered
-    for _ in range(50):
-        clock.now += 0.1
-        campaigns.get(CAMPAIGN)
+    call_every_tenth_of_a_second(clock, campaigns, 50)
     assert listener.started == 1  # not yet: the listener had trust_seconds to deliver it
 
     clock.now += 0.2
@@ -208,9 +211,7 @@ def test_a_listener_that_delivers_what_the_read_found_is_kept() -> None:
     campaigns.get(CAMPAIGN)
     listener.deliver(version(2, sold_out=True))  # a little late, but there
 
-    for _ in range(60):
-        clock.now += 0.1
-        campaigns.get(CAMPAIGN)
+    call_every_tenth_of_a_second(clock, campaigns, 60)
 
     assert listener.started == 1
 
@@ -223,14 +224,11 @@ def test_a_stopped_listener_is_started_again_and_reads_are_trusted_max_age_meanw
     clock.now += 0.1
     campaigns.get(CAMPAIGN)
     assert (listener.started, listener.unsubscribed) == (2, 1)
-    for _ in range(12):  # nothing delivered yet by the new one: a read per half second
-        clock.now += 0.1
-        campaigns.get(CAMPAIGN)
+    # Nothing delivered yet by the new one: a read per half second.
+    call_every_tenth_of_a_second(clock, campaigns, 12)
     assert document.reads == 2
     listener.deliver(version(1))
-    for _ in range(10):
-        clock.now += 0.1
-        campaigns.get(CAMPAIGN)
+    call_every_tenth_of_a_second(clock, campaigns, 10)
     assert document.reads == 2
 
 
