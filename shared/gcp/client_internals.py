@@ -1,18 +1,23 @@
-"""google-cloud-firestore's private internals, as named functions for code outside shared/gcp.
+"""The Google client libraries' internals, as named functions for code outside shared/gcp.
 
-Only shared/gcp touches the client's private attributes (PRIVATE_NAMES): the claim's commit sent
-through the transport's stub and single reads through GetDocument (writes.py, batched_reads.py),
-raw protobuf walks of a query (shared/coupons/store.py), and the dev kit's RPC counter, which
-wraps the transport's stubs. The library is pinned below its next minor version in
-pyproject.toml; tests/unit/test_client_internals.py fails when an upgrade moves any of these,
-and keeps the names out of every module outside shared/gcp."""
+Only shared/gcp touches google-cloud-firestore's private attributes (PRIVATE_NAMES): the claim's
+commit sent through the transport's stub and single reads through GetDocument (writes.py,
+batched_reads.py), raw protobuf walks of a query (shared/coupons/store.py), and the dev kit's RPC
+counter, which wraps the transport's stubs. From google-cloud-pubsub it takes the API's own
+publish beneath the client's batching one (pubsub.py). Both libraries are pinned below their next
+minor versions in pyproject.toml; tests/unit/test_client_internals.py fails when an upgrade moves
+any of these, and keeps the names out of every module outside shared/gcp."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from google.api_core import retry as retries
 from google.cloud import firestore
+from google.cloud.pubsub_v1 import PublisherClient
+from google.pubsub_v1 import PubsubMessage
+from google.pubsub_v1.services.publisher import PublisherClient as ApiClient
 
 # The private attributes this module reads; no other module may name them.
 PRIVATE_NAMES = frozenset(
@@ -94,3 +99,18 @@ def wrapped_methods(transport: Any) -> dict[Any, Any]:
     """The GAPIC client's retry/timeout wrapper of each stub, keyed by the stub."""
     wrapped: dict[Any, Any] = transport._wrapped_methods
     return wrapped
+
+
+def publish_request(
+    client: PublisherClient, *, topic: str, message: PubsubMessage, timeout: float
+) -> None:
+    """One Publish request of `message`, awaited: the API's method, which the client subclasses
+    and overrides with its batching publish (what the client's batches call, on its channel).
+    Transient errors are retried within `timeout`."""
+    ApiClient.publish(
+        client,
+        topic=topic,
+        messages=[message],
+        retry=retries.Retry(predicate=retries.if_transient_error, timeout=timeout),
+        timeout=timeout,
+    )

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from google.api_core import retry as retries
 from google.cloud.pubsub_v1 import PublisherClient
 from google.cloud.pubsub_v1.types import BatchSettings
 from google.pubsub_v1 import PubsubMessage
-from google.pubsub_v1.services.publisher import PublisherClient as ApiClient
+
+from shared.gcp.client_internals import publish_request
 
 
 class Publisher(PublisherClient):  # type: ignore[misc]  # the library is untyped
@@ -18,15 +18,8 @@ class Publisher(PublisherClient):  # type: ignore[misc]  # the library is untype
         message itself: publish()'s client-side batch would add its own wait and a thread per
         request (measured on the emulator: 1.3 ms of CPU and 8.9 ms against 0.5 ms and 1.3 ms
         a message)."""
-        # The client overrides publish() with its batching one; this is the API's own method
-        # (what the client's batches call), on the same channel.
-        ApiClient.publish(
-            self,
-            topic=topic,
-            messages=[PubsubMessage(data=data, attributes=attributes)],
-            retry=retries.Retry(predicate=retries.if_transient_error, timeout=timeout),
-            timeout=timeout,
-        )
+        message = PubsubMessage(data=data, attributes=attributes)
+        publish_request(self, topic=topic, message=message, timeout=timeout)
 
 
 def make_publisher() -> Publisher:

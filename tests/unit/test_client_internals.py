@@ -1,14 +1,18 @@
-"""google-cloud-firestore's private internals: still where shared/gcp expects them (an upgrade
-that moves one fails here, not in a sale), and named nowhere outside shared/gcp."""
+"""The client libraries' internals: still where shared/gcp expects them (an upgrade that moves
+one fails here, not in a sale), and google-cloud-firestore's private names nowhere outside
+shared/gcp."""
 
 from __future__ import annotations
 
 import ast
+import inspect
 from pathlib import Path
 
 import pytest
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import firestore
+from google.cloud.pubsub_v1 import PublisherClient
+from google.pubsub_v1.services.publisher import PublisherClient as ApiClient
 
 from shared.gcp import client_internals
 from shared.gcp.client_internals import PRIVATE_NAMES
@@ -54,6 +58,15 @@ def test_a_query_becomes_the_run_query_request_the_library_sends(db: firestore.C
     assert request["parent"] == "projects/demo-internals/databases/(default)/documents/campaigns/c"
     assert request["structured_query"].limit == 3
     assert client_internals.raw_message(request["structured_query"]).limit.value == 3
+
+
+def test_the_pubsub_client_still_overrides_the_api_publish_it_subclasses() -> None:
+    # publish_request calls the API's method on the client: the client must still be the API's
+    # client, with the API's publish (topic, messages, retry, timeout) beneath its own.
+    assert issubclass(PublisherClient, ApiClient)
+    assert PublisherClient.publish is not ApiClient.publish
+    parameters = inspect.signature(ApiClient.publish).parameters
+    assert {"topic", "messages", "retry", "timeout"} <= set(parameters)
 
 
 def private_uses(path: Path) -> list[str]:
