@@ -83,8 +83,32 @@ codedrop_browser() {
 }
 
 codedrop_bootstrap() {
-    local root venv stamp python wanted reason requirement
+    local root node_pid="" status=0
     root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)" || return 1
+    # The Node packages install while the venv does: both take seconds on a fresh machine.
+    case " ${CODEDROP_NEEDS:-} " in *" node "*)
+        codedrop_node "$root" &
+        node_pid=$!
+        ;;
+    esac
+    codedrop_python "$root" || status=1
+    if [ -n "$node_pid" ] && ! wait "$node_pid"; then
+        status=1
+    fi
+    [ "$status" = 0 ] || return 1
+    case " ${CODEDROP_NEEDS:-} " in *" browser "*) codedrop_browser ;; esac
+
+    # `command -v` keeps a warm start instant; scripts/localstack and the test suite run the
+    # complete check (`java -version`, the Cloud SDK emulators) before they use them.
+    if [ "${CODEDROP_SKIP_JAVA_CHECK:-0}" != 1 ] && ! command -v java >/dev/null 2>&1; then
+        echo "bootstrap: Java is missing; the Firestore and Pub/Sub emulators need it." >&2
+        (cd "$root" && "$root/.venv/bin/python" -m devkit.emulators check) >&2
+        return 1
+    fi
+}
+
+codedrop_python() {
+    local root="$1" venv stamp python wanted reason requirement
     venv="$root/.venv"
     stamp="$venv/.codedrop-installed"
     python="${PYTHON:-python3}"
@@ -138,23 +162,13 @@ codedrop_bootstrap() {
         }
         echo "$wanted" >"$stamp" || return 1
     fi
-
-    case " ${CODEDROP_NEEDS:-} " in *" node "*) codedrop_node "$root" || return 1 ;; esac
-    case " ${CODEDROP_NEEDS:-} " in *" browser "*) codedrop_browser ;; esac
-
-    # `command -v` keeps a warm start instant; scripts/localstack and the test suite run the
-    # complete check (`java -version`, the Cloud SDK emulators) before they use them.
-    if [ "${CODEDROP_SKIP_JAVA_CHECK:-0}" != 1 ] && ! command -v java >/dev/null 2>&1; then
-        echo "bootstrap: Java is missing; the Firestore and Pub/Sub emulators need it." >&2
-        (cd "$root" && "$venv/bin/python" -m devkit.emulators check) >&2
-        return 1
-    fi
 }
 
 # A failure ends the calling script; when sourced from an interactive shell, it only returns.
 if ! codedrop_bootstrap; then
-    unset -f codedrop_bootstrap codedrop_uv_requirement codedrop_node codedrop_browser
+    unset -f codedrop_bootstrap codedrop_python codedrop_uv_requirement codedrop_node \
+        codedrop_browser
     # shellcheck disable=SC2317
     return 1 2>/dev/null || exit 1
 fi
-unset -f codedrop_bootstrap codedrop_uv_requirement codedrop_node codedrop_browser
+unset -f codedrop_bootstrap codedrop_python codedrop_uv_requirement codedrop_node codedrop_browser
