@@ -14,18 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import re
 import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-WEB = REPO_ROOT / "web"
-NODE_MODULES = REPO_ROOT / "node_modules"
-# Only the SDK's browser builds (firebase-app.js, firebase-auth.js, …), never its sources.
-SDK_FILE = re.compile(r"^firebase-[a-z-]+\.js$")
-UPLOT_FILES = ("uPlot.esm.js", "uPlot.min.css")
+from scripts.web_assets import FIREBASE_SDK, SDK_BUILD, UPLOT_DIST, UPLOT_FILES, WEB
 
 LOG = logging.getLogger("codedrop.deploy")
 
@@ -41,23 +35,22 @@ def stage_pages(build_dir: Path) -> Path:
         shutil.rmtree(root)
     shutil.copytree(WEB / "example", root)
     shutil.copy2(WEB / "codedrop.js", root / "codedrop.js")
-    sdk = NODE_MODULES / "firebase"
     try:
-        version = json.loads((sdk / "package.json").read_text())["version"]
+        version = json.loads((FIREBASE_SDK / "package.json").read_text())["version"]
     except (OSError, ValueError, KeyError) as exc:
         raise HostingError(
             f"the Firebase JS SDK is not installed ({exc}): run `npm ci --omit=optional`"
         ) from exc
     vendor = root / "vendor" / "firebasejs" / version
     vendor.mkdir(parents=True)
-    for build in sdk.iterdir():
-        if SDK_FILE.match(build.name):
+    for build in FIREBASE_SDK.iterdir():
+        if SDK_BUILD.match(build.name):
             shutil.copy2(build, vendor / build.name)
     console = WEB / "console"
     if console.is_dir():
         shutil.copytree(console, root / "console")
         for name in UPLOT_FILES:
-            source = NODE_MODULES / "uplot" / "dist" / name
+            source = UPLOT_DIST / name
             if source.is_file():
                 (root / "console" / "vendor").mkdir(exist_ok=True)
                 shutil.copy2(source, root / "console" / "vendor" / name)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import mimetypes
-import re
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -18,17 +17,10 @@ from urllib.parse import urlsplit
 
 from devkit.emulators.auth import API_KEY
 from devkit.serving import BackgroundServer
-from scripts.localstack.config import REPO
+from scripts.web_assets import FIREBASE_SDK, SDK_BUILD, UPLOT_DIST, UPLOT_FILES, WEB
 
-WEB = REPO / "web"
 EXAMPLE = WEB / "example"
 CONSOLE = WEB / "console"
-FIREBASE_SDK = REPO / "node_modules" / "firebase"
-# The console's chart library: only the two files the console loads.
-UPLOT_DIST = REPO / "node_modules" / "uplot" / "dist"
-UPLOT_FILES = ("uPlot.esm.js", "uPlot.min.css")
-# Only the SDK's browser builds (firebase-app.js, firebase-auth.js, …), never its sources.
-_SDK_FILE = re.compile(r"^firebase-[a-z-]+\.js(\.map)?$")
 _TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html", ".json": None}
 
 NPM_HINT = (
@@ -163,7 +155,8 @@ class _PageHTTPServer(ThreadingHTTPServer):
         """The file a URL path names, or None; nothing outside the served folders."""
         if path.startswith(self.vendor):
             name = path.removeprefix(self.vendor)
-            return self.sdk / name if _SDK_FILE.match(name) else None
+            # The builds' source maps too, for the browser's developer tools.
+            return self.sdk / name if SDK_BUILD.match(name.removesuffix(".map")) else None
         if path == "/codedrop.js":
             return WEB / "codedrop.js"
         if path.startswith("/console/"):
