@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from google.cloud import firestore
 from google.cloud.storage import Client as StorageClient
@@ -49,6 +49,25 @@ from shared.webhooks.service import WebhookService
 T = TypeVar("T")
 
 
+class service(Generic[T]):  # noqa: N801  # a decorator, like property
+    """A container's service, built by the method it decorates on first use and exactly once,
+    under the container's lock; it keeps the method's name."""
+
+    def __init__(self, build: Callable[[Services], T]) -> None:
+        self._build = build
+        self._name = build.__name__
+        self.__doc__ = build.__doc__
+
+    @overload
+    def __get__(self, services: None, owner: type[Services]) -> service[T]: ...
+    @overload
+    def __get__(self, services: Services, owner: type[Services]) -> T: ...
+    def __get__(self, services: Services | None, owner: type[Services]) -> service[T] | T:
+        if services is None:
+            return self
+        return services._once(self._name, lambda: self._build(services))
+
+
 class Services:
     def __init__(
         self,
@@ -79,236 +98,176 @@ class Services:
         return result
 
     # --- Google Cloud clients -----------------------------------------------------------------
-    @property
+    @service
     def db(self) -> firestore.Client:
-        return self._once("db", lambda: gcp_firestore.make_client(self.settings.project_id))
+        return gcp_firestore.make_client(self.settings.project_id)
 
-    @property
+    @service
     def streams_db(self) -> firestore.Client:
         """For long streamed reads read by one thread (gcp_firestore.make_streaming_client)."""
-        return self._once(
-            "streams_db", lambda: gcp_firestore.make_streaming_client(self.settings.project_id)
-        )
+        return gcp_firestore.make_streaming_client(self.settings.project_id)
 
-    @property
+    @service
     def storage(self) -> StorageClient:
-        return self._once("storage", lambda: gcp_storage.make_client(self.settings.project_id))
+        return gcp_storage.make_client(self.settings.project_id)
 
-    @property
+    @service
     def publisher(self) -> Any:
-        return self._once("publisher", gcp_pubsub.make_publisher)
+        return gcp_pubsub.make_publisher()
 
     # --- features -----------------------------------------------------------------------------
-    @property
+    @service
     def bus(self) -> EventBus:
-        return self._once(
-            "bus",
-            lambda: EventBus(
-                db=self.db,
-                publisher=self.publisher,
-                project_id=self.settings.project_id,
-                topic=self.settings.events_topic,
-                attributes=self.webhook_routes.attributes,
-            ),
+        return EventBus(
+            db=self.db,
+            publisher=self.publisher,
+            project_id=self.settings.project_id,
+            topic=self.settings.events_topic,
+            attributes=self.webhook_routes.attributes,
         )
 
-    @property
+    @service
     def webhook_routes(self) -> WebhookRoutes:
-        return self._once(
-            "webhook_routes",
-            lambda: WebhookRoutes(db=self.db, max_age=self.settings.webhook_routes_seconds),
-        )
+        return WebhookRoutes(db=self.db, max_age=self.settings.webhook_routes_seconds)
 
-    @property
+    @service
     def engine(self) -> ClaimEngine:
-        return self._once(
-            "engine",
-            lambda: ClaimEngine(
-                db=self.db, settings=self.settings, on_sold_out=self._announce_sold_out
-            ),
-        )
+        return ClaimEngine(db=self.db, settings=self.settings, on_sold_out=self._announce_sold_out)
 
-    @property
+    @service
     def room(self) -> WaitingRoomService:
-        return self._once("room", lambda: WaitingRoomService(db=self.db, settings=self.settings))
+        return WaitingRoomService(db=self.db, settings=self.settings)
 
-    @property
+    @service
     def app_check(self) -> AppCheckVerifier:
-        return self._once("app_check", lambda: AppCheckVerifier(self.settings))
+        return AppCheckVerifier(self.settings)
 
-    @property
+    @service
     def claims(self) -> ClaimService:
-        return self._once(
-            "claims",
-            lambda: ClaimService(
-                db=self.db,
-                engine=self.engine,
-                bus=self.bus,
-                room=self.room,
-                usage=self.usage,
-                fairness=self.fairness,
-                app_check=self.app_check,
-                clock=utcnow,
-                deadline_seconds=self.settings.claim_deadline_seconds,
-                event_window_seconds=self.settings.claim_event_window_seconds,
-            ),
+        return ClaimService(
+            db=self.db,
+            engine=self.engine,
+            bus=self.bus,
+            room=self.room,
+            usage=self.usage,
+            fairness=self.fairness,
+            app_check=self.app_check,
+            clock=utcnow,
+            deadline_seconds=self.settings.claim_deadline_seconds,
+            event_window_seconds=self.settings.claim_event_window_seconds,
         )
 
-    @property
+    @service
     def fairness(self) -> FairnessService:
-        return self._once(
-            "fairness",
-            lambda: FairnessService(
-                db=self.db,
-                usage=self.usage,
-                tick_seconds=self.settings.waiting_room_tick_seconds,
-            ),
+        return FairnessService(
+            db=self.db,
+            usage=self.usage,
+            tick_seconds=self.settings.waiting_room_tick_seconds,
         )
 
-    @property
+    @service
     def intake(self) -> IntakeService:
-        return self._once(
-            "intake",
-            lambda: IntakeService(
-                db=self.db,
-                storage_client=self.storage,
-                settings=self.settings,
-                clock=utcnow,
-                on_job_finished=self._announce_import,
-            ),
+        return IntakeService(
+            db=self.db,
+            storage_client=self.storage,
+            settings=self.settings,
+            clock=utcnow,
+            on_job_finished=self._announce_import,
         )
 
-    @property
+    @service
     def assignments(self) -> AssignmentService:
-        return self._once(
-            "assignments",
-            lambda: AssignmentService(
-                db=self.db,
-                streams=self.streams_db,
-                storage_client=self.storage,
-                settings=self.settings,
-                events=self.bus,
-                clock=utcnow,
-            ),
+        return AssignmentService(
+            db=self.db,
+            streams=self.streams_db,
+            storage_client=self.storage,
+            settings=self.settings,
+            events=self.bus,
+            clock=utcnow,
         )
 
-    @property
+    @service
     def counters(self) -> ShardedCounters:
-        return self._once(
-            "counters", lambda: ShardedCounters(db=self.db, settings=self.settings, clock=utcnow)
-        )
+        return ShardedCounters(db=self.db, settings=self.settings, clock=utcnow)
 
-    @property
+    @service
     def usage(self) -> UsageService:
-        return self._once(
-            "usage",
-            lambda: UsageService(
-                db=self.db,
-                counters=self.counters,
-                bus=self.bus,
-                clock=utcnow,
-                stock_cache_seconds=self.settings.stock_cache_seconds,
-            ),
+        return UsageService(
+            db=self.db,
+            counters=self.counters,
+            bus=self.bus,
+            clock=utcnow,
+            stock_cache_seconds=self.settings.stock_cache_seconds,
         )
 
-    @property
+    @service
     def admins(self) -> AdminService:
-        return self._once(
-            "admins", lambda: AdminService(db=self.db, project_id=self.settings.project_id)
-        )
+        return AdminService(db=self.db, project_id=self.settings.project_id)
 
-    @property
+    @service
     def exports(self) -> ExportService:
-        return self._once(
-            "exports",
-            lambda: ExportService(
-                db=self.db,
-                streams=self.streams_db,
-                storage_client=self.storage,
-                settings=self.settings,
-                clock=utcnow,
-            ),
+        return ExportService(
+            db=self.db,
+            streams=self.streams_db,
+            storage_client=self.storage,
+            settings=self.settings,
+            clock=utcnow,
         )
 
-    @property
+    @service
     def deletions(self) -> DeletionService:
-        return self._once(
-            "deletions",
-            lambda: DeletionService(
-                db=self.db, storage_client=self.storage, settings=self.settings, clock=utcnow
-            ),
+        return DeletionService(
+            db=self.db, storage_client=self.storage, settings=self.settings, clock=utcnow
         )
 
-    @property
+    @service
     def live(self) -> LiveService:
-        return self._once(
-            "live",
-            lambda: LiveService(db=self.db, usage=self.usage, room=self.room, clock=utcnow),
-        )
+        return LiveService(db=self.db, usage=self.usage, room=self.room, clock=utcnow)
 
-    @property
+    @service
     def holds(self) -> HoldReleaser:
-        return self._once("holds", lambda: HoldReleaser(db=self.db, bus=self.bus, clock=utcnow))
+        return HoldReleaser(db=self.db, bus=self.bus, clock=utcnow)
 
-    @property
+    @service
     def redemptions(self) -> RedemptionService:
-        return self._once(
-            "redemptions", lambda: RedemptionService(db=self.db, bus=self.bus, clock=utcnow)
-        )
+        return RedemptionService(db=self.db, bus=self.bus, clock=utcnow)
 
-    @property
+    @service
     def reversals(self) -> ReversalService:
-        return self._once(
-            "reversals",
-            lambda: ReversalService(
-                db=self.db, bus=self.bus, clock=utcnow, redemptions=self.redemptions
-            ),
-        )
+        return ReversalService(db=self.db, bus=self.bus, clock=utcnow, redemptions=self.redemptions)
 
-    @property
+    @service
     def typed_codes(self) -> TypedCodes:
-        return self._once(
-            "typed_codes",
-            lambda: TypedCodes(db=self.db, max_age=self.settings.campaign_cache_seconds),
-        )
+        return TypedCodes(db=self.db, max_age=self.settings.campaign_cache_seconds)
 
-    @property
+    @service
     def guess_limiter(self) -> GuessLimiter:
-        return self._once("guess_limiter", lambda: GuessLimiter(db=self.db, settings=self.settings))
+        return GuessLimiter(db=self.db, settings=self.settings)
 
-    @property
+    @service
     def webhooks(self) -> WebhookService:
-        return self._once(
-            "webhooks",
-            lambda: WebhookService(
-                db=self.db,
-                settings=self.settings,
-                clock=utcnow,
-                verify=self.usage.verified,
-                verify_claims=self.usage.verified_claims,
-            ),
+        return WebhookService(
+            db=self.db,
+            settings=self.settings,
+            clock=utcnow,
+            verify=self.usage.verified,
+            verify_claims=self.usage.verified_claims,
         )
 
-    @property
+    @service
     def revocations(self) -> Revocations:
         settings = self.settings
-        return self._once(
-            "revocations",
-            lambda: Revocations(settings.project_id, max_age=settings.revocation_cache_seconds),
-        )
+        return Revocations(settings.project_id, max_age=settings.revocation_cache_seconds)
 
-    @property
+    @service
     def sweeper(self) -> Sweeper:
-        return self._once(
-            "sweeper",
-            lambda: Sweeper(
-                db=self.db,
-                bus=self.bus,
-                usage=self.usage,
-                holds=self.holds,
-                webhooks=self.webhooks,
-                clock=utcnow,
-            ),
+        return Sweeper(
+            db=self.db,
+            bus=self.bus,
+            usage=self.usage,
+            holds=self.holds,
+            webhooks=self.webhooks,
+            clock=utcnow,
         )
 
     def close(self) -> None:
