@@ -16,17 +16,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from devkit.emulators.auth import API_KEY
+from devkit.emulators.manager import NPM_HINT
 from devkit.serving import BackgroundServer
 from scripts.web_assets import FIREBASE_SDK, SDK_BUILD, UPLOT_DIST, UPLOT_FILES, WEB
 
 EXAMPLE = WEB / "example"
 CONSOLE = WEB / "console"
 _TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html", ".json": None}
-
-NPM_HINT = (
-    "Install the Node packages with `npm ci --omit=optional` in the repository root "
-    "(./scripts/run does it)."
-)
 
 
 class PagesUnavailable(RuntimeError):
