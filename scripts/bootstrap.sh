@@ -4,9 +4,9 @@
 # pyproject.toml, each file checked against its hash), and that Java is there for the Firestore
 # and Pub/Sub emulators.
 #
-# .venv is synced only when pyproject.toml or uv.lock differ from the checksums recorded in the
-# stamp .venv/.codedrop-installed, so a fresh machine installs everything, a changed lock installs
-# the difference, and a warm start goes straight on. uv itself is installed first, with pip, at
+# .venv is synced only when pyproject.toml, uv.lock or the sync's options differ from what the
+# stamp .venv/.codedrop-installed records, so a fresh machine installs everything, a changed lock
+# installs the difference, and a warm start goes straight on. uv itself is installed first, with pip, at
 # the version and hashes uv.lock pins for it. Set PYTHON to choose the interpreter that creates
 # the venv (default: python3); CODEDROP_SKIP_JAVA_CHECK=1 skips the Java check (scripts/deploy).
 #
@@ -108,7 +108,7 @@ codedrop_bootstrap() {
 }
 
 codedrop_python() {
-    local root="$1" venv stamp python wanted reason requirement
+    local root="$1" venv stamp python wanted reason requirement sync_options
     venv="$root/.venv"
     stamp="$venv/.codedrop-installed"
     python="${PYTHON:-python3}"
@@ -131,12 +131,14 @@ codedrop_python() {
         return 1
     fi
 
-    wanted="$(cd "$root" && cksum pyproject.toml uv.lock)" || return 1
+    # The sync's options are part of the stamp: a venv synced without them is synced again.
+    sync_options=(--locked --compile-bytecode)
+    wanted="$(cd "$root" && cksum pyproject.toml uv.lock) ${sync_options[*]}" || return 1
     reason=""
     if [ ! -f "$stamp" ]; then
         reason="first install"
     elif [ "$(cat "$stamp")" != "$wanted" ]; then
-        reason="pyproject.toml or uv.lock changed"
+        reason="pyproject.toml, uv.lock or the sync's options changed"
     fi
     if [ -n "$reason" ]; then
         echo "bootstrap: installing uv.lock's development set into .venv ($reason)" >&2
@@ -154,8 +156,12 @@ codedrop_python() {
         fi
         # --locked: install the lock as committed, and stop if pyproject.toml no longer matches
         # it. The sync is exact: packages the lock does not hold are removed.
+        # --compile-bytecode: every Python process of the stack and the suite (function servers,
+        # tools, test workers) then loads the libraries' bytecode instead of compiling them
+        # again: where PYTHONDONTWRITEBYTECODE is set nothing else ever writes it, and importing
+        # functions/main.py took 2.4 s of CPU instead of 1.2 s.
         (cd "$root" && UV_PROJECT_ENVIRONMENT="$venv" UV_PYTHON_DOWNLOADS=never \
-            "$venv/bin/uv" sync --locked --quiet) || {
+            "$venv/bin/uv" sync "${sync_options[@]}" --quiet) || {
             echo "bootstrap: uv sync failed; see above (after changing dependencies in" \
                 "pyproject.toml, run \`.venv/bin/uv lock\` and commit uv.lock)" >&2
             return 1
