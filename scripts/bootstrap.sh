@@ -6,9 +6,10 @@
 #
 # .venv is synced only when pyproject.toml, uv.lock or the sync's options differ from what the
 # stamp .venv/.codedrop-installed records, so a fresh machine installs everything, a changed lock
-# installs the difference, and a warm start goes straight on. uv itself is installed first, with pip, at
-# the version and hashes uv.lock pins for it. Set PYTHON to choose the interpreter that creates
-# the venv (default: python3); CODEDROP_SKIP_JAVA_CHECK=1 skips the Java check (scripts/deploy).
+# installs the difference, and a warm start goes straight on. uv itself is installed first, with
+# pip, at the version and hashes uv.lock pins for it. Set PYTHON to choose the interpreter that
+# creates the venv (default: python3); CODEDROP_SKIP_JAVA_CHECK=1 skips the Java check
+# (scripts/deploy).
 #
 # CODEDROP_NEEDS, set by the calling script, asks for more:
 #   node     Node.js 20+ and the Node packages package-lock.json pins (firebase-tools for the
