@@ -15,18 +15,16 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from scripts.deployment import cli, functions
 from scripts.deployment.plan import Step
-from tests.support import stack
+from tests.support import deploy, stack
+from tests.support.deploy import NUMBER, PROJECT
 
 REPO = Path(__file__).resolve().parents[2]
-PROJECT = "codedrop-test"
-NUMBER = "123456789012"
 AUTH = re.compile(
     r"You do not currently have an active account selected|does not have any valid credentials"
 )
@@ -34,30 +32,19 @@ FIREBASE = "npx --no-install firebase "
 PARSE = re.compile(
     r"unrecognized arguments|argument --|Invalid choice|must be specified|At most one of"
 )
-# One pytest-xdist worker runs the module: the printed plan (a module fixture) is made once.
-pytestmark = pytest.mark.xdist_group("deploy-plan")
+# One pytest-xdist worker runs the module and test_deploy.py's dry runs: the printed plan (a
+# session fixture, tests/tools/conftest.py) is made once.
+pytestmark = pytest.mark.xdist_group(deploy.XDIST_GROUP)
 
 
-def _dry_run(*args: str, timeout: float) -> list[str]:
-    """The commands `python -m scripts.deployment --dry-run --project PROJECT ARGS` prints."""
-    result = subprocess.run(
-        [sys.executable, "-m", "scripts.deployment", "--dry-run", "--project", PROJECT, *args],
-        cwd=REPO,
-        env={k: v for k, v in os.environ.items() if not k.endswith("_EMULATOR_HOST")},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    # Each step's purpose is a comment line above its command.
-    return [line for line in result.stdout.splitlines() if not line.startswith("# ")]
+def _commands(printed: str) -> list[str]:
+    """A dry run's commands: each step's purpose is a comment line above its command."""
+    return [line for line in printed.splitlines() if not line.startswith("# ")]
 
 
 @pytest.fixture(scope="module")
-def plan(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    build = tmp_path_factory.mktemp("build")
-    return _dry_run("--project-number", NUMBER, "--build-dir", str(build), timeout=300)
+def plan(printed_plan: deploy.Printed) -> list[str]:
+    return _commands(printed_plan.stdout)
 
 
 def _steps() -> list[Step]:
@@ -219,10 +206,11 @@ def test_only_firebase_tools_and_the_pages_config_are_not_gcloud_calls(plan: lis
 
 
 def test_the_plan_prepares_a_sale_with_commands_that_parse(gcloud_env: dict[str, str]) -> None:
-    (quota, ready, warm, warmup) = _dry_run(
-        *("--prepare-sale", "black-friday", "--sale-starts", "2026-11-28T09:00:00+01:00"),
-        *("--sale-min-instances", "5"),
-        timeout=120,
+    (quota, ready, warm, warmup) = _commands(
+        deploy.dry_run(
+            *("--project", PROJECT, "--prepare-sale", "black-friday"),
+            *("--sale-starts", "2026-11-28T09:00:00+01:00", "--sale-min-instances", "5"),
+        )
     )
     body = json.loads(shlex.split(quota.split(" -d ", 1)[1])[0])
     # The window opens an hour early: shoppers sign in on the page before the sale opens.
