@@ -74,14 +74,16 @@ def runtime_env(root: Path) -> Path:
     python = staging.runtime_python(root, staged / "requirements.txt")
     env = clean_env(GOOGLE_CLOUD_PROJECT="demo-deploy-test")
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    subprocess.run(
+    warmed = subprocess.run(
         [str(python), "-c", "import main"],
         cwd=staged,
         env=env,
         capture_output=True,
+        text=True,
         timeout=300,
-        check=True,
+        check=False,
     )
+    assert warmed.returncode == 0, warmed.stderr
     return root / staging.RUNTIME_ENV_NAME
 
 
