@@ -8,13 +8,13 @@ offline from the cache scripts/bootstrap.sh filled.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -23,6 +23,8 @@ from uv import find_uv_bin
 from scripts.deployment import DeployError, cli, functions, gcloud, staging
 from shared.http import entry_points
 from shared.http.entry_points import Kind
+from tests.support import deploy
+from tests.support.deploy import PROJECT
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -30,33 +32,11 @@ DEFINED = entry_points.declared(REPO / "functions" / "main.py")
 SPECS = {spec.service: spec for spec in functions.FUNCTIONS}
 
 
-def _clean_env(**extra: str) -> dict[str, str]:
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if key != "PYTHONPATH" and not key.endswith("_EMULATOR_HOST")
-    }
-    env.update(extra)
-    return env
-
-
-def _run_deploy(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "scripts.deployment", *args],
-        cwd=REPO,
-        env=env if env is not None else _clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-
-
 def _uv(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [find_uv_bin(), *args],
         cwd=cwd,
-        env=_clean_env(UV_PYTHON_DOWNLOADS="never"),
+        env=deploy.clean_env(UV_PYTHON_DOWNLOADS="never"),
         capture_output=True,
         text=True,
         timeout=120,
@@ -98,13 +78,6 @@ def _pins(requirements: str) -> dict[str, tuple[str, int]]:
         assert match, f"not a pinned requirement: {line!r}"
         pins[match[1]] = (match[2], line.count("--hash=sha256:"))
     return pins
-
-
-@pytest.fixture(scope="module")
-def build_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One --build-dir for the runs that check the staged import: each run stages afresh, and
-    <build_dir>/runtime-env is created once, then only synced."""
-    return tmp_path_factory.mktemp("build")
 
 
 # --- the lock -----------------------------------------------------------------------------------
@@ -252,6 +225,8 @@ def test_stage_never_deletes_the_sources_or_foreign_folders(tmp_path: Path) -> N
     assert (other / "functions" / "precious.txt").read_text() == "keep me"
 
 
+# The tests that run the import check share the session's runtime-env (tests/tools/conftest.py).
+@pytest.mark.xdist_group(deploy.XDIST_GROUP)
 def test_staged_main_imports_alone_in_a_fresh_interpreter(build_dir: Path) -> None:
     """What gen2 does: only the staged folder, main.py at its root, no repo on the path, and
     only the locked runtime set installed."""
@@ -271,7 +246,7 @@ def test_staged_main_imports_alone_in_a_fresh_interpreter(build_dir: Path) -> No
         [str(python), "-c", probe, *[spec.entry_point for spec in functions.FUNCTIONS]],
         cwd=staged,
         # No emulator is running and none is named: import must not need one.
-        env=_clean_env(GOOGLE_CLOUD_PROJECT="demo-deploy-test", PYTHONDONTWRITEBYTECODE="1"),
+        env=deploy.clean_env(GOOGLE_CLOUD_PROJECT="demo-deploy-test", PYTHONDONTWRITEBYTECODE="1"),
         capture_output=True,
         text=True,
         timeout=120,
@@ -306,13 +281,11 @@ def test_the_import_check_sees_a_dependency_left_out_of_the_runtime_set(tmp_path
 # --- the gcloud commands ------------------------------------------------------------------------
 
 
-def _dry_run(build_dir: Path, *args: str, env: dict[str, str] | None = None) -> list[list[str]]:
-    """The plan's function deploys (tests/tools/test_deploy_plan.py checks the rest)."""
-    result = _run_deploy("--dry-run", "--build-dir", str(build_dir), *args, env=env)
-    assert result.returncode == 0, result.stderr
+def _deploys(printed: str) -> list[list[str]]:
+    """A printed plan's function deploys (tests/tools/test_deploy_plan.py checks the rest)."""
     return [
         shlex.split(line)
-        for line in result.stdout.splitlines()
+        for line in printed.splitlines()
         if line.startswith("gcloud functions deploy ")
     ]
 
@@ -329,15 +302,13 @@ def _env_of(command: list[str]) -> dict[str, str]:
     return dict(item.split("=", 1) for item in value.split(delimiter))
 
 
-def test_dry_run_prints_one_gcloud_command_per_function(build_dir: Path) -> None:
-    # Emulator switches in the deployer's shell must not reach the deployed functions.
-    env = _clean_env(
-        FIREBASE_AUTH_EMULATOR_HOST="127.0.0.1:9099",
-        FIRESTORE_EMULATOR_HOST="127.0.0.1:8080",
-        GOOGLE_CLOUD_PROJECT="demo-codedrop",
-    )
-    commands = _dry_run(build_dir, "--project", "codedrop-prod", env=env)
-    staged = (build_dir / "functions").resolve()
+@pytest.mark.xdist_group(deploy.XDIST_GROUP)
+def test_dry_run_prints_one_gcloud_command_per_function(printed_plan: deploy.Printed) -> None:
+    # Emulator switches in the deployer's shell (deploy.DEPLOYER_SHELL) must not reach the
+    # deployed functions.
+    assert {"FIREBASE_AUTH_EMULATOR_HOST", "FIRESTORE_EMULATOR_HOST"} <= set(deploy.DEPLOYER_SHELL)
+    commands = _deploys(printed_plan.stdout)
+    staged = (printed_plan.build / "functions").resolve()
 
     assert [c[3] for c in commands] == [spec.service for spec in functions.FUNCTIONS]
     for command in commands:
@@ -346,11 +317,11 @@ def test_dry_run_prints_one_gcloud_command_per_function(build_dir: Path) -> None
         assert "--gen2" in command
         assert _flag(command, "--source") == [str(staged)]
         assert _flag(command, "--entry-point") == [spec.entry_point]
-        assert _flag(command, "--project") == ["codedrop-prod"]
+        assert _flag(command, "--project") == [PROJECT]
         assert _flag(command, "--region") == ["europe-west1"]
         assert _flag(command, "--runtime")[0] in ("python311", "python312")
         env_vars = _env_of(command)
-        assert env_vars["GOOGLE_CLOUD_PROJECT"] == "codedrop-prod"
+        assert env_vars["GOOGLE_CLOUD_PROJECT"] == PROJECT
         assert not [key for key in env_vars if key.endswith("_EMULATOR_HOST")]
         assert not any("EMULATOR" in arg for arg in command)
 
@@ -369,26 +340,27 @@ def test_dry_run_prints_one_gcloud_command_per_function(build_dir: Path) -> None
     assert "--no-allow-unauthenticated" in by_name["sweep"]
     assert _flag(by_name["import-codes"], "--trigger-event-filters") == [
         "type=google.cloud.storage.object.v1.finalized",
-        "bucket=codedrop-prod-codedrop-imports",  # bucket names are global: one per project
+        f"bucket={PROJECT}-codedrop-imports",  # bucket names are global: one per project
     ]
     # count_usage is pushed by the plan's own subscription (retry and dead-letter policies).
     assert "--no-allow-unauthenticated" in by_name["count-usage"]
     assert not _flag(by_name["count-usage"], "--trigger-topic")
 
 
+@pytest.mark.xdist_group(deploy.XDIST_GROUP)
 def test_dry_run_without_project_uses_a_placeholder(build_dir: Path) -> None:
-    commands = _dry_run(build_dir)
+    commands = _deploys(deploy.dry_run("--build-dir", str(build_dir)))
     assert commands
     for command in commands:
         assert _flag(command, "--project") == [cli.PLACEHOLDER_PROJECT]
 
 
+@pytest.mark.xdist_group(deploy.XDIST_GROUP)
 def test_only_deploys_one_function_and_nothing_else(build_dir: Path) -> None:
-    result = _run_deploy(
-        "--dry-run", "--build-dir", str(build_dir), "--project", "codedrop-prod", "--only", "sweep"
+    printed = deploy.dry_run(
+        "--build-dir", str(build_dir), "--project", "codedrop-prod", "--only", "sweep"
     )
-    assert result.returncode == 0, result.stderr
-    (what, line) = result.stdout.splitlines()
+    (what, line) = printed.splitlines()
     assert what == "# function sweep"
     assert shlex.split(line)[:4] == ["gcloud", "functions", "deploy", "sweep"]
 
@@ -463,14 +435,19 @@ def test_every_function_in_the_table_gets_its_trigger(spec: functions.FunctionSp
     assert {"--gen2", "--source=/stage"} <= set(command)
 
 
-def test_cors_origins_with_commas_use_gcloud_alternate_delimiter(build_dir: Path) -> None:
-    origins = "https://shop.example,https://www.shop.example"
-    commands = _dry_run(build_dir, "--project", "codedrop-prod", "--cors-origins", origins)
+@pytest.mark.xdist_group(deploy.XDIST_GROUP)
+def test_cors_origins_with_commas_use_gcloud_alternate_delimiter(
+    printed_plan: deploy.Printed,
+) -> None:
+    origins = deploy.CORS_ORIGINS
+    assert "," in origins
+    commands = _deploys(printed_plan.stdout)
+    assert commands
     for command in commands:
         (value,) = _flag(command, "--set-env-vars")
         assert value.startswith("^")
         # The project's Firebase Hosting origins, where the deploy puts the pages, come after.
-        hosting = "https://codedrop-prod.web.app,https://codedrop-prod.firebaseapp.com"
+        hosting = f"https://{PROJECT}.web.app,https://{PROJECT}.firebaseapp.com"
         assert _env_of(command)["CODEDROP_CORS_ORIGINS"] == f"{origins},{hosting}"
 
 
@@ -488,17 +465,37 @@ def test_defaults_match_the_service_settings() -> None:
 
 
 # --- refusals -----------------------------------------------------------------------------------
+# In this process: the command line refuses before it stages or runs anything, and
+# `python -m scripts.deployment` is run by the dry runs above.
 
 
-def test_demo_project_is_refused(tmp_path: Path) -> None:
-    result = _run_deploy("--project", "demo-x", "--build-dir", str(tmp_path))
+@dataclass(frozen=True)
+class Exit:
+    returncode: int | str | None
+    stderr: str
+
+
+def _main(capsys: pytest.CaptureFixture[str], *args: str) -> Exit:
+    """`python -m scripts.deployment ARGS`: its exit status and what it wrote to stderr."""
+    capsys.readouterr()
+    try:
+        returncode: int | str | None = cli.main(list(args))
+    except SystemExit as exited:
+        returncode = exited.code
+    return Exit(returncode, capsys.readouterr().err)
+
+
+def test_demo_project_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    result = _main(capsys, "--project", "demo-x", "--build-dir", str(tmp_path))
     assert result.returncode == 2
     assert "demo-" in result.stderr
     assert not (tmp_path / "functions").exists()
 
 
-def test_project_is_required_without_dry_run(tmp_path: Path) -> None:
-    result = _run_deploy("--build-dir", str(tmp_path))
+def test_project_is_required_without_dry_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = _main(capsys, "--build-dir", str(tmp_path))
     assert result.returncode == 2
     assert "--project is required" in result.stderr
 
@@ -507,8 +504,10 @@ def test_project_is_required_without_dry_run(tmp_path: Path) -> None:
     "variable",
     ["FIREBASE_AUTH_EMULATOR_HOST=127.0.0.1:9099", "PORT=8080", "GOOGLE_CLOUD_PROJECT=other"],
 )
-def test_env_refuses_emulator_reserved_and_managed_variables(tmp_path: Path, variable: str) -> None:
-    result = _run_deploy("--dry-run", "--build-dir", str(tmp_path), "--env", variable)
+def test_env_refuses_emulator_reserved_and_managed_variables(
+    tmp_path: Path, variable: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = _main(capsys, "--dry-run", "--build-dir", str(tmp_path), "--env", variable)
     assert result.returncode == 2
     assert variable.split("=")[0] in result.stderr
 

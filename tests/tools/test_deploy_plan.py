@@ -15,18 +15,16 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from scripts.deployment import cli, functions
 from scripts.deployment.plan import Step
-from tests.support import stack
+from tests.support import deploy, stack
+from tests.support.deploy import NUMBER, PROJECT
 
 REPO = Path(__file__).resolve().parents[2]
-PROJECT = "codedrop-test"
-NUMBER = "123456789012"
 AUTH = re.compile(
     r"You do not currently have an active account selected|does not have any valid credentials"
 )
@@ -34,30 +32,19 @@ FIREBASE = "npx --no-install firebase "
 PARSE = re.compile(
     r"unrecognized arguments|argument --|Invalid choice|must be specified|At most one of"
 )
-# One pytest-xdist worker runs the module: the printed plan (a module fixture) is made once.
-pytestmark = pytest.mark.xdist_group("deploy-plan")
+# One pytest-xdist worker runs the module and test_deploy.py's dry runs: the printed plan (a
+# session fixture, tests/tools/conftest.py) is made once.
+pytestmark = pytest.mark.xdist_group(deploy.XDIST_GROUP)
 
 
-def _dry_run(*args: str, timeout: float) -> list[str]:
-    """The commands `python -m scripts.deployment --dry-run --project PROJECT ARGS` prints."""
-    result = subprocess.run(
-        [sys.executable, "-m", "scripts.deployment", "--dry-run", "--project", PROJECT, *args],
-        cwd=REPO,
-        env={k: v for k, v in os.environ.items() if not k.endswith("_EMULATOR_HOST")},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    # Each step's purpose is a comment line above its command.
-    return [line for line in result.stdout.splitlines() if not line.startswith("# ")]
+def _commands(printed: str) -> list[str]:
+    """A dry run's commands: each step's purpose is a comment line above its command."""
+    return [line for line in printed.splitlines() if not line.startswith("# ")]
 
 
 @pytest.fixture(scope="module")
-def plan(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    build = tmp_path_factory.mktemp("build")
-    return _dry_run("--project-number", NUMBER, "--build-dir", str(build), timeout=300)
+def plan(printed_plan: deploy.Printed) -> list[str]:
+    return _commands(printed_plan.stdout)
 
 
 def _steps() -> list[Step]:
@@ -161,14 +148,63 @@ def _in_bash(line: str, env: dict[str, str]) -> tuple[object, str]:
     return result.returncode, result.stderr
 
 
-def _checked(lines: list[str], env: dict[str, str]) -> list[str]:
+def _probes() -> list[str]:
+    """The plan's probes and lookups, each as a line."""
+    steps = _steps()
+    return sorted(
+        {
+            step.unless if isinstance(step.unless, str) else shlex.join(step.unless)
+            for step in steps
+            if step.unless is not None
+        }
+        | {shlex.join(lookup.command) for step in steps for lookup in step.lookups}
+    )
+
+
+def _inner(lines: list[str]) -> list[str]:
+    """The commands that lines run for a value: `$(command)`."""
+    return [m[0][2:-1] for line in lines for m in LOOKUP.finditer(line)]
+
+
+GOOD = "gcloud pubsub topics create coupon-events --project=codedrop-test"
+# The check's own test: a good line, a bad flag, a bad verb.
+CHECKS_ITSELF = [GOOD, f"{GOOD} --no-such-flag", "gcloud pubsub topics crate x"]
+
+
+@pytest.fixture(scope="module")
+def sale() -> list[str]:
+    """The commands of a sale's preparation."""
+    return _commands(
+        deploy.dry_run(
+            *("--project", PROJECT, "--prepare-sale", "black-friday"),
+            *("--sale-starts", "2026-11-28T09:00:00+01:00", "--sale-min-instances", "5"),
+        )
+    )
+
+
+Answers = dict[str, tuple[object, str]]
+
+
+@pytest.fixture(scope="module")
+def gcloud_answers(plan: list[str], sale: list[str], gcloud_env: dict[str, str]) -> Answers:
+    """gcloud's answer to each gcloud line the module's tests check, all from one gcloud process
+    (its start-up and each command group load once, not once a test)."""
+    lines = [*CHECKS_ITSELF, *plan, *_probes(), *_inner(sale)]
+    gcloud = sorted({line for line in map(_substituted, lines) if line.startswith("gcloud ")})
+    argvs = [shlex.split(line)[1:] for line in gcloud]
+    return dict(zip(gcloud, _in_one_gcloud(argvs, gcloud_env), strict=True))
+
+
+def _substituted(line: str) -> str:
+    return LOOKUP.sub(_looked_up, line)
+
+
+def _checked(lines: list[str], answers: Answers, env: dict[str, str]) -> list[str]:
     """The lines that do not fail at authentication, with what they answered. A gcloud line is
-    parsed as gcloud parses it; a shell line (a pipe, a test) runs in bash."""
-    lines = [LOOKUP.sub(_looked_up, line) for line in lines]
-    gcloud = [shlex.split(line)[1:] for line in lines if line.startswith("gcloud ")]
-    answers = iter(_in_one_gcloud(gcloud, env) if gcloud else [])
+    parsed as gcloud parses it (`answers`); a shell line (a pipe, a test) runs in bash."""
+    lines = [_substituted(line) for line in lines]
     outcomes = [
-        _outcome(*(next(answers) if line.startswith("gcloud ") else _in_bash(line, env)))
+        _outcome(*(answers[line] if line.startswith("gcloud ") else _in_bash(line, env)))
         for line in lines
     ]
     return [
@@ -178,35 +214,29 @@ def _checked(lines: list[str], env: dict[str, str]) -> list[str]:
     ]
 
 
-def test_the_check_tells_a_bad_flag_from_a_good_one(gcloud_env: dict[str, str]) -> None:
-    good = "gcloud pubsub topics create coupon-events --project=codedrop-test"
-    wrong = _checked([good, f"{good} --no-such-flag", "gcloud pubsub topics crate x"], gcloud_env)
+def test_the_check_tells_a_bad_flag_from_a_good_one(
+    gcloud_answers: Answers, gcloud_env: dict[str, str]
+) -> None:
+    wrong = _checked(CHECKS_ITSELF, gcloud_answers, gcloud_env)
     assert [line.split(":", 1)[0] for line in wrong] == ["parse", "parse"]
 
 
 def test_every_command_of_the_plan_fails_at_authentication_never_at_parsing(
-    plan: list[str], gcloud_env: dict[str, str]
+    plan: list[str], gcloud_answers: Answers, gcloud_env: dict[str, str]
 ) -> None:
     gcloud_lines = [line for line in plan if line.startswith("gcloud ")]
-    wrong = _checked(gcloud_lines, gcloud_env)
+    wrong = _checked(gcloud_lines, gcloud_answers, gcloud_env)
     assert not wrong, "\n".join(wrong)
 
 
 def test_what_the_plan_asks_before_and_while_it_runs_parses_too(
-    gcloud_env: dict[str, str],
+    gcloud_answers: Answers, gcloud_env: dict[str, str]
 ) -> None:
     """A create's probe (does it exist?) and a lookup (a function's URI) are gcloud commands
     the printed plan does not show on lines of their own."""
-    probes = sorted(
-        {
-            step.unless if isinstance(step.unless, str) else shlex.join(step.unless)
-            for step in _steps()
-            if step.unless is not None
-        }
-        | {shlex.join(lookup.command) for step in _steps() for lookup in step.lookups}
-    )
+    probes = _probes()
     assert len(probes) > 10
-    wrong = _checked([p for p in probes if not p.startswith(FIREBASE)], gcloud_env)
+    wrong = _checked([p for p in probes if not p.startswith(FIREBASE)], gcloud_answers, gcloud_env)
     assert not wrong, "\n".join(wrong)
 
 
@@ -218,12 +248,10 @@ def test_only_firebase_tools_and_the_pages_config_are_not_gcloud_calls(plan: lis
     assert config[0].startswith("python3 -m scripts.deployment.hosting ")
 
 
-def test_the_plan_prepares_a_sale_with_commands_that_parse(gcloud_env: dict[str, str]) -> None:
-    (quota, ready, warm, warmup) = _dry_run(
-        *("--prepare-sale", "black-friday", "--sale-starts", "2026-11-28T09:00:00+01:00"),
-        *("--sale-min-instances", "5"),
-        timeout=120,
-    )
+def test_the_plan_prepares_a_sale_with_commands_that_parse(
+    sale: list[str], gcloud_answers: Answers, gcloud_env: dict[str, str]
+) -> None:
+    (quota, ready, warm, warmup) = sale
     body = json.loads(shlex.split(quota.split(" -d ", 1)[1])[0])
     # The window opens an hour early: shoppers sign in on the page before the sale opens.
     assert body == {
@@ -238,9 +266,9 @@ def test_the_plan_prepares_a_sale_with_commands_that_parse(gcloud_env: dict[str,
     assert f"projects/{PROJECT}/config?updateMask=quota.signUpQuotaConfig" in quota
     assert "-ge 5" in warm
     assert "--campaign=black-friday" in warmup
-    inner = [m[0][2:-1] for line in (ready, warm) for m in LOOKUP.finditer(line)]
+    inner = _inner([ready, warm])
     assert len(inner) == 2
-    wrong = _checked(inner, gcloud_env)
+    wrong = _checked(inner, gcloud_answers, gcloud_env)
     assert not wrong, "\n".join(wrong)
 
 
