@@ -9,8 +9,10 @@ import random
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 import pytest
 from google.cloud import firestore
@@ -30,6 +32,18 @@ from tests.support.stack import MakeCampaign
 pytestmark = pytest.mark.emulator
 
 HOLD = 1  # seconds: written straight into the campaign (the API's minimum is 60)
+EXPIRED = timedelta(seconds=HOLD + 0.1)  # how far behind a clock writes holds expired by now
+
+
+@dataclass
+class ShiftedClock:
+    """utcnow() moved by `shift`: an engine on it `-EXPIRED` writes holds that have expired when
+    they are written, so no test waits HOLD out; set `shift` to zero and it is the real clock."""
+
+    shift: timedelta
+
+    def __call__(self) -> datetime:
+        return utcnow() + self.shift
 
 
 def hold_campaign(make_campaign: MakeCampaign, db: firestore.Client, codes: int) -> str:
@@ -97,10 +111,10 @@ def test_release_racing_redemption_lets_exactly_one_win_every_round(
     db: firestore.Client, make_campaign: MakeCampaign
 ) -> None:
     campaign_id = hold_campaign(make_campaign, db, codes=16)
-    engine = ClaimEngine(db=db, settings=get_settings())
+    engine = ClaimEngine(db=db, settings=get_settings(), clock=ShiftedClock(-EXPIRED))
     rounds: list[Round] = []
     for wave in range(3):
-        # Everything still available is held again, by new shoppers, and left to expire.
+        # Everything still available is held again, by new shoppers, holds expired already.
         available = [
             s.id
             for s in coupons_collection(db, campaign_id).stream()
@@ -110,7 +124,6 @@ def test_release_racing_redemption_lets_exactly_one_win_every_round(
             engine.claim(campaign_id=campaign_id, user_id=f"w{wave}-{i}").claim.code
             for i in range(len(available))
         ]
-        time.sleep(HOLD + 0.1)
         with ThreadPoolExecutor(8) as pool:
             rounds += pool.map(lambda c: _race_release_and_redeem(db, campaign_id, c), codes)
 
@@ -133,15 +146,17 @@ def test_release_racing_redemption_lets_exactly_one_win_every_round(
 
 
 def _claim_until_served(
-    engine: ClaimEngine, campaign_id: str, user: str, until: float
+    engine: ClaimEngine, campaign_id: str, user: str, final: Callable[[], bool]
 ) -> tuple[str, str | None]:
-    """A shopper retrying SOLD_OUT (the landing page polls) until a code comes or time is up:
-    what the last answer was, and the code it gave."""
+    """A shopper retrying SOLD_OUT (the landing page polls) until a code comes or a SOLD_OUT
+    asked for once `final()` held is the last word: what the last answer was, and the code it
+    gave."""
     while True:
+        last_word = final()
         try:
             outcome = engine.claim(campaign_id=campaign_id, user_id=user)
         except SoldOut:
-            if time.monotonic() > until:
+            if last_word:
                 return "SOLD_OUT", None
             time.sleep(0.02)
             continue
@@ -156,28 +171,35 @@ def test_releases_racing_claims_never_leave_a_code_free_and_held(
 ) -> None:
     codes = 20
     campaign_id = hold_campaign(make_campaign, db, codes=codes)
-    engines = [ClaimEngine(db=db, settings=get_settings()) for _ in range(2)]
+    clock = ShiftedClock(-EXPIRED)
+    engines = [ClaimEngine(db=db, settings=get_settings(), clock=clock) for _ in range(2)]
     holders = [f"h{round_}-{i}" for i in range(codes)]
     for i, user in enumerate(holders):
         engines[i % 2].claim(campaign_id=campaign_id, user_id=user)
     late = ClaimEngine(db=db, settings=get_settings())
     with pytest.raises(SoldOut):
         late.claim(campaign_id=campaign_id, user_id="nobody-yet")
-    time.sleep(HOLD + 0.1)
+    clock.shift = timedelta(0)  # the holds have expired; the holds written from now on have not
 
     # Two sweeps at once (two instances), new shoppers, and the old holders clicking again.
     shoppers = [f"n{round_}-{i}" for i in range(codes)] + holders
     random.Random(round_).shuffle(shoppers)
     start = threading.Barrier(2 + len(shoppers))
-    until = time.monotonic() + 4
+    # Once both sweeps are over nothing is released again: a SOLD_OUT asked for after that is
+    # final (before, a shopper keeps asking, as the landing page polls).
+    both_swept = threading.Event()
+    swept = threading.Barrier(2, action=both_swept.set)
 
     def sweep() -> int:
         start.wait()
-        return releaser(db).release_expired().by_campaign.get(campaign_id, 0)
+        try:
+            return releaser(db).release_expired().by_campaign.get(campaign_id, 0)
+        finally:
+            swept.wait()
 
     def shop(i: int, user: str) -> str:
         start.wait()
-        return _claim_until_served(engines[i % 2], campaign_id, user, until)[0]
+        return _claim_until_served(engines[i % 2], campaign_id, user, both_swept.is_set)[0]
 
     with ThreadPoolExecutor(2 + len(shoppers)) as pool:
         sweeps = [pool.submit(sweep) for _ in range(2)]
@@ -215,7 +237,10 @@ def test_holds_expiring_during_a_running_sale_reach_later_shoppers(
 
     def shopper(i: int) -> tuple[str, str | None, bool]:
         user = f"s-{i}"
-        outcome, held = _claim_until_served(engine, campaign_id, user, time.monotonic() + 1.5)
+        give_up = time.monotonic() + 1.5
+        outcome, held = _claim_until_served(
+            engine, campaign_id, user, lambda: time.monotonic() > give_up
+        )
         if outcome != "created" or held is None:
             return user, None, False
         if random.Random(i).random() < 0.5:
@@ -236,11 +261,12 @@ def test_holds_expiring_during_a_running_sale_reach_later_shoppers(
                 futures.append(pool.submit(shopper, i))
                 time.sleep(4 / 120)
             results = [f.result() for f in futures]
-        time.sleep(HOLD + 0.3)  # the last holds expire and are swept
     finally:
         stop.set()
         background.join()
-    released.append(sweeper.release_expired().by_campaign.get(campaign_id, 0))
+    # The sale is over: the last sweep runs when the last holds have expired.
+    last_sweep = HoldReleaser(db=db, bus=instance_services().bus, clock=ShiftedClock(EXPIRED))
+    released.append(last_sweep.release_expired().by_campaign.get(campaign_id, 0))
 
     report = assert_clean(db, campaign_id)
     redeemed = [code for _, code, ok in results if ok]
