@@ -70,7 +70,7 @@ from shared.webhooks.service import WebhookService
 from shared.webhooks.signing import verify
 from tests.support.api import ADMIN, auth, function_client
 from tests.support.cloudevents import deliver, published_event
-from tests.support.stack import EVENTS_TOPIC, PROJECT, MakeCampaign
+from tests.support.stack import EVENTS_TOPIC, PROJECT, MakeCampaign, reset_instance
 
 pytestmark = pytest.mark.emulator
 
@@ -744,6 +744,18 @@ def _push(messages: Sequence[tuple[bytes, str]]) -> list[int]:
         return [status for part in parts for status in part]
 
 
+@pytest.fixture
+def no_linger() -> Iterator[None]:
+    """This process's functions with main.py's drainer handing its lease on as soon as nothing is
+    due, not a second later: more drains race for the endpoint, and 330 pushes do not wait out
+    a linger each in turn."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CODEDROP_WEBHOOK_LINGER_SECONDS", "0")
+        reset_instance()
+        yield
+    reset_instance()  # back to the suite's settings
+
+
 @pytest.mark.long
 def test_a_sale_is_delivered_exactly_once_to_a_deduplicating_receiver(
     admin_client: FlaskClient,
@@ -752,7 +764,7 @@ def test_a_sale_is_delivered_exactly_once_to_a_deduplicating_receiver(
     receiver: Receiver,
     forget_webhook: Callable[[str], None],
     events_subscription: str,
-    monkeypatch: pytest.MonkeyPatch,
+    no_linger: None,
 ) -> None:
     """300 shoppers claim the 300 codes; every message is pushed, a tenth of them twice."""
     campaign_id = make_campaign(codes=300)
@@ -767,12 +779,6 @@ def test_a_sale_is_delivered_exactly_once_to_a_deduplicating_receiver(
         headers=ADMIN,
     ).get_json()
     forget_webhook(created["webhook_id"])
-    # main.py's drainer hands the lease on as soon as nothing is due, not a second later: more
-    # drains race for the endpoint, and the pushes do not wait out 1 s lingers in turn.
-    service = instance_services().webhooks
-    monkeypatch.setattr(
-        service, "_settings", service._settings.model_copy(update={"webhook_linger_seconds": 0.0})
-    )
     claims = instance_services().claims
     with ThreadPoolExecutor(16) as pool:
         results = list(
