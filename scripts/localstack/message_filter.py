@@ -41,7 +41,6 @@ class MessageFilter(LoopingStandIn):
 
     name = "deliver_webhooks filter"
     thread_name = "message-filter"
-    stop_timeout = PULL_TIMEOUT + 1
 
     def __init__(self, *, subscription: str, topic: str) -> None:
         super().__init__()
@@ -54,17 +53,24 @@ class MessageFilter(LoopingStandIn):
         return f"{self._subscription} -> {self._topic} where {routes.FILTER}"
 
     def stop(self) -> None:
-        super().stop()
+        self._stop.set()
+        # Closing the channel ends a pull in progress at once (it would wait out PULL_TIMEOUT);
+        # a batch it interrupts is not acknowledged, so it is offered again at the next start.
         self._subscriber.close()
+        super().stop()
 
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
                 self._relay_batch()
-            except (gexc.GoogleAPIError, TimeoutError) as exc:
-                if not self._stop.is_set():
-                    log.warning("message filter batch failed: %r", exc)
-                    self._stop.wait(RETRY_PAUSE)
+            except (gexc.GoogleAPIError, TimeoutError, ValueError) as exc:
+                # ValueError: a call on the channel stop() closed.
+                if self._stop.is_set():
+                    return
+                if isinstance(exc, ValueError):
+                    raise
+                log.warning("message filter batch failed: %r", exc)
+                self._stop.wait(RETRY_PAUSE)
 
     def _relay_batch(self) -> None:
         try:
