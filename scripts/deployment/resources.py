@@ -35,7 +35,7 @@ from scripts.deployment.gcloud import (
     secrets_of,
 )
 from scripts.deployment.plan import Lookup, Step
-from shared.webhooks import routes
+from shared.webhooks import marking
 
 APIS = (
     "firestore.googleapis.com",
@@ -466,7 +466,7 @@ SUBSCRIPTIONS = (
         "deliver_webhooks",
         ("--min-retry-delay=5s", "--max-retry-delay=300s"),
         5,
-        message_filter=routes.FILTER,
+        message_filter=marking.FILTER,
     ),
 )
 

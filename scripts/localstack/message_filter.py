@@ -1,7 +1,7 @@
 """deliver_webhooks' subscription filter, which the Pub/Sub emulator does not apply.
 
 In a project, deliver_webhooks' push subscription has the filter `attributes.webhooks = "1"`
-(shared/webhooks/routes.py): Pub/Sub never pushes it the events of campaigns without webhooks.
+(shared/webhooks/marking.py): Pub/Sub never pushes it the events of campaigns without webhooks.
 The emulator (0.8.20) accepts a subscription's filter and ignores it, so locally every event
 would still cost a push and an invocation. This watcher stands in for the filter: it pulls the
 events topic's `deliver-webhooks-filter` subscription in batches, publishes those whose
@@ -21,7 +21,7 @@ from google.api_core import exceptions as gexc
 from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
 
 from devkit.standins.looping import LoopingStandIn
-from shared.webhooks import routes
+from shared.webhooks import marking
 
 log = logging.getLogger("local_stack")
 
@@ -32,8 +32,8 @@ RETRY_PAUSE = 1.0
 
 
 def passes(attributes: Mapping[str, str]) -> bool:
-    """What routes.FILTER selects."""
-    return all(attributes.get(k) == v for k, v in routes.MARKED.items())
+    """What marking.FILTER selects."""
+    return all(attributes.get(k) == v for k, v in marking.MARKED.items())
 
 
 class MessageFilter(LoopingStandIn):
@@ -50,7 +50,7 @@ class MessageFilter(LoopingStandIn):
         self._publisher = PublisherClient()
 
     def __str__(self) -> str:
-        return f"{self._subscription} -> {self._topic} where {routes.FILTER}"
+        return f"{self._subscription} -> {self._topic} where {marking.FILTER}"
 
     def stop(self) -> None:
         self._stop.set()

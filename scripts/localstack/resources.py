@@ -13,7 +13,7 @@ from google.protobuf import duration_pb2
 
 from scripts.localstack.config import FILTER_SUBSCRIPTION, Config
 from scripts.localstack.errors import StackError
-from shared.webhooks import routes
+from shared.webhooks import marking
 
 log = logging.getLogger("local_stack")
 
@@ -78,7 +78,7 @@ def create_pubsub_resources(
                 "deliver-webhooks-push",
                 {
                     "topic": passed,
-                    "filter": routes.FILTER,
+                    "filter": marking.FILTER,
                     "push_config": {"push_endpoint": f"{deliver_webhooks_url}/"},
                     "ack_deadline_seconds": 60,
                     "retry_policy": {

@@ -1,10 +1,11 @@
 """Which events deliver_webhooks is pushed: those of a campaign with a webhook for their type.
 
 Every event is published with the attribute `webhooks: "1"` when a webhook of its campaign lists
-its type, and deliver_webhooks' push subscription filters on it (FILTER, set by the local stack
-and the deploy): a campaign without webhooks costs Pub/Sub nothing to deliver and the function
-no invocation (at a sale's rate, an invocation an event, before any work, cost it more CPU than
-recording did). deliver_webhooks still checks each event it is pushed against the list.
+its type, and deliver_webhooks' push subscription filters on it (shared/webhooks/marking.py, set
+by the local stack and the deploy): a campaign without webhooks costs Pub/Sub nothing to deliver
+and the function no invocation (at a sale's rate, an invocation an event, before any work, cost
+it more CPU than recording did). deliver_webhooks still checks each event it is pushed against
+the list.
 
 The publisher reads the campaign's list (`campaign_webhooks/{campaign}`, shared/webhooks/store.py)
 at most once per `max_age` per instance, and a value at most `2 * max_age` old serves
@@ -24,12 +25,9 @@ from shared.cache import RecentReads
 from shared.events.models import Event
 from shared.gcp.batched_reads import ReadCoalescer
 from shared.webhooks import store
+from shared.webhooks.marking import MARKED
 
 log = logging.getLogger(__name__)
-
-ATTRIBUTE = "webhooks"
-FILTER = f'attributes.{ATTRIBUTE} = "1"'
-MARKED = {ATTRIBUTE: "1"}
 
 
 def settle_seconds(max_age: float) -> float:

@@ -58,7 +58,7 @@ from shared.gcp.firestore import (
 )
 from shared.settings import get_settings
 from shared.types import OnCancel
-from shared.webhooks import routes
+from shared.webhooks import marking
 from shared.webhooks.guard import resolve_host
 from shared.webhooks.models import (
     MAX_WEBHOOKS_PER_CAMPAIGN,
@@ -867,7 +867,7 @@ def test_only_events_a_webhook_lists_are_pushed_to_deliver_webhooks(
             continue
         arrived += [m.message.attributes["event_id"] for m in answer.received_messages]
     assert sorted(arrived) == sorted([sent[0].event_id, sent[3].event_id])
-    assert [passes(routes.MARKED), passes({}), passes({routes.ATTRIBUTE: "0"})] == [
+    assert [passes(marking.MARKED), passes({}), passes({marking.ATTRIBUTE: "0"})] == [
         True,
         False,
         False,
