@@ -1,5 +1,5 @@
 """The one exception family of codedrop. Each carries its documented error_code; the HTTP edge
-maps the class to a status (shared/http/routing.py), so domain code never speaks HTTP."""
+maps the class to a status (shared/http/responses.py), so domain code never speaks HTTP."""
 
 from __future__ import annotations
 

@@ -191,7 +191,7 @@ CLAIMED_BATCH: Literal["coupon.claimed.batch"] = "coupon.claimed.batch"
 # one shard), well under Firestore's 500 writes.
 MAX_BATCH_CLAIMS = 100
 # And its JSON at most this many bytes: base64 and the push envelope keep the delivery under the
-# functions' 64 KiB body limit (shared/http/routing.py).
+# functions' 64 KiB body limit (shared/http/requests.py).
 MAX_BATCH_BYTES = 40_000
 
 

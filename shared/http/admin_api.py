@@ -64,16 +64,10 @@ from shared.errors import (
     WebhookUrlNotAllowed,
 )
 from shared.http import maintenance_api, openapi, shopify
-from shared.http.routing import (
-    Access,
-    Call,
-    ErrorBody,
-    Router,
-    campaign_id_param,
-    client_address,
-    json_response,
-    path_id,
-)
+from shared.http.access import Access
+from shared.http.requests import campaign_id_param, client_address, path_id
+from shared.http.responses import ErrorBody, json_response
+from shared.http.routing import Call, Router
 from shared.intake import jobs as job_store
 from shared.intake.csv_rows import MAX_CODE_LENGTH
 from shared.intake.models import (

@@ -38,15 +38,10 @@ from shared.fairness.models import (
 )
 from shared.fairness.service import FairnessService
 from shared.http import openapi
-from shared.http.routing import (
-    Access,
-    Call,
-    ErrorBody,
-    Router,
-    campaign_id_param,
-    error_response,
-    json_response,
-)
+from shared.http.access import Access
+from shared.http.requests import campaign_id_param
+from shared.http.responses import ErrorBody, error_response, json_response
+from shared.http.routing import Call, Router
 from shared.types import RequestBody
 from shared.waiting_room.admission import InvalidTicket
 

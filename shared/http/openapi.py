@@ -15,15 +15,10 @@ from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from shared import errors
 from shared.claims.models import OrderId
-from shared.http.routing import (
-    MAX_BODY_BYTES,
-    Access,
-    Call,
-    ErrorBody,
-    RouteInfo,
-    Router,
-    json_response,
-)
+from shared.http.access import NEEDS_TOKEN, Access
+from shared.http.requests import MAX_BODY_BYTES
+from shared.http.responses import ErrorBody, json_response
+from shared.http.routing import Call, RouteInfo, Router
 from shared.http.shopify import SIGNATURE_HEADER
 from shared.intake.csv_rows import MAX_CODE_LENGTH
 from shared.types import CampaignId, FirebaseUid, JobId
@@ -133,7 +128,7 @@ def _responses(route: RouteInfo, refs: Mapping[Any, dict[str, Any]]) -> dict[str
 
 
 def _security(access: Access) -> list[dict[str, list[str]]]:
-    if access in (Access.SHOPPER, Access.REDEEMER, Access.ADMIN):
+    if access in NEEDS_TOKEN:
         return [{BEARER: []}]
     if access is Access.SHOPIFY_WEBHOOK:
         return [{SHOPIFY: []}]

@@ -21,7 +21,8 @@ from werkzeug.exceptions import ClientDisconnected, HTTPException, RequestEntity
 from werkzeug.wsgi import get_content_length, get_input_stream
 
 from shared.gcp.push_auth import PushRefused, PushUnverifiable, PushVerifier
-from shared.http.routing import BODY_REFUSED, MAX_BODY_BYTES, error_body
+from shared.http.requests import BODY_REFUSED, MAX_BODY_BYTES
+from shared.http.responses import error_body
 from shared.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)

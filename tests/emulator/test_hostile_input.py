@@ -21,7 +21,7 @@ from shared.clock import utcnow
 from shared.container import instance_services
 from shared.http import entry_points
 from shared.http.entry_points import Kind
-from shared.http.routing import MAX_BODY_BYTES, MAX_PROBLEMS
+from shared.http.requests import MAX_BODY_BYTES, MAX_PROBLEMS
 from tests.support.api import ADMIN, auth, function_client
 from tests.support.cloudevents import PUSH_KEYS, finalized_event, published_event
 from tests.support.stack import BUCKET, MAIN, MakeCampaign

@@ -19,7 +19,8 @@ from shared.clock import utcnow
 from shared.container import instance_services
 from shared.gcp.firestore import campaign_ref
 from shared.http import admin_api, claim_api
-from shared.http.routing import Access, Router
+from shared.http.access import Access
+from shared.http.routing import Router
 from shared.http.shopify import signature
 from shared.intake import jobs as job_store
 from tests.support.api import ADMIN, REDEEMER, auth

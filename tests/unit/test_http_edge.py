@@ -8,7 +8,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from shared.container import Services
 from shared.http import claim_api
-from shared.http.routing import MAX_BODY_BYTES, MAX_PROBLEMS, Cors, describe
+from shared.http.cors import Cors
+from shared.http.requests import MAX_BODY_BYTES, MAX_PROBLEMS, describe
 from shared.settings import Settings
 from tests.support.api import router_client
 

@@ -11,7 +11,8 @@ from google.cloud.firestore_v1.client import Client
 
 from shared.container import Services
 from shared.http import admin_api, claim_api, maintenance_api
-from shared.http.routing import Access, RouteInfo, Router
+from shared.http.access import Access
+from shared.http.routing import RouteInfo, Router
 from shared.http.shopify import SIGNATURE_HEADER, signature
 from shared.settings import Settings
 from tests.support.api import REDEEMER, auth, router_client
