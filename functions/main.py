@@ -11,7 +11,7 @@ from cloudevents.http import CloudEvent
 
 from shared.assignments import trigger as storage_trigger
 from shared.container import instance_services
-from shared.http import admin_api as admin_routes
+from shared.http import admin as admin_routes
 from shared.http import claim_api as claim_routes
 from shared.http import entry_points, wsgi
 from shared.http import maintenance_api as maintenance_routes

@@ -39,7 +39,7 @@ def instance_client(limit: int) -> Any:
     import flask
 
     from shared.container import Services
-    from shared.http.admin_api import router
+    from shared.http.admin import router
     from shared.settings import Settings
 
     # Look-ups publish nothing; the publisher only completes the container without Pub/Sub.

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from scripts.tools import generated
-from shared.http import admin_api, claim_api, maintenance_api, openapi
+from shared.http import admin, claim_api, maintenance_api, openapi
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 APIS = (
     ("claim_api", "the shoppers' API (public; CORS for the landing pages' origins)", claim_api),
-    ("admin_api", "marketers, operators and shops' checkouts", admin_api),
+    ("admin_api", "marketers, operators and shops' checkouts", admin),
     ("sweep", "called by Cloud Scheduler every minute (private)", maintenance_api),
 )
 ACCESS = {

@@ -1,2 +1,2 @@
-"""The HTTP edge (the only place Flask lives): routing with per-route access, CORS, Firebase
-ID-token authentication, and the two APIs, claim_api and admin_api."""
+"""The HTTP edge (the only place Flask lives): routes with their access declared, CORS, Firebase
+ID tokens, and the functions' APIs: claim_api, admin_api (admin/) and the scheduled sweep."""

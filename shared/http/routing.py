@@ -136,6 +136,52 @@ def _summary(handler: Handler) -> str:
     return " ".join(inspect.cleandoc(handler.__doc__ or "").split("\n\n")[0].split())
 
 
+@dataclass
+class _Stacked:
+    """What `answers` and `raises` declared on a handler, for the route decorator above them."""
+
+    responses: dict[int, type[BaseModel] | None] = field(default_factory=dict)
+    raises: list[type[errors.CodedropError]] = field(default_factory=list)
+
+
+_STACKED = "__codedrop_contract__"
+_REGISTERED = "__codedrop_route__"
+
+
+def _stacked(handler: Handler) -> _Stacked:
+    if getattr(handler, _REGISTERED, False):
+        raise TypeError(f"{handler.__name__}: put answers and raises below the route decorator")
+    stacked: _Stacked | None = getattr(handler, _STACKED, None)
+    if stacked is None:
+        stacked = _Stacked()
+        setattr(handler, _STACKED, stacked)
+    return stacked
+
+
+def answers(status: int, model: type[BaseModel] | None = None) -> Decorator:
+    """Declare a success answer of the route decorated above: its status and body (None: a
+    free-form JSON object). One per status, read top to bottom."""
+
+    def declare(handler: Handler) -> Handler:
+        stacked = _stacked(handler)
+        stacked.responses = {status: model, **stacked.responses}  # decorators apply bottom-up
+        return handler
+
+    return declare
+
+
+def raises(*raised: type[errors.CodedropError]) -> Decorator:
+    """Declare errors the handler itself raises; the router adds those of access, body and
+    size."""
+
+    def declare(handler: Handler) -> Handler:
+        stacked = _stacked(handler)
+        stacked.raises = [*raised, *stacked.raises]
+        return handler
+
+    return declare
+
+
 class Routes:
     """Routes declared by one module, in order; a Router serves them once it includes them."""
 
@@ -146,11 +192,14 @@ class Routes:
         self, rule: str, *, methods: list[str], access: Access, **contract: Unpack[Contract]
     ) -> Decorator:
         """Register a handler `(call, **path_params)`. `access` is required, so no route can be
-        added without saying who may call it; the summary defaults to the handler's docstring.
-        `body` and `query` are validated before the handler runs; `responses` and `raises`
-        document every answer (shared/http/openapi.py)."""
+        added without saying who may call it. The rest of its contract is given here or stacked
+        below (`answers`, `raises`); the summary defaults to the handler's docstring. `body` and
+        `query` are validated before the handler runs; the answers and errors document it
+        (shared/http/openapi.py)."""
 
         def register(handler: Handler) -> Handler:
+            stacked: _Stacked = getattr(handler, _STACKED, None) or _Stacked()
+            setattr(handler, _REGISTERED, True)
             self._add(
                 RouteInfo(
                     rule=rule,
@@ -160,8 +209,8 @@ class Routes:
                     summary=contract.get("summary") or _summary(handler),
                     body=contract.get("body"),
                     query=contract.get("query"),
-                    responses=dict(contract.get("responses") or {200: None}),
-                    raises=tuple(contract.get("raises", ())),
+                    responses={**contract.get("responses", {}), **stacked.responses} or {200: None},
+                    raises=(*contract.get("raises", ()), *stacked.raises),
                     error_bodies=dict(contract.get("error_bodies") or {}),
                     headers=dict(contract.get("headers") or {}),
                     content_type=contract.get("content_type", "application/json"),

@@ -30,7 +30,7 @@ from shared.campaigns.models import CampaignCreate
 from shared.clock import utcnow
 from shared.container import instance_services
 from shared.gcp.firestore import campaign_ref
-from shared.http import admin_api, claim_api
+from shared.http import admin, claim_api
 from tests.support.api import ADMIN, auth
 from tests.support.stack import BUCKET
 
@@ -46,7 +46,7 @@ pytestmark = pytest.mark.emulator
 
 FUZZ_EXAMPLES = 10
 FUZZ_DEADLINE = timedelta(seconds=5)
-ROUTERS = {"claim_api": claim_api.router, "admin_api": admin_api.router}
+ROUTERS = {"claim_api": claim_api.router, "admin_api": admin.router}
 CALLERS = {"claim_api": auth("fuzz-shopper"), "admin_api": ADMIN}
 # What the checks enforce (Schemathesis's names). Left out: positive_data_acceptance, since
 # many valid-looking inputs are refused for reasons no schema states (a window ending before it

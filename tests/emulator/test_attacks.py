@@ -31,7 +31,7 @@ from shared.gcp.firestore import (
     room_instances_collection,
     webhook_ref,
 )
-from shared.http import admin_api
+from shared.http import admin
 from shared.http.shopify import SIGNATURE_HEADER, signature
 from shared.settings import get_settings
 from shared.types import rfc3339
@@ -351,7 +351,7 @@ def one_shop(db: firestore.Client) -> tuple[FlaskClient, bytes]:
     settings = get_settings().model_copy(update={"shopify_shop_domain": SHOP})
     key = settings.shopify_webhook_key
     assert key is not None
-    return router_client(admin_api.router, Services(settings, db=db)), key
+    return router_client(admin.router, Services(settings, db=db)), key
 
 
 @pytest.mark.parametrize("shop", ["another-shop.myshopify.com", None])

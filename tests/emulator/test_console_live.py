@@ -9,7 +9,7 @@ from google.cloud import firestore
 
 from devkit.firestore_rpcs import RpcCounter
 from shared.container import Services
-from shared.http import admin_api
+from shared.http import admin
 from shared.settings import get_settings
 from tests.support.api import ADMIN, auth, router_client
 from tests.support.stack import PROJECT, MakeCampaign, Pump
@@ -31,7 +31,7 @@ def test_the_live_view_follows_claims_from_the_counters(
     pump_events()
     # A fresh instance's view: the session's admin_client may keep its own for a second.
     services = Services(get_settings())
-    after = router_client(admin_api.router, services).get(
+    after = router_client(admin.router, services).get(
         f"/v1/campaigns/{campaign_id}/live", headers=ADMIN
     )
 
@@ -72,7 +72,7 @@ def test_a_waiting_room_shows_its_queue(
 def test_a_hundred_consoles_cost_the_reads_of_one(make_campaign: MakeCampaign) -> None:
     campaign_id = make_campaign(codes=5)
     counted = firestore.Client(project=PROJECT)
-    client = router_client(admin_api.router, Services(get_settings(), db=counted))
+    client = router_client(admin.router, Services(get_settings(), db=counted))
 
     with RpcCounter(counted) as rpcs:
         first = client.get(f"/v1/campaigns/{campaign_id}/live", headers=ADMIN)

@@ -17,7 +17,7 @@ from devkit.cleanup import delete_tree
 from devkit.receiver import Receiver
 from shared.container import Services
 from shared.gcp.firestore import audit_collection, webhook_ref
-from shared.http import admin_api
+from shared.http import admin
 from shared.settings import get_settings
 from shared.webhooks.signing import verify
 from tests.support.api import ADMIN, router_client
@@ -36,7 +36,7 @@ def receiver() -> Iterator[Receiver]:
 
 @pytest.fixture
 def console(db: firestore.Client) -> FlaskClient:
-    return router_client(admin_api.router, Services(get_settings().model_copy(update=FAST), db=db))
+    return router_client(admin.router, Services(get_settings().model_copy(update=FAST), db=db))
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from devkit.firestore_rpcs import RpcCounter
 from shared.container import Services
 from shared.errors import RateLimited
 from shared.gcp.firestore import limiter_instances_collection
-from shared.http.admin_api import router
+from shared.http.admin import router
 from shared.ratelimit.service import FIRST_HEARTBEATS_SECONDS, HEARTBEAT_SECONDS, GuessLimiter
 from shared.settings import get_settings
 from tests.support.api import auth, router_client

@@ -18,7 +18,7 @@ from devkit.cleanup import delete_tree
 from shared.clock import utcnow
 from shared.container import instance_services
 from shared.gcp.firestore import campaign_ref
-from shared.http import admin_api, claim_api
+from shared.http import admin, claim_api
 from shared.http.access import Access
 from shared.http.routing import Router
 from shared.http.shopify import signature
@@ -34,7 +34,7 @@ except ImportError as exc:  # a missing dependency fails the run, it never skips
 
 pytestmark = pytest.mark.emulator
 
-APIS = {"claim_api": claim_api.router, "admin_api": admin_api.router}
+APIS = {"claim_api": claim_api.router, "admin_api": admin.router}
 
 
 def _client(api: str, claim_client: FlaskClient, admin_client: FlaskClient) -> FlaskClient:

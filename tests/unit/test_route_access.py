@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import re
 from typing import Any
 
+import flask
 import pytest
 from google.auth.credentials import AnonymousCredentials
 from google.cloud.firestore_v1.client import Client
 
+from shared import errors
 from shared.container import Services
-from shared.http import admin_api, claim_api, maintenance_api
+from shared.http import admin, claim_api, maintenance_api
 from shared.http.access import Access
-from shared.http.routing import RouteInfo, Router
+from shared.http.responses import ErrorBody
+from shared.http.routing import Call, RouteInfo, Router, Routes, answers, raises
 from shared.http.shopify import SIGNATURE_HEADER, signature
 from shared.settings import Settings
 from tests.support.api import REDEEMER, auth, router_client
@@ -44,7 +49,7 @@ WEBHOOKS = {WEBHOOK, (("POST",), "/v1/webhooks/shopify/refunds")}
 
 
 def test_every_admin_route_is_for_admins_but_checkout_the_webhook_and_the_description() -> None:
-    routes = admin_api.router.routes()
+    routes = admin.router.routes()
     by_access: dict[Access, set[tuple[tuple[str, ...], str]]] = {}
     for route in routes:
         by_access.setdefault(route.access, set()).add((route.methods, route.rule))
@@ -80,11 +85,11 @@ def test_only_the_scheduled_sweep_relies_on_iam() -> None:
     assert [(r.methods, r.rule, r.access) for r in maintenance_api.router.routes()] == [
         (("POST",), "/", Access.IAM)
     ]
-    for router in (admin_api.router, claim_api.router):
+    for router in (admin.router, claim_api.router):
         assert Access.IAM not in {r.access for r in router.routes()}
 
 
-@pytest.mark.parametrize("router", [admin_api.router, claim_api.router], ids=["admin", "claim"])
+@pytest.mark.parametrize("router", [admin.router, claim_api.router], ids=["admin", "claim"])
 def test_closed_routes_refuse_a_caller_without_a_token(router: Router, services: Services) -> None:
     client = router_client(router, services)
     for route in router.routes():
@@ -101,8 +106,8 @@ def test_closed_routes_refuse_a_caller_without_a_token(router: Router, services:
 
 
 def test_admin_routes_refuse_a_shopper_before_the_handler_runs(services: Services) -> None:
-    client = router_client(admin_api.router, services)
-    for route in admin_api.router.routes():
+    client = router_client(admin.router, services)
+    for route in admin.router.routes():
         if route.access in (Access.PUBLIC, Access.SHOPIFY_WEBHOOK):
             continue
         for method in route.methods:
@@ -112,8 +117,8 @@ def test_admin_routes_refuse_a_shopper_before_the_handler_runs(services: Service
 
 
 def test_a_redeemer_is_refused_everything_but_checkout(services: Services) -> None:
-    client = router_client(admin_api.router, services)
-    for route in admin_api.router.routes():
+    client = router_client(admin.router, services)
+    for route in admin.router.routes():
         if route.access is not Access.ADMIN:
             continue
         for method in route.methods:
@@ -126,7 +131,7 @@ def test_a_shopify_signature_is_checked_on_the_raw_body(services: Services) -> N
     # An order without discount codes needs no database nor Pub/Sub: built, never used.
     offline = Client(project="demo-unit", credentials=AnonymousCredentials())  # type: ignore[no-untyped-call]
     client = router_client(
-        admin_api.router, Services(services.settings, db=offline, publisher=object())
+        admin.router, Services(services.settings, db=offline, publisher=object())
     )
     key = services.settings.shopify_webhook_key
     assert key is not None  # a demo- project signs with its demo key
@@ -157,7 +162,7 @@ def test_outside_demo_projects_the_webhook_needs_its_secret(
         Settings(project_id="shop-prod")
     unset = Settings(project_id="shop-prod", ticket_secret="t" * 32)
     assert unset.shopify_webhook_key is None
-    client = router_client(admin_api.router, Services(unset))
+    client = router_client(admin.router, Services(unset))
     body = b'{"id": 1}'
     response = client.post(WEBHOOK[1], data=body, headers={SIGNATURE_HEADER: signature(body, b"")})
     assert response.status_code == 401
@@ -170,3 +175,36 @@ def test_a_route_cannot_be_added_without_its_access() -> None:
     router = Router(title="test")
     with pytest.raises(TypeError):
         router.route("/v1/open", methods=["GET"])  # type: ignore[call-arg]
+
+
+def test_every_admin_resource_module_is_served() -> None:
+    """A resource module whose routes are not included in admin_api's router serves nothing."""
+    served = {route.endpoint for route in admin.router.routes()}
+    for info in pkgutil.iter_modules(admin.__path__):
+        module = importlib.import_module(f"{admin.__name__}.{info.name}")
+        declared = {route.endpoint for route in module.routes.routes()}
+        assert declared, info.name
+        assert declared <= served, info.name
+
+
+def test_a_stacked_contract_reads_top_to_bottom() -> None:
+    routes = Routes()
+
+    @routes.post("/v1/things", access=Access.ADMIN)
+    @answers(201, ErrorBody)
+    @answers(200)
+    @raises(errors.CampaignNotFound)
+    @raises(errors.Contended)
+    def make_thing(call: Call) -> flask.Response:
+        """Make a thing,
+        or answer the one made.
+
+        Not in the summary."""
+        raise AssertionError("never called")
+
+    (route,) = routes.routes()
+    assert route.summary == "Make a thing, or answer the one made."
+    assert list(route.responses.items()) == [(201, ErrorBody), (200, None)]
+    assert route.raises == (errors.CampaignNotFound, errors.Contended)
+    with pytest.raises(TypeError, match="below the route decorator"):
+        raises(errors.Contended)(make_thing)

@@ -14,7 +14,7 @@ from google.cloud.firestore import Client
 
 from shared import settings as settings_module
 from shared.container import Services
-from shared.http import admin_api
+from shared.http import admin
 from shared.http.shopify import SHOP_HEADER, SIGNATURE_HEADER, signature
 from shared.settings import SecretFiles, Settings
 from tests.support.api import router_client
@@ -52,7 +52,7 @@ def test_a_warm_instance_verifies_with_the_rotated_secret(tmp_path: Path, clock:
         shopify_shop_domain="codedrop-test.myshopify.com",
     )
     offline = Client(project="shop-prod", credentials=AnonymousCredentials())  # type: ignore[no-untyped-call]
-    client = router_client(admin_api.router, Services(settings, db=offline, publisher=object()))
+    client = router_client(admin.router, Services(settings, db=offline, publisher=object()))
     body = b'{"id": 1, "discount_codes": []}'
 
     def post(key: bytes) -> Any:
