@@ -48,8 +48,8 @@ class Settings(BaseSettings):
         default=None, validation_alias="CODEDROP_APP_CHECK_JWKS_URL", pattern=r"^https?://"
     )
     # Replay protection: every App Check token is consumed when verified (one call to the App
-    # Check service per claim; pages must send limited-use tokens). See README "Protecting a
-    # sale from bots".
+    # Check service per claim; pages must send limited-use tokens). See docs/architecture.md,
+    # "Protecting a sale from bots".
     app_check_consume_tokens: bool = Field(
         default=False, validation_alias="CODEDROP_APP_CHECK_CONSUME_TOKENS"
     )
@@ -86,9 +86,35 @@ class Settings(BaseSettings):
     )
     events_topic: str = Field(default="coupon-events", validation_alias="CODEDROP_EVENTS_TOPIC")
 
-    # Claim engine tuning (see README "The claim engine").
+    # Claim engine tuning (docs/architecture.md, "The claim engine").
     pool_refill_size: int = Field(
         default=500, ge=1, le=1000, validation_alias="CODEDROP_POOL_REFILL_SIZE"
+    )
+    # The candidate pool (shared/claims/candidate_pool.py): a refill brings this many seconds of
+    # the instance's recent demand, more (up to the max) while refills are slow, so a code waits
+    # about that long in a pool; shorter means more queries, longer more codes held in pools
+    # near a sell-out.
+    pool_refill_seconds: float = Field(
+        default=1.0, gt=0, le=10, validation_alias="CODEDROP_POOL_REFILL_SECONDS"
+    )
+    pool_max_refill_seconds: float = Field(
+        default=5.0, gt=0, le=60, validation_alias="CODEDROP_POOL_MAX_REFILL_SECONDS"
+    )
+    # A segment's lease, renewed by every read: long, since a dead holder strands nothing (others
+    # steal from the top) while a slow one must not lose its segment between two reads. Every
+    # instance must use the same value: others tell from it when the holder last read.
+    pool_lease_seconds: float = Field(
+        default=60.0, ge=5, le=600, validation_alias="CODEDROP_POOL_LEASE_SECONDS"
+    )
+    # A holder that has not read its segment for this long is taken to have stopped: stealers
+    # then take all that is left of it, not just the upper half.
+    pool_idle_holder_seconds: float = Field(
+        default=2.0, ge=0, le=300, validation_alias="CODEDROP_POOL_IDLE_HOLDER_SECONDS"
+    )
+    # Once every segment is drained, an instance with no codes waits this long (or a slow
+    # refill's horizon) before taking codes still held in other instances' pools.
+    pool_starved_seconds: float = Field(
+        default=1.0, ge=0, le=60, validation_alias="CODEDROP_POOL_STARVED_SECONDS"
     )
     claim_attempts: int = Field(
         default=24, ge=1, le=200, validation_alias="CODEDROP_CLAIM_ATTEMPTS"
@@ -134,9 +160,8 @@ class Settings(BaseSettings):
     assignment_batch_size: int = Field(
         default=249, ge=1, le=249, validation_alias="CODEDROP_ASSIGNMENT_BATCH_SIZE"
     )
-    # 8: a batch also waits for its candidates and its event's publication, which more batches in
-    # flight hide (100k on the emulator: 3,388/s with 4, 4,442/s with 8; plain batches of the
-    # same writes ran 5,067/s and 5,108/s, the database already busy with 4).
+    # More in flight than imports: a batch also waits for its candidates and its event's
+    # publication, which more batches in flight hide.
     assignment_parallel_commits: int = Field(
         default=8, ge=1, le=32, validation_alias="CODEDROP_ASSIGNMENT_PARALLEL_COMMITS"
     )
@@ -144,7 +169,7 @@ class Settings(BaseSettings):
         default=1_000_000, ge=1, le=10_000_000, validation_alias="CODEDROP_ASSIGNMENT_QUERY_LIMIT"
     )
 
-    # Usage counters (shared/usage_counters.py).
+    # Usage counters (shared/usage).
     counter_initial_shards: int = Field(
         default=1, ge=1, le=1000, validation_alias="CODEDROP_COUNTER_INITIAL_SHARDS"
     )
@@ -159,7 +184,7 @@ class Settings(BaseSettings):
         default=1.0, gt=0, le=60, validation_alias="CODEDROP_COUNTER_CONTENTION_SECONDS"
     )
 
-    # Waiting room (shared/waiting_room.py). The secret signs tickets: required outside demo-
+    # Waiting room (shared/waiting_room). The secret signs tickets: required outside demo-
     # projects, so production never runs on a default anyone could read here.
     ticket_secret: SecretStr | None = Field(default=None, validation_alias="CODEDROP_TICKET_SECRET")
     # A ticket's signature lives this long; every poll re-signs it (sliding), so a shopper who
@@ -292,6 +317,18 @@ class Settings(BaseSettings):
                     f"CODEDROP_CORS_ORIGINS: {origin[:80]!r} is not an origin like "
                     "https://shop.example (lowercase, no path; 'null' is never allowed), nor '*'"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _pool_bounds(self) -> Settings:
+        if self.pool_max_refill_seconds < self.pool_refill_seconds:
+            raise ValueError(
+                "CODEDROP_POOL_MAX_REFILL_SECONDS must be at least CODEDROP_POOL_REFILL_SECONDS"
+            )
+        if self.pool_idle_holder_seconds >= self.pool_lease_seconds:
+            raise ValueError(
+                "CODEDROP_POOL_IDLE_HOLDER_SECONDS must be shorter than CODEDROP_POOL_LEASE_SECONDS"
+            )
         return self
 
     @model_validator(mode="after")

@@ -19,8 +19,9 @@ does: each exchanges them on its first request, then at the interval the service
 while new, or while the queue is young), and a heartbeat is seen `--heartbeat-lag` seconds after
 it is written (the write's round trip).
 
-  random      Shopify's first attempt: a leaky bucket per instance (LeakyBucket, its share of
-              the rate, capacity one tick of it) takes whoever polls while it has room; no order.
+  random      Shopify's first attempt: a bucket per instance (shared.ratelimit's TokenBucket, its
+              share of the rate, burst one tick of it) takes whoever polls while it has room;
+              no order.
   fair        shared.waiting_room.admission.AdmissionController, one per instance: arrive(now)
               on a shopper's first poll (the ticket then carries that time),
               decide(first_attempt, now) after.
@@ -71,8 +72,9 @@ from typing import Any, Protocol
 from devkit.measure import percentiles
 from scripts.bench import harness
 from scripts.bench.harness import Row, fmt
+from shared.ratelimit.buckets import TokenBucket
 from shared.settings import Settings
-from shared.waiting_room.admission import AdmissionController, LeakyBucket, RoomShare
+from shared.waiting_room.admission import AdmissionController, RoomShare
 from shared.waiting_room.service import heartbeat_interval
 
 # The room as deployed (shared/settings.py), and how shoppers and instances behave in it:
@@ -122,15 +124,15 @@ class RandomPolicy:
     def __init__(self, cfg: Config) -> None:
         share = cfg.rate / cfg.instances
         self._buckets = [
-            LeakyBucket(rate=share, capacity=max(1.0, share * cfg.tick), now=0.0)
+            TokenBucket(rate=share, burst=max(1.0, share * cfg.tick), at=0.0)
             for _ in range(cfg.instances)
         ]
 
     def first(self, instance: int, now: float) -> bool:
-        return self._buckets[instance].take(now)
+        return self._buckets[instance].try_acquire(now)
 
     def poll(self, instance: int, first_attempt: float, now: float) -> bool:
-        return self._buckets[instance].take(now)
+        return self._buckets[instance].try_acquire(now)
 
     def retry(self, instance: int, first_attempt: float, now: float, draw: float) -> float | None:
         return None

@@ -1,27 +1,22 @@
 """A per-instance pool of unassigned coupons that concurrent requests take distinct items from.
 
-Why not "query inside a transaction" (the reference design): on Firestore a query inside a
-transaction locks what it read, so concurrent claimers wait on each other until lock timeouts
-(measured in README: about 1 claim/s at 2 claimers). Here one query, outside any transaction,
-feeds many claims; each request takes a candidate nobody else in this instance holds, and the
-commit (see claim_store.commit_claim) is guarded by the candidate's update time, so a candidate
-taken meanwhile by another instance fails fast and the request moves on to the next one.
+One query, outside any transaction, feeds many claims (a query inside a transaction would lock
+what it read and serialise the claimers); each request takes a candidate nobody else in this
+instance holds, and the commit (claims/store.commit_claim) is guarded by the candidate's update
+time, so one taken meanwhile by another instance fails fast and the request moves on.
 
-Where candidates come from, so that the cost does not grow with the number of instances (see
-shared/campaigns/segments.py for the segment documents):
-1. A run of adjacent segments of the `random_float` space leased by this instance alone, about
-   as many as its recent demand needs: one query reads them in order from a floor, and one
-   atomic write records how far (raising the segments' `bottom`, renewing the lease, and
-   recording those read to the end as drained for this pool generation). Each coupon is read
-   about once in all, and refills follow the instance's own demand.
-2. When no segment is free (near the end, every open one is leased), a steal from the top of a
-   segment another instance holds: one guarded write lowers its `top` by about what is needed,
-   then one query reads what lies in between. Holder and stealers never read the same coupons.
-3. When every segment is drained, the sold-out proof (a random pivot over the whole collection):
-   it either finds codes still in flight in other instances (taken only after this one has
-   starved a while: their holders are about to use them) or proves and records SOLD_OUT.
-An import or a released code bumps the campaign's `pool_generation`, which reopens every
-segment and resets every floor and cursor: everything is scanned again.
+Candidates come from, in turn (docs/architecture.md, "The claim engine"; the segments in
+shared/campaigns/segments.py):
+1. a run of adjacent segments of the `random_float` space leased by this instance alone, about
+   as many as its recent demand needs, read in order from a floor, each read recorded with one
+   atomic write (raising `bottom`, renewing the lease, marking segments read to the end drained);
+2. when no segment is free, a steal from the top of a segment another instance holds: a guarded
+   write lowers its `top`, then a query reads what lies between, so nobody reads a coupon twice;
+3. when every segment is drained, the sold-out proof (a random pivot over the whole
+   collection), which finds codes in other instances' pools (taken only after this one has
+   starved a while) or proves and records SOLD_OUT.
+An import or a released code bumps the campaign's `pool_generation`, which reopens every segment
+and resets every floor.
 """
 
 from __future__ import annotations
@@ -43,46 +38,41 @@ from shared.campaigns import segments
 from shared.campaigns.segments import Lease, Segment
 from shared.clock import utcnow
 from shared.coupons.store import Candidate
+from shared.settings import Settings
 
 log = logging.getLogger(__name__)
 
-# This many candidates in a row found taken by another instance flush the pool.
+# The operator's tuning (the refill horizon, leases, patience) is in Settings (pool_*); these
+# follow from how the pool works.
+# Candidates found taken by another instance this many times in a row mean the pool is stale.
 STALE_RUN_FLUSH = 16
-# A refill holds about this much of the instance's recent demand, within these bounds.
-REFILL_HORIZON_SECONDS = 1.0
-# ... and at least this many times as long as refills take (a prefetch starts when half is left,
-# which must last until it lands), up to a bound: when Firestore answers slowly, larger refills
-# instead of more of them.
+# A refill brings at least this many times as long as refills take: a prefetch starts when half
+# the pool is left, which must last until it lands.
 REFILL_LATENCY_FACTOR = 2.0
-MAX_REFILL_HORIZON_SECONDS = 5.0
+# A refill never asks for fewer: a query costs about the same whatever it returns.
 MIN_REFILL = 4
-# A read takes the rest of its run when that is at most this many times what it wanted.
+# A read takes the rest of its run when that is at most this much more than it wanted: a later
+# query for the last few would cost as much.
 TAIL_FACTOR = 1.5
+# A run spans at least this many codes' worth, so a sparse campaign is found in a few runs.
 MIN_RUN_CODES = 16
+# Demand is measured over this window, and over no less than the span (a sale's first moments).
 DEMAND_WINDOW_SECONDS = 2.0
 MIN_DEMAND_SPAN_SECONDS = 0.25
-# Segments asked for at a time, the longest run leased at once, and how long a lease lasts
-# (every read renews it).
+# Segments one look asks for (fewer while only waiting for one to open), and the longest run.
 OPEN_QUERY_LIMIT = 4
 WAITING_QUERY_LIMIT = 2
 MAX_RUN = 16
-# Long: a dead holder strands nothing (others steal from the top of leased segments too), and
-# a slow one must not lose its segment between two reads (15 s was measured worse at 64
-# instances on two cores).
-LEASE_SECONDS = 60.0
+# A recorded read that lost a race is settled and written again this many times at most.
 RECORD_ATTEMPTS = 3
-# When every open segment seen is someone else's, or has too little left to steal: look again
-# after this.
+# Every open segment seen is someone else's (or too thin to steal from): look again after this.
 LEASED_BACKOFF_SECONDS = 2.0
-# Steals from the top of others' segments, and proofs that find codes in flight elsewhere.
+# Steals are this far apart, doubling after each lost race up to the cap: instances starving at
+# the end of a sale would otherwise all write the same few segments.
 STEAL_INTERVAL_SECONDS = 0.1
-# After a lost race, the next steal waits longer, up to this: many instances
-# starving at the end of a sale would otherwise all write the same few segments.
 MAX_STEAL_INTERVAL_SECONDS = 1.0
 MAX_STEAL = 64
-# A holder that has not read its segment for this long is taken to have stopped.
-IDLE_HOLDER_SECONDS = 2.0
-STARVED_BEFORE_TAKING_IN_FLIGHT_SECONDS = 1.0
+# How often a request waiting for a refill looks at the pool again.
 WAIT_SECONDS = 0.05
 
 
@@ -156,13 +146,14 @@ class PoolMetrics:
 @dataclass
 class CandidatePool:
     supply: Supply
-    max_refill: int
+    settings: Settings
     clock: Callable[[], datetime] = utcnow
     holder: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
     rng: random.Random = field(default_factory=random.SystemRandom)
     metrics: PoolMetrics = field(default_factory=PoolMetrics)
 
     def __post_init__(self) -> None:
+        self._lease_length = timedelta(seconds=self.settings.pool_lease_seconds)
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._refilling = False
@@ -309,11 +300,14 @@ class CandidatePool:
         self._starved_since = None
         return candidate
 
-    def _horizon_locked(self, floor: float = REFILL_HORIZON_SECONDS) -> float:
+    def _horizon_locked(self, floor: float | None = None) -> float:
         """How many seconds of demand a refill brings (and so about how long a code waits in a
         pool before it is used): `floor`, or more when refills are slow."""
+        if floor is None:
+            floor = self.settings.pool_refill_seconds
         return min(
-            MAX_REFILL_HORIZON_SECONDS, max(floor, REFILL_LATENCY_FACTOR * self._refill_seconds)
+            self.settings.pool_max_refill_seconds,
+            max(floor, REFILL_LATENCY_FACTOR * self._refill_seconds),
         )
 
     def _want_locked(self) -> int:
@@ -327,7 +321,7 @@ class CandidatePool:
             # Over the window, or since the first take (a sale's first moments count fully).
             span = max(now - self._takes[0], MIN_DEMAND_SPAN_SECONDS)
             recent = math.ceil(len(self._takes) / span * self._horizon_locked())
-        return max(MIN_REFILL, min(self.max_refill, max(recent, 2 * self._waiting)))
+        return max(MIN_REFILL, min(self.settings.pool_refill_size, max(recent, 2 * self._waiting)))
 
     def release(self, candidate: Candidate) -> None:
         """The commit failed for a reason that leaves the coupon free: give it to someone else."""
@@ -381,12 +375,10 @@ class CandidatePool:
             if self._starved_since is None:
                 self._starved_since = now
             starved = now - self._starved_since
-            # Codes in another instance's pool are used within about a refill horizon: take
-            # them only after starving that long.
-            patience = self._horizon_locked(STARVED_BEFORE_TAKING_IN_FLIGHT_SECONDS)
+            # Codes in another instance's pool are used within about a refill horizon.
+            patience = self._horizon_locked(self.settings.pool_starved_seconds)
             # Only what the requests waiting here need (other starving instances look too),
-            # until this instance has starved long enough to take codes in flight elsewhere:
-            # then its own demand, or the tail of a sale trickles out a few codes a proof.
+            # until it may take codes in flight elsewhere: then its own demand.
             limit = max(1, self._waiting)
             if starved >= patience:
                 limit = max(limit, self._want_locked())
@@ -399,11 +391,8 @@ class CandidatePool:
             return _Progress.FOUND
         if result is Exhausted.LOOK_AGAIN:
             return _Progress.FOUND
-        # Codes still unassigned although every segment is drained: in flight in another
-        # instance (which is about to use them), or left by one that died. Take them only after
-        # starving a while, and look again only then: a look in between would find the same
-        # codes in flight (or, once they are used, sold_out, which the campaign's listener
-        # brings as soon as one instance records it).
+        # Codes in flight in another instance (about to use them) or left by one that died:
+        # taken, and looked for again, only after starving a while (a look sooner finds the same).
         if starved < patience:
             with self._lock:
                 self._prove_at = now - starved + patience
@@ -429,9 +418,8 @@ class CandidatePool:
         with self._lock:
             want = self._want_locked()
         added = 0
-        # Each step reads a run to its end or fills the request. A read that brought half of it
-        # is enough: topping up the rest would cost a query of its own (on the emulator, as much
-        # CPU as a full one), and the next prefetch starts when the pool is down to half anyway.
+        # A read that brought half the demand is enough: topping up would cost a query of its
+        # own, and the next prefetch starts when the pool is down to half anyway.
         for _ in range(4):
             if 2 * added >= want:
                 break
@@ -449,10 +437,9 @@ class CandidatePool:
         return progress
 
     def _read(self, run: _Run, limit: int) -> int:
-        """Read the next `limit` unassigned coupons of the run from its floor, then record how
-        far in one atomic write (see segments.record_progress). When what is left of the run
-        is not much more than that, read it all: a later query for its last few codes would
-        cost as much as this one."""
+        """Read the next `limit` unassigned coupons of the run from its floor (all of the rest
+        when that is little more, TAIL_FACTOR), then record how far in one atomic write
+        (segments.record_progress)."""
         with self._lock:
             generation = self._generation
             low, inclusive = run.floor, run.floor_inclusive
@@ -462,21 +449,19 @@ class CandidatePool:
             return 0
         end = leased[-1].cursors(generation)[1]
         left = math.ceil((end - low) * density)
-        # (Not in a sparse campaign: a few codes more here would sit in this pool while other
-        # instances look for them.)
+        # (Not in a sparse campaign: those few would sit here while other instances look.)
         if MIN_RUN_CODES <= left <= TAIL_FACTOR * limit:
-            limit = min(self.max_refill, max(limit, left + left // 4 + 1))
+            limit = min(self.settings.pool_refill_size, max(limit, left + left // 4 + 1))
         raw = self.supply.fetch(low=low, low_inclusive=inclusive, high=end, limit=limit)
         self.metrics.queries += 1
         reached = raw[-1].random_float if len(raw) == limit else end
         found = [c for c in raw if _owned(leased, c.random_float, generation)]
-        lease = Lease(self.holder, self.clock() + timedelta(seconds=LEASE_SECONDS), generation)
+        lease = Lease(self.holder, self.clock() + self._lease_length, generation)
         recorded = self.supply.record_progress(leased, reached=reached, lease=lease)
         for _ in range(RECORD_ATTEMPTS - 1):
             if recorded is not None:
                 break
-            # A steal lowered a top meanwhile (what lies above it is the stealer's), or the
-            # lease ran out and was taken: read the segments again, keep what is still ours.
+            # A steal lowered a top meanwhile, or the lease was lost: keep what is still ours.
             self.metrics.segment_races += 1
             fresh = self.supply.get_segments([s.segment_id for s in leased])
             found = [c for c in found if _owned(fresh, c.random_float, generation)]
@@ -487,9 +472,8 @@ class CandidatePool:
             recorded = self.supply.record_progress(fresh, reached=reached, lease=lease)
         with self._lock:
             if recorded is None or generation != self._generation:
-                # Lost, or an import reset the floors meanwhile: lease afresh next time. What
-                # was read and is still below a top stays a candidate (the guarded commits
-                # settle the rare steal in between).
+                # Lost, or an import reset the floors: lease afresh next time. What was read
+                # stays a candidate (the guarded commits settle a steal in between).
                 self._run = None
             else:
                 remaining = [s for s in recorded if s.drained_generation < generation]
@@ -516,12 +500,9 @@ class CandidatePool:
             seen, self._free_seen = self._free_seen, []
             limit = WAITING_QUERY_LIMIT if self._only_waiting else OPEN_QUERY_LIMIT
             drained_at = self._drained_at
-        # Runs cover at least MIN_RUN_CODES codes' worth even when reads are smaller: a sparse
-        # campaign (few codes, or a few released ones) is found in a few runs, not dozens.
         length = max(1, min(MAX_RUN, math.ceil(max(want, MIN_RUN_CODES) / per_segment)))
-        # Free segments the last query saw come first: no read (a write tells if still free),
-        # unless they are too few for the run. What one query reads costs about the same
-        # whatever it returns, so a short run would only cost one more read of the coupons soon.
+        # Free segments the last query saw come first, with no read (the write tells if still
+        # free), unless too few for the run: a short run would soon cost another query.
         runs = _adjacent_runs(seen, length)
         if (
             runs
@@ -564,7 +545,7 @@ class CandidatePool:
     ) -> _Run | None:
         """Lease the first of `runs` (adjacent segments among `free`) that is still free; keep
         the others for next time. Two tries: a lost race means others are leasing here too."""
-        lease = Lease(self.holder, self.clock() + timedelta(seconds=LEASE_SECONDS), generation)
+        lease = Lease(self.holder, self.clock() + self._lease_length, generation)
         for candidate_run in runs[:2]:
             leased = self.supply.lease_run(candidate_run, lease)
             if leased is None:
@@ -595,14 +576,11 @@ class CandidatePool:
                 return _Progress.WAIT
             per_unit = max(self._codes_total, 1)  # coupons per unit of random_float, at most
             wanted = min(want, MAX_STEAL)
-            # Whatever is left unread: its holder may have stopped reading (no more shoppers
-            # there), and holder and stealer never read the same coupons anyway.
+            # Whatever is left unread (its holder may have stopped reading).
             targets = [s for s in self._held_elsewhere if _width(s, generation) > 0]
             if not targets:
-                # Every open segment seen is held and read to its top: what is left unassigned
-                # sits in other instances' pools (or in one that died). The sold-out proof finds
-                # it, and takes it once this instance has starved a while, instead of waiting
-                # for those leases to run out.
+                # Every open segment seen is held and read to its top: what is left sits in
+                # pools, which the sold-out proof finds without waiting for the leases to end.
                 read_to_top = bool(self._held_elsewhere)
                 self._held_elsewhere = []
                 self._only_waiting = True
@@ -612,9 +590,8 @@ class CandidatePool:
         target = self.rng.choices(targets, weights=[_width(s, generation) for s in targets])[0]
         for _ in range(2):
             bottom, top = target.cursors(generation)
-            # At most the upper half (the holder may be reading just above its bottom), unless
-            # the holder has stopped reading (every read renews its lease): then all of it.
-            if _idle(target, self.clock()):
+            # At most the upper half (the holder reads from its bottom), unless it stopped.
+            if self._idle(target):
                 new_top = bottom
             else:
                 new_top = max((bottom + top) / 2, top - 2 * wanted / per_unit)
@@ -633,16 +610,17 @@ class CandidatePool:
             return self._steal_lost()
         # The holder has read up to `bottom` itself: start just above it.
         found = self.supply.fetch(
-            low=new_top, low_inclusive=new_top > bottom, high=top, limit=self.max_refill
+            low=new_top,
+            low_inclusive=new_top > bottom,
+            high=top,
+            limit=self.settings.pool_refill_size,
         )
         self.metrics.queries += 1
         # Nothing there: its holder has read that far, or is about to. Leave it to them.
         self._replace_target(target, reserved if found else None, generation)
         if not self._add(found):
-            # An empty top only drops that target (a sparse pool after a release has many).
-            # An idle holder's segment taken whole and found empty was the last one seen: what
-            # is left sits in pools (that holder read it), and the proof finds it now instead of
-            # after more looks at the same segments.
+            # An empty top only drops that target, but an idle holder's segment taken whole and
+            # found empty was the last one seen: what is left sits in pools, for the proof.
             with self._lock:
                 if new_top == bottom and not self._held_elsewhere:
                     return _Progress.EXHAUSTED
@@ -650,6 +628,13 @@ class CandidatePool:
         with self._lock:
             self._steal_pause = STEAL_INTERVAL_SECONDS
         return _Progress.FOUND
+
+    def _idle(self, segment: Segment) -> bool:
+        """Whether the holder last read (and renewed its lease) long ago."""
+        if segment.lease_until is None:
+            return True
+        last_read = segment.lease_until - self._lease_length
+        return (self.clock() - last_read).total_seconds() > self.settings.pool_idle_holder_seconds
 
     def _steal_lost(self) -> _Progress:
         with self._lock:
@@ -669,14 +654,6 @@ class CandidatePool:
                 and new.leased_to_other(self.holder, self.clock())
             ):
                 self._held_elsewhere.append(new)
-
-
-def _idle(segment: Segment, now: datetime) -> bool:
-    """Whether the holder last read (and renewed its lease) long ago."""
-    if segment.lease_until is None:
-        return True
-    last_read = segment.lease_until - timedelta(seconds=LEASE_SECONDS)
-    return (now - last_read).total_seconds() > IDLE_HOLDER_SECONDS
 
 
 def _width(segment: Segment, generation: int) -> float:

@@ -110,7 +110,7 @@ class ClaimEngine:
             if pool is None:
                 pool = CandidatePool(
                     supply=FirestoreSupply(db=self._db, campaign_id=campaign_id),
-                    max_refill=self._settings.pool_refill_size,
+                    settings=self._settings,
                     clock=self._clock,
                 )
                 self._pools[campaign_id] = pool

@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
 
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
@@ -30,16 +29,13 @@ from shared.errors import shown
 from shared.gcp.firestore import coupons_collection
 from shared.gcp.in_flight import InFlight
 from shared.intake.csv_rows import CodeRow
+from shared.ratelimit.pacing import WriteLimiter
 
 log = logging.getLogger(__name__)
 
 # A batch whose codes keep appearing under it (a concurrent import of the same codes) is
 # re-read and retried; after this many rounds something is badly wrong.
 MAX_ROUNDS = 8
-
-
-class WriteLimiter(Protocol):
-    def acquire(self, writes: int) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from shared.errors import JobNotFound
 from shared.gcp import storage as storage_objects
 from shared.gcp.firestore import jobs_collection
 from shared.intake.models import JobKind, JobRecord, JobState
-from shared.intake.write_rate import RampLimiter, Unlimited
+from shared.ratelimit.pacing import Ramp, Unlimited, WriteLimiter
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -203,14 +203,14 @@ def save_progress(db: firestore.Client, *, job: JobRecord) -> None:
 
 def write_limiter(
     db: firestore.Client, *, job: JobRecord, now: datetime, ramp: bool
-) -> RampLimiter | Unlimited:
+) -> WriteLimiter:
     """What paces a job's writes: Firestore's 500/50/5 ramp when `ramp`, else nothing."""
     if not ramp:
         return Unlimited()
     # Recorded before the first write, so a retried attempt finds where the ramp stands.
     save_progress(db, job=job)
     started = job.ramp_started_at or now
-    return RampLimiter(elapsed=(now - started).total_seconds())
+    return Ramp(elapsed=(now - started).total_seconds())
 
 
 @dataclass(frozen=True)

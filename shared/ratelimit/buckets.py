@@ -1,15 +1,8 @@
-"""Token buckets, one per key, each holding this instance's share of a limit over all instances.
+"""Token buckets: one (`TokenBucket`), and one per key holding this instance's share of a limit
+over all instances (`TokenBuckets`).
 
-A limit of `per_minute` with a burst of `burst` is split evenly among the `instances` serving it:
-each instance's bucket refills at per_minute / instances and holds burst / instances (at least
-one request). If every instance knows the count, whatever way a caller's requests are spread
-over them, they pass at most burst' + per_minute * T / 60 in any T seconds (burst' = the burst,
-or one per instance when that is more). A caller whose requests all reach one instance gets only
-that instance's share: the price of deciding without talking to the others.
-
-Memory is bounded: at most `max_keys` buckets, the least recently used dropped first. A bucket
-left alone for burst / rate seconds is full, which is what a dropped bucket comes back as, so
-dropping costs the limit nothing unless more than `max_keys` keys are busy at once.
+The time is an argument, never read here, so a simulation or a test drives them on a virtual
+clock.
 """
 
 from __future__ import annotations
@@ -21,77 +14,107 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 
+@dataclass(slots=True)
+class TokenBucket:
+    """Lets a request through while fewer than `burst` have passed and not yet drained at `rate`
+    a second. Kept as its level (the leaky-bucket form of the same algorithm), so what passed
+    recently stays counted when `rate` or `burst` change: a lowered burst holds at once, a
+    raised one lets only the difference through. Starts empty. Not thread-safe: its owner holds
+    a lock."""
+
+    rate: float
+    burst: float
+    at: float
+    level: float = 0.0
+
+    def _drain(self, now: float) -> None:
+        # A clock that steps back drains nothing (concurrent callers read it a moment apart).
+        if now > self.at:
+            self.level = max(0.0, self.level - (now - self.at) * self.rate)
+            self.at = now
+
+    def wait(self, now: float) -> float:
+        """Seconds until a request may pass (0: now)."""
+        self._drain(now)
+        over = self.level + 1 - self.burst
+        return 0.0 if over <= 0 else over / self.rate
+
+    def try_acquire(self, now: float) -> bool:
+        """Let one request through if there is room; a refusal charges nothing."""
+        self._drain(now)
+        if self.level + 1 <= self.burst:
+            self.level += 1
+            return True
+        return False
+
+
 @dataclass(frozen=True, slots=True)
 class Limit:
-    per_minute: float
+    rate: float  # a second, over all instances
     burst: float
 
-
-@dataclass(slots=True)
-class _Bucket:
-    tokens: float
-    at: float
+    @classmethod
+    def per_minute(cls, requests: float, *, burst: float) -> Limit:
+        return cls(rate=requests / 60, burst=burst)
 
 
 class TokenBuckets:
-    """This instance's buckets for one limit. Thread-safe."""
+    """This instance's buckets for one limit, one per key. Thread-safe (`lock`).
+
+    Each of the `instances` serving the limit refills at rate / instances and holds
+    burst / instances (at least one request). If every instance knows the count, however a
+    caller's requests are spread, at most max(burst, instances) + rate * T pass in any T
+    seconds; a caller whose requests all reach one instance gets only that instance's share,
+    the price of deciding without talking to the others.
+
+    At most `max_keys` buckets, the least recently used dropped first: a bucket left alone for
+    burst / rate seconds is empty, which is what a dropped one comes back as, so dropping costs
+    the limit nothing unless more than `max_keys` keys are busy at once.
+    """
 
     def __init__(self, limit: Limit, *, max_keys: int) -> None:
         self.limit = limit
         self._max_keys = max_keys
-        self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
+        self._buckets: OrderedDict[str, TokenBucket] = OrderedDict()
+        self._shape = (0, limit.rate, limit.burst)  # (instances, rate, burst) last used
         self.lock = threading.Lock()
 
-    def _shape(self, instances: int) -> tuple[float, float]:
-        """(tokens a second, capacity) of this instance's share."""
+    def bucket(self, key: str, *, instances: int, now: float) -> TokenBucket:
+        """`key`'s bucket, shaped to this instance's share (caller holds the lock)."""
         share = max(1, instances)
-        return self.limit.per_minute / 60 / share, max(1.0, self.limit.burst / share)
-
-    def _refilled(self, key: str, now: float, instances: int) -> _Bucket:
-        """The key's bucket brought up to `now` (caller holds the lock)."""
-        rate, capacity = self._shape(instances)
-        bucket = self._buckets.get(key)
-        if bucket is None:
-            bucket = self._buckets[key] = _Bucket(tokens=capacity, at=now)
+        if self._shape[0] != share:
+            self._shape = (share, self.limit.rate / share, max(1.0, self.limit.burst / share))
+        _, rate, burst = self._shape
+        found = self._buckets.get(key)
+        if found is None:
+            found = self._buckets[key] = TokenBucket(rate=rate, burst=burst, at=now)
             if len(self._buckets) > self._max_keys:
                 self._buckets.popitem(last=False)
         else:
             self._buckets.move_to_end(key)
-            # A clock that steps back refills nothing.
-            bucket.tokens = min(capacity, bucket.tokens + max(0.0, now - bucket.at) * rate)
-            bucket.at = max(bucket.at, now)
-        return bucket
-
-    def wait(self, key: str, *, instances: int, now: float) -> float:
-        """Seconds until `key` may pass (0: now). Caller holds the lock."""
-        bucket = self._refilled(key, now, instances)
-        if bucket.tokens >= 1:
-            return 0.0
-        rate, _ = self._shape(instances)
-        return (1 - bucket.tokens) / rate
-
-    def spend(self, key: str) -> None:
-        """Take a token from `key`'s bucket, brought up to date by `wait` under the same lock."""
-        self._buckets[key].tokens -= 1
+            found.rate, found.burst = rate, burst
+        return found
 
     def __len__(self) -> int:
         return len(self._buckets)
 
 
-def take(checks: Sequence[tuple[TokenBuckets, str]], *, instances: int, now: float) -> int | None:
-    """Let one request pass every (buckets, key) of `checks`, or none: None when it passes (a
-    token taken from each), else the whole seconds to wait (at least 1). No bucket is charged
-    for a refused request, so a caller who keeps retrying too soon is let in as soon as the
-    limit allows, not later."""
+def try_acquire_all(
+    checks: Sequence[tuple[TokenBuckets, str]], *, instances: int, now: float
+) -> int | None:
+    """Let one request pass every (buckets, key) of `checks`, or none: None when it passed (a
+    token taken from each), else the whole seconds to wait (at least 1). A refused request
+    charges no bucket, so a caller who retries too soon is let in as soon as the limit allows."""
     locks = sorted({id(b.lock): b.lock for b, _ in checks}.items())
     for _, lock in locks:
         lock.acquire()
     try:
-        wait = max(buckets.wait(key, instances=instances, now=now) for buckets, key in checks)
+        buckets = [keyed.bucket(key, instances=instances, now=now) for keyed, key in checks]
+        wait = max(bucket.wait(now) for bucket in buckets)
         if wait > 0:
             return max(1, math.ceil(wait))
-        for buckets, key in checks:
-            buckets.spend(key)
+        for bucket in buckets:
+            bucket.try_acquire(now)
         return None
     finally:
         for _, lock in reversed(locks):

@@ -1,20 +1,16 @@
 """Code look-ups and redemptions limited per caller (token uid) and per client address, over
 all instances, with no Firestore write on a request's path.
 
-Each instance keeps token buckets holding its share of each limit (buckets.py): the limit divided
-by the instances serving look-ups. The instances count themselves as the waiting room's do
-(shared/waiting_room/service.py), but over all campaigns and on admin_api's own instances: every
-HEARTBEAT_SECONDS one request of each instance writes the instance's heartbeat document and reads
-everyone's; the others decide from memory. So the writes are one per instance per heartbeat,
-whatever the traffic.
+Each instance keeps token buckets holding its share of each limit (buckets.py), the limit
+divided by the instances serving look-ups. The instances count themselves from heartbeat
+documents: every HEARTBEAT_SECONDS one request of each instance writes its own and reads
+everyone's, the others decide from memory, so the writes do not grow with the traffic.
 
 The bound (docs/codes.md): with n instances known to all, a caller gets at most
-max(burst, n) + per_minute * T / 60 through in any T seconds, however the load balancer spreads
-their requests. When an instance joins, the others count it from their next heartbeat on (at most
-HEARTBEAT_SECONDS plus a read): meanwhile the caller may get up to the newcomer's share more,
-and instances starting together pass, until they have heard of each other (well under a second,
-FIRST_HEARTBEATS_SECONDS), what their buckets held for the smaller count. An
-instance that stops is counted for LIVE_SECONDS more, which only makes the limit stricter.
+max(burst, n) + per_minute * T / 60 through in any T seconds, however their requests are
+spread. Until the others count a newcomer (its first heartbeats come quickly), a caller may get
+up to its share more; an instance that stops is counted for LIVE_SECONDS more, which only makes
+the limit stricter.
 """
 
 from __future__ import annotations
@@ -31,22 +27,21 @@ from google.cloud import firestore
 from shared.cache import WhenDue
 from shared.errors import RateLimited
 from shared.gcp.firestore import limiter_instances_collection
-from shared.ratelimit.buckets import Limit, TokenBuckets, take
+from shared.ratelimit.buckets import Limit, TokenBuckets, try_acquire_all
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 5.0
-# A new instance looks again sooner at first, as the waiting room's do: instances starting
-# together (a scale-out) learn of each other within a second, and each one's buckets shrink to
-# its share at once (a bucket never holds more than its current capacity).
+# A new instance looks again sooner at first: instances starting together (a scale-out) learn
+# of each other within a second, and their buckets shrink to their share at once.
 FIRST_HEARTBEATS_SECONDS = (0.1, 0.2, 0.4, 0.8, 1.6)
 LIVE_SECONDS = 3 * HEARTBEAT_SECONDS
 # Heartbeats of instances gone this long are deleted by whichever instance reads them.
 FORGET_SECONDS = 600.0
 # A burst is this share of the per-minute limit: over a minute a caller gets at most 10% more.
 BURST_SHARE = 0.1
-# Buckets per limit and instance: about 14 MB each when full (two limits: 28 MB at worst).
+# Buckets per limit and instance: bounds the memory a flood of distinct callers can take.
 MAX_KEYS = 50_000
 
 
@@ -89,7 +84,7 @@ class GuessLimiter:
         """Let one look-up or redemption of `caller` from `address` through, or raise
         RateLimited (429) with the seconds to wait."""
         instances = self.instances()
-        wait = take(
+        wait = try_acquire_all(
             [(self._callers, caller), (self._addresses, address_key(address))],
             instances=instances,
             now=self._monotonic(),
@@ -139,4 +134,4 @@ class GuessLimiter:
 
 
 def _limit(per_minute: int) -> Limit:
-    return Limit(per_minute=per_minute, burst=max(1.0, per_minute * BURST_SHARE))
+    return Limit.per_minute(per_minute, burst=max(1.0, per_minute * BURST_SHARE))

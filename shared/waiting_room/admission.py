@@ -1,5 +1,5 @@
 """Fair admission for flash sales: signed first-attempt tickets and a threshold that a
-proportional controller moves forward (Shopify's design), with a leaky bucket behind it.
+proportional controller moves forward (Shopify's design), with a token bucket behind it.
 
 One threshold for the whole room: tickets whose first attempt is at or before it are
 admissible, whichever instance a poll reaches. Every instance computes it from the same data,
@@ -8,7 +8,7 @@ heartbeats, and only over first-attempt time that every instance has reported on
 counts not heard yet are never guessed, so two instances that have heard different heartbeats
 may stop the threshold at different horizons, never put it at different places behind them.
 With no queue anywhere an instance knows of, the threshold follows the clock and everybody
-passes at once. The leaky bucket caps the admitted rate whatever the threshold does.
+passes at once. The bucket caps the admitted rate whatever the threshold does.
 
 The pure logic here takes time as an argument, so the simulation benchmark and the unit tests
 drive it with a virtual clock.
@@ -29,6 +29,7 @@ from typing import Any
 from itsdangerous import BadSignature, SignatureExpired, TimestampSigner, URLSafeTimedSerializer
 
 from shared.errors import RequestValidationFailed, TicketNotYours
+from shared.ratelimit.buckets import TokenBucket
 
 # Tickets are counted in slots of this many seconds of first-attempt time. The threshold can
 # stop inside a slot (its tickets taken as spread evenly over it), so the slot only bounds how
@@ -55,7 +56,7 @@ DUE_JITTER = 0.25
 # this many ticks: the horizon that holds them back moves with every heartbeat exchange.
 NEAR = 0.1
 NEAR_RETRY = (0.2, 0.4)
-# The threshold sets the rate; each instance's leaky bucket only catches what would exceed it by
+# The threshold sets the rate; each instance's bucket only catches what would exceed it by
 # more than chance explains. The load balancer sends an instance a random share of the shoppers
 # the threshold passes, and a bucket that turns some away at random takes their place in line.
 BUCKET_HEADROOM = 1.25
@@ -69,14 +70,14 @@ FRESH_HEARTBEAT_SECONDS = 0.1
 HISTORY_SLOTS = 100
 
 
-def bucket(share: float, tick: float, instances: int) -> tuple[float, float]:
-    """(rate, capacity) of an instance's bucket for `share` admissions a tick on average:
-    alone, just that; one of several, room for more and for the chance of the load balancer
-    sending it more."""
+def bucket_shape(share: float, tick: float, instances: int) -> tuple[float, float]:
+    """(rate, burst) of an instance's bucket for `share` admissions a tick on average: alone,
+    just that; one of several, room for more and for the chance of the load balancer sending
+    it more."""
     if instances <= 1:
         return share / tick, max(1.0, share)
-    capacity = max(1.0, BUCKET_HEADROOM * share + BUCKET_DEVIATIONS * math.sqrt(share))
-    return capacity / tick, capacity
+    burst = max(1.0, BUCKET_HEADROOM * share + BUCKET_DEVIATIONS * math.sqrt(share))
+    return burst / tick, burst
 
 
 class InvalidTicket(RequestValidationFailed):
@@ -159,23 +160,6 @@ class TicketSigner:
         return Ticket(campaign_id=campaign_id, user_id=user_id, first_attempt=float(first_attempt))
 
 
-class LeakyBucket:
-    def __init__(self, *, rate: float, capacity: float, now: float) -> None:
-        self.rate, self.capacity = rate, capacity
-        self._level = 0.0
-        self._at = now
-
-    def take(self, now: float) -> bool:
-        # Concurrent callers may bring clocks read a moment apart: never leak backwards.
-        if now > self._at:
-            self._level = max(0.0, self._level - (now - self._at) * self.rate)
-            self._at = now
-        if self._level + 1 <= self.capacity:
-            self._level += 1
-            return True
-        return False
-
-
 @dataclass(frozen=True, slots=True)
 class Decision:
     admitted: bool
@@ -209,7 +193,7 @@ class RoomShare:
             "published_at": self.published_at,
             "first_slot": self.first_slot,
             "before": self.before,
-            # Thousands of small counts: packed and compressed, a few kB a heartbeat.
+            # Many small counts: packed and compressed, to keep the heartbeat document small.
             "tickets": zlib.compress(struct.pack(f"<{len(self.tickets)}I", *self.tickets)),
             "first_tick": self.first_tick,
             "admitted": list(self.admitted),
@@ -306,7 +290,7 @@ class AdmissionController:
     had a ticket before that one existed). A newcomer to a settled room takes them from a
     settled instance's heartbeat.
 
-    A leaky bucket (this instance's share of the rate) caps the rate whatever the threshold
+    A token bucket (this instance's share of the rate) caps the rate whatever the threshold
     does.
     """
 
@@ -314,8 +298,8 @@ class AdmissionController:
         self.rate = rate
         self.tick = tick_seconds
         self.kp = kp
-        leak, capacity = bucket(rate * tick_seconds, tick_seconds, 1)
-        self._bucket = LeakyBucket(rate=leak, capacity=capacity, now=now)
+        refill, burst = bucket_shape(rate * tick_seconds, tick_seconds, 1)
+        self._bucket = TokenBucket(rate=refill, burst=burst, at=now)
         self._own: dict[int, int] = {}  # slot -> tickets issued here
         self._own_before = 0  # tickets issued here in slots already dropped
         self._own_admitted: dict[int, int] = {}  # tick -> admissions here
@@ -348,7 +332,7 @@ class AdmissionController:
             self.rate = rate
             self._passed_at.clear()
             self._quotas.clear()
-        self._bucket.rate, self._bucket.capacity = bucket(
+        self._bucket.rate, self._bucket.burst = bucket_shape(
             rate * self.tick / max(1, instances), self.tick, instances
         )
 
@@ -606,7 +590,7 @@ class AdmissionController:
         capacity) it passes at once, unless its place in line is still to come (start_place):
         then it waits for it, as everyone of its start window does."""
         place = now if place is None else place
-        if place <= now and self._open(now) and self._bucket.take(now):
+        if place <= now and self._open(now) and self._bucket.try_acquire(now):
             self._count(now)
             return Decision(admitted=True, estimated_wait_seconds=0.0)
         self.record_issued(place)
@@ -614,7 +598,7 @@ class AdmissionController:
         return Decision(admitted=False, estimated_wait_seconds=wait)
 
     def decide(self, first_attempt: float, now: float) -> Decision:
-        if first_attempt <= self.threshold(now) and self._bucket.take(now):
+        if first_attempt <= self.threshold(now) and self._bucket.try_acquire(now):
             self._count(now)
             return Decision(admitted=True, estimated_wait_seconds=0.0)
         return Decision(

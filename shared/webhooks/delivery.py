@@ -2,14 +2,13 @@
 attempt, and a drain run that empties the endpoint's queue of due deliveries under its lease.
 
 One drain run per endpoint at a time (the lease in store.py), each with its own HTTP client,
-thread pool and limiter: a slow or dead endpoint holds only its own run, never another
+thread pool and pacer: a slow or dead endpoint holds only its own run, never another
 endpoint's deliveries, and never a claim (claims are another function).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import random
 import threading
 import time
@@ -22,6 +21,7 @@ from typing import Any
 import httpx
 from google.cloud import firestore
 
+from shared.ratelimit.pacing import Pacer
 from shared.webhooks import store
 from shared.webhooks.guard import AddressRefused
 from shared.webhooks.models import DeliveryRecord, DeliveryState
@@ -55,45 +55,21 @@ class RetryPolicy:
         return at > created_at + self.max_age
 
 
-# Starts are spaced a little wider than 1/rate: a receiver then counts at most `rate` in any
-# second even when one request reaches it up to 50 ms later than the next (threads and network
-# jitter; measured at 10-20 ms on a busy machine).
+# Starts are SPACING_MARGIN / max_per_second apart, so any max_per_second + 1 of them span 1.05 s:
+# the receiver counts at most max_per_second in any second even when one request reaches it up
+# to 50 ms late (threads, network jitter).
 SPACING_MARGIN = 1.05
 
 
-class RateLimiter:
-    """Requests start at least SPACING_MARGIN/rate seconds apart, so no second ever sees more
-    than `rate` of them start; shared by a run's threads.
-
-    Evenly spaced rather than in bursts of `rate`: an endpoint sees a steady flow, and a sender
-    thread that is late by a few milliseconds does not bunch up with the next burst. A start is
-    logged when its thread is let go, so one that overslept never lets the next start early."""
-
-    def __init__(
-        self,
-        rate: int,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        self._interval = SPACING_MARGIN / rate
-        self._last = -math.inf
-        self._clock = clock
-        self._sleep = sleep
-        self._lock = threading.Lock()
-
-    def acquire(self, deadline: float) -> bool:
-        """Wait for a start; False if it could only come after `deadline`."""
-        while True:
-            with self._lock:
-                now = self._clock()
-                opens = self._last + self._interval
-                if now >= opens:
-                    self._last = now
-                    return True
-                if opens > deadline:
-                    return False
-            self._sleep(opens - now)
+def endpoint_pacer(
+    max_per_second: int,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Pacer:
+    """A run's throttle, shared by its threads: evenly spaced starts rather than bursts of
+    `max_per_second`, so the endpoint sees a steady flow."""
+    return Pacer(max_per_second / SPACING_MARGIN, clock=clock, sleep=sleep)
 
 
 @dataclass(frozen=True)
@@ -218,7 +194,7 @@ class DrainRun:
     report: RunReport = field(init=False, default_factory=RunReport)
 
     def __post_init__(self) -> None:
-        self._limiter = RateLimiter(self.endpoint.max_per_second)
+        self._pacer = endpoint_pacer(self.endpoint.max_per_second)
         self._streak = _Streak()
 
     def run(self) -> RunReport:
@@ -261,7 +237,7 @@ class DrainRun:
     def _one(self, delivery: DeliveryRecord) -> tuple[str, dict[str, Any], bool] | None:
         if self.policy.expired(delivery.created_at, self.clock()):
             return delivery.event_id, expired_fields(delivery), False
-        if self._streak.down or not self._limiter.acquire(self.deadline):
+        if self._streak.down or not self._pacer.acquire(deadline=self.deadline):
             return None  # left due for the next run
         result = attempt(self.client, self.endpoint, delivery)
         self._streak.note(result.ok)

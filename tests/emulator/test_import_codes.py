@@ -26,7 +26,7 @@ from shared.coupons.store import coupon_id_for
 from shared.gcp.firestore import coupons_collection, jobs_collection
 from shared.intake import jobs as job_store
 from shared.intake import service as import_service
-from shared.intake.write_rate import RampLimiter
+from shared.ratelimit.pacing import Ramp
 from shared.settings import get_settings
 from tests.support.api import ADMIN, auth
 from tests.support.cloudevents import deliver, finalized_event
@@ -531,4 +531,4 @@ def test_a_retried_attempt_continues_the_write_ramp_where_it_stands(
     assert job.state.value == "done"
     assert job.attempts == 2
     assert job.ramp_started_at == began  # the first attempt's ramp, not a new one
-    assert RampLimiter(elapsed=(utcnow() - began).total_seconds()).rate() == 500 * 1.5**2
+    assert Ramp(elapsed=(utcnow() - began).total_seconds()).rate == 500 * 1.5**2

@@ -14,14 +14,9 @@ import pytest
 
 from shared.campaigns.segments import segment_id
 from shared.claims import candidate_pool
-from shared.claims.candidate_pool import (
-    MIN_REFILL,
-    REFILL_HORIZON_SECONDS,
-    CandidatePool,
-    Exhausted,
-    PoolTimeout,
-)
+from shared.claims.candidate_pool import MIN_REFILL, CandidatePool, Exhausted, PoolTimeout
 from shared.coupons.store import Candidate
+from shared.settings import Settings
 from tests.support.fake_supply import FakeSupply
 
 
@@ -33,8 +28,15 @@ def _deadline(seconds: float = 5) -> float:
     return time.monotonic() + seconds
 
 
-def _pool(supply: FakeSupply, *, max_refill: int = 500, generation: int = 0) -> CandidatePool:
-    pool = CandidatePool(supply=supply, max_refill=max_refill)
+SETTINGS = Settings(project_id="demo-codedrop-test")
+REFILL_HORIZON_SECONDS = SETTINGS.pool_refill_seconds
+
+
+def _pool(
+    supply: FakeSupply, *, max_refill: int = 500, generation: int = 0, **tuning: float
+) -> CandidatePool:
+    settings = SETTINGS.model_copy(update={"pool_refill_size": max_refill, **tuning})
+    pool = CandidatePool(supply=supply, settings=settings)
     pool.observe_generation(generation, codes_total=len(supply.free))
     return pool
 
@@ -287,14 +289,11 @@ def test_look_again_rescans_after_an_import_landed_during_the_proof() -> None:
     assert candidate.coupon_id.startswith("n3-")
 
 
-def test_codes_in_flight_elsewhere_are_taken_only_after_starving_a_while(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_codes_in_flight_elsewhere_are_taken_only_after_starving_a_while() -> None:
     """Every segment drained, one code still unassigned in the pool of an instance that died:
     another instance takes it, but not at once (a live holder is about to use it)."""
-    monkeypatch.setattr(candidate_pool, "STARVED_BEFORE_TAKING_IN_FLIGHT_SECONDS", 0.3)
     supply = FakeSupply(40)
-    dead = _pool(supply)
+    dead = _pool(supply, pool_starved_seconds=0.3)
     held = dead.take(deadline=_deadline(), prove=_never)  # its holder then dies
     assert held is not None
     while (c := dead.take(deadline=_deadline(), prove=_prover(supply))) is not None:
@@ -303,7 +302,7 @@ def test_codes_in_flight_elsewhere_are_taken_only_after_starving_a_while(
         dead.settle(c)
         if len(supply.free) == 1:
             break
-    survivor = _pool(supply)
+    survivor = _pool(supply, pool_starved_seconds=0.3)
 
     started = time.monotonic()
     candidate = survivor.take(deadline=_deadline(), prove=_prover(supply))
@@ -313,16 +312,13 @@ def test_codes_in_flight_elsewhere_are_taken_only_after_starving_a_while(
     assert time.monotonic() - started >= 0.3
 
 
-def test_a_starving_instance_looks_again_only_when_it_may_take_codes_in_flight(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_starving_instance_looks_again_only_when_it_may_take_codes_in_flight() -> None:
     """Its first look finds the code in another pool; looking again before it has starved long
     enough to take it would only find the same."""
-    monkeypatch.setattr(candidate_pool, "STARVED_BEFORE_TAKING_IN_FLIGHT_SECONDS", 0.3)
     supply = FakeSupply(1)
-    elsewhere = _pool(supply)
+    elsewhere = _pool(supply, pool_starved_seconds=0.3)
     assert elsewhere.take(deadline=_deadline(), prove=_never) is not None  # and keeps it
-    starving = _pool(supply)
+    starving = _pool(supply, pool_starved_seconds=0.3)
 
     candidate = starving.take(deadline=_deadline(), prove=_prover(supply))
 
@@ -345,16 +341,16 @@ def test_slow_refills_bring_more_of_the_demand_at_a_time() -> None:
     assert float(pools[1].state()["horizon"]) > 2 * REFILL_HORIZON_SECONDS  # type: ignore[arg-type]
 
 
-def test_a_segment_held_but_read_to_its_top_sends_a_starving_instance_to_the_proof(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_segment_held_but_read_to_its_top_sends_a_starving_instance_to_the_proof() -> None:
     """The holder and a stealer have read all of the only segment into pools that stopped
     taking (their instances died): a third instance gets those codes through the proof after
     starving a while, instead of waiting out the holder's lease."""
-    monkeypatch.setattr(candidate_pool, "STARVED_BEFORE_TAKING_IN_FLIGHT_SECONDS", 0.3)
-    monkeypatch.setattr(candidate_pool, "IDLE_HOLDER_SECONDS", 0.0)  # steals take it all
     supply = FakeSupply(30, segments=1)
-    holder, stealer, third = _pool(supply), _pool(supply), _pool(supply)
+    holder, stealer, third = (
+        # Steals take all of a segment at once.
+        _pool(supply, pool_starved_seconds=0.3, pool_idle_holder_seconds=0.0)
+        for _ in range(3)
+    )
     assert holder.take(deadline=_deadline(), prove=_never) is not None  # leases, reads a few
     assert stealer.take(deadline=_deadline(), prove=_never) is not None  # steals the rest
     # Both stop here: the segment stays leased to the holder, with nothing left between its
@@ -365,7 +361,7 @@ def test_a_segment_held_but_read_to_its_top_sends_a_starving_instance_to_the_pro
 
     assert candidate is not None
     assert third.metrics.proofs > 0
-    assert time.monotonic() - started < candidate_pool.LEASE_SECONDS / 10
+    assert time.monotonic() - started < SETTINGS.pool_lease_seconds / 10
 
 
 def test_a_steal_takes_the_top_of_a_held_segment_and_never_what_its_holder_reads() -> None:

@@ -104,6 +104,16 @@ def test_invalid_values_fail_at_start(
         Settings()
 
 
+def test_the_pools_tuning_must_hang_together() -> None:
+    demo = "demo-codedrop-test"
+    with pytest.raises(ValidationError, match="at least CODEDROP_POOL_REFILL_SECONDS"):
+        Settings(project_id=demo, pool_max_refill_seconds=0.5)
+    with pytest.raises(ValidationError, match="shorter than CODEDROP_POOL_LEASE_SECONDS"):
+        Settings(project_id=demo, pool_idle_holder_seconds=60)
+    assert Settings(project_id=demo, pool_refill_seconds=0.5, pool_max_refill_seconds=0.5)
+    assert Settings(project_id=demo, pool_idle_holder_seconds=60, pool_lease_seconds=120)
+
+
 @pytest.mark.parametrize(
     "origins", ["null", "https://shop.example/landing", "shop.example", "https://a.example,null"]
 )

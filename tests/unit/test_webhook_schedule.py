@@ -13,11 +13,12 @@ from google.cloud import firestore
 from shared.webhooks.delivery import (
     SPACING_MARGIN,
     Attempt,
-    RateLimiter,
     RetryPolicy,
+    endpoint_pacer,
     outcome_fields,
 )
 from shared.webhooks.models import DeliveryRecord, DeliveryState
+from tests.support.fake_time import FakeTime
 
 CREATED = datetime(2026, 11, 27, 10, 0, tzinfo=UTC)
 POLICY = RetryPolicy(base_seconds=10)
@@ -101,36 +102,15 @@ def test_a_delivery_failing_for_24_hours_is_marked_failed() -> None:
     assert 25 <= len(attempts_at) <= 45
 
 
-class FakeTime:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def clock(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-
-def test_the_limiter_spaces_starts_so_no_second_sees_more_than_the_rate() -> None:
+def test_an_endpoints_pacer_spaces_starts_so_no_second_sees_more_than_its_rate() -> None:
     time = FakeTime()
-    limiter = RateLimiter(5, clock=time.clock, sleep=time.sleep)
+    pacer = endpoint_pacer(5, clock=time.clock, sleep=time.sleep)
     starts = []
     for _ in range(23):
-        assert limiter.acquire(deadline=time.now + 60)
+        assert pacer.acquire(deadline=time.now + 60)
         starts.append(time.now)
         time.now += 0.01  # the request itself
 
     for i, start in enumerate(starts):
         assert sum(1 for s in starts[i:] if s < start + 1.0) <= 5
     assert starts[-1] - starts[0] == pytest.approx(22 * 0.2 * SPACING_MARGIN)
-
-
-def test_the_limiter_refuses_a_start_after_the_deadline() -> None:
-    time = FakeTime()
-    limiter = RateLimiter(2, clock=time.clock, sleep=time.sleep)
-
-    assert limiter.acquire(deadline=time.now + 0.25)
-    assert not limiter.acquire(deadline=time.now + 0.25)  # the next start is 0.5 s away
-    assert limiter.acquire(deadline=time.now + 1)
-    assert time.now == pytest.approx(1000 + 0.5 * SPACING_MARGIN)
