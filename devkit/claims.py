@@ -1,6 +1,6 @@
 """Writing claim documents straight into a campaign, for tests and benchmarks that feed
 count_usage `coupon.claimed` events without running the claim engine (count_usage counts only
-events whose claim exists, shared/usage/service.py)."""
+events whose claim exists, shared/usage/verification.py)."""
 
 from __future__ import annotations
 

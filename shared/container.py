@@ -41,7 +41,9 @@ from shared.maintenance.sweep import Sweeper
 from shared.ratelimit.service import GuessLimiter
 from shared.settings import Settings, get_settings
 from shared.usage.counters import ShardedCounters
-from shared.usage.service import UsageService
+from shared.usage.counting import UsageCounter
+from shared.usage.reading import UsageReader
+from shared.usage.verification import EventVerifier
 from shared.waiting_room.service import WaitingRoomService
 from shared.webhooks.routes import WebhookRoutes
 from shared.webhooks.service import WebhookService
@@ -191,13 +193,25 @@ class Services:
         return ShardedCounters(db=self.db, settings=self.settings, clock=utcnow)
 
     @service
-    def usage(self) -> UsageService:
-        return UsageService(
+    def verifier(self) -> EventVerifier:
+        return EventVerifier(db=self.db)
+
+    @service
+    def usage_counter(self) -> UsageCounter:
+        """count_usage's: counts verified events, announces stock."""
+        return UsageCounter(
             db=self.db,
             counters=self.counters,
+            verifier=self.verifier,
             bus=self.bus,
             clock=utcnow,
-            stock_cache_seconds=self.settings.stock_cache_seconds,
+        )
+
+    @service
+    def usage(self) -> UsageReader:
+        """Codes left, stats and reports, read back from the counters."""
+        return UsageReader(
+            counters=self.counters, stock_cache_seconds=self.settings.stock_cache_seconds
         )
 
     @service
@@ -250,8 +264,8 @@ class Services:
             db=self.db,
             settings=self.settings,
             clock=utcnow,
-            verify=self.usage.verified,
-            verify_claims=self.usage.verified_claims,
+            verify=self.verifier.verified,
+            verify_claims=self.verifier.verified_claims,
         )
 
     @service
@@ -264,7 +278,7 @@ class Services:
         return Sweeper(
             db=self.db,
             bus=self.bus,
-            usage=self.usage,
+            usage_counter=self.usage_counter,
             holds=self.holds,
             webhooks=self.webhooks,
             clock=utcnow,

@@ -22,7 +22,7 @@ from shared.events.bus import EventBus
 from shared.fairness.models import EntryPublic
 from shared.fairness.service import FairnessService
 from shared.gcp.batched_reads import ReadCoalescer
-from shared.usage.service import UsageService
+from shared.usage.reading import UsageReader
 from shared.waiting_room.service import RoomPass, WaitingRoomService
 
 
@@ -40,7 +40,7 @@ class ClaimService:
         engine: ClaimEngine,
         bus: EventBus,
         room: WaitingRoomService,
-        usage: UsageService,
+        usage: UsageReader,
         fairness: FairnessService,
         app_check: AppCheck,
         clock: Callable[[], datetime],

@@ -93,6 +93,11 @@ class CounterTotals:
         """Codes not free: claimed, less those given back, plus those voided while free."""
         return self.claimed - self.released - self.returned + self.voided_available
 
+    def free(self, codes_total: int) -> int:
+        """Codes nobody holds: every code, less every claim, plus every hold and redemption
+        given back, less every code voided while nobody held it."""
+        return codes_total - self.taken
+
 
 _TOTALS = (
     "claimed",

@@ -51,10 +51,10 @@ def test_a_batch_is_counted_in_one_read_and_one_commit(
     message = events.ClaimedBatch.of(batch)
 
     with RpcCounter(services.db) as rpcs:
-        services.usage.verified_claims(message)
+        services.verifier.verified_claims(message)
         checked = rpcs.snapshot()
     with RpcCounter(services.db) as rpcs:
-        services.usage.handle_batch(message)
+        services.usage_counter.handle_batch(message)
         counts = rpcs.snapshot()
 
     assert checked.calls == {"batch_get_documents": 1}

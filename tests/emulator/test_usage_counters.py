@@ -167,7 +167,7 @@ def test_still_contended_counters_raise_so_pubsub_retries(
     stubborn = ShardedCounters(
         db=db, settings=Settings(counter_max_attempts=1, counter_max_shards=1), clock=utcnow
     )
-    monkeypatch.setattr(instance_services().usage, "_counters", stubborn)
+    monkeypatch.setattr(instance_services().usage_counter, "counters", stubborn)
     [event] = claimed_events(db, campaign_id, 1)
     shard_zero = counter_shards_collection(db, campaign_id).document("0")
     shard_zero.set({"claimed": 0})
