@@ -59,7 +59,7 @@ def import_codes(event: CloudEvent) -> None:
 
 @functions_framework.cloud_event
 def count_usage(event: CloudEvent) -> None:
-    usage_trigger.handle(event, instance_services().usage)
+    usage_trigger.handle(event, instance_services().usage_counter)
 
 
 @functions_framework.cloud_event

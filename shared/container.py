@@ -2,7 +2,8 @@
 
 Every service is built on first use (a count_usage instance never builds a claim engine) and
 exactly once, under a lock: two claim engines in one instance would mean two candidate pools.
-Handlers receive the container from the router; tests build their own from their settings.
+Handlers receive the container from the router; tests build their own from their settings. The
+container only wires: what a service does lives in its package.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from google.cloud.storage import Client as StorageClient
 
 from shared.assignments.service import AssignmentService
 from shared.claims.engine import ClaimEngine
+from shared.claims.events import ClaimEvents
 from shared.claims.holds import HoldReleaser
 from shared.claims.redemption import RedemptionService
 from shared.claims.reversal import ReversalService
@@ -28,20 +30,20 @@ from shared.control.deletion import DeletionService
 from shared.control.exports import ExportService
 from shared.control.live import LiveService
 from shared.events.bus import EventBus
-from shared.events.models import sold_out
 from shared.fairness.service import FairnessService
 from shared.gcp import firestore as gcp_firestore
 from shared.gcp import pubsub as gcp_pubsub
 from shared.gcp import storage as gcp_storage
 from shared.gcp.app_check import AppCheckVerifier
 from shared.gcp.firebase import Revocations
-from shared.intake.models import JobRecord, JobState, codes_imported
 from shared.intake.service import IntakeService
 from shared.maintenance.sweep import Sweeper
 from shared.ratelimit.service import GuessLimiter
 from shared.settings import Settings, get_settings
 from shared.usage.counters import ShardedCounters
-from shared.usage.service import UsageService
+from shared.usage.counting import UsageCounter
+from shared.usage.reading import UsageReader
+from shared.usage.verification import EventVerifier
 from shared.waiting_room.service import WaitingRoomService
 from shared.webhooks.routes import WebhookRoutes
 from shared.webhooks.service import WebhookService
@@ -131,8 +133,14 @@ class Services:
         return WebhookRoutes(db=self.db, max_age=self.settings.webhook_routes_seconds)
 
     @service
+    def claim_events(self) -> ClaimEvents:
+        return ClaimEvents(
+            self.bus, window_seconds=self.settings.claim_event_window_seconds, clock=utcnow
+        )
+
+    @service
     def engine(self) -> ClaimEngine:
-        return ClaimEngine(db=self.db, settings=self.settings, on_sold_out=self._announce_sold_out)
+        return ClaimEngine(db=self.db, settings=self.settings, events=self.claim_events)
 
     @service
     def room(self) -> WaitingRoomService:
@@ -147,14 +155,13 @@ class Services:
         return ClaimService(
             db=self.db,
             engine=self.engine,
-            bus=self.bus,
+            events=self.claim_events,
             room=self.room,
             usage=self.usage,
             fairness=self.fairness,
             app_check=self.app_check,
             clock=utcnow,
             deadline_seconds=self.settings.claim_deadline_seconds,
-            event_window_seconds=self.settings.claim_event_window_seconds,
         )
 
     @service
@@ -172,7 +179,7 @@ class Services:
             storage_client=self.storage,
             settings=self.settings,
             clock=utcnow,
-            on_job_finished=self._announce_import,
+            bus=self.bus,
         )
 
     @service
@@ -191,13 +198,25 @@ class Services:
         return ShardedCounters(db=self.db, settings=self.settings, clock=utcnow)
 
     @service
-    def usage(self) -> UsageService:
-        return UsageService(
+    def verifier(self) -> EventVerifier:
+        return EventVerifier(db=self.db)
+
+    @service
+    def usage_counter(self) -> UsageCounter:
+        """count_usage's: counts verified events, announces stock."""
+        return UsageCounter(
             db=self.db,
             counters=self.counters,
+            verifier=self.verifier,
             bus=self.bus,
             clock=utcnow,
-            stock_cache_seconds=self.settings.stock_cache_seconds,
+        )
+
+    @service
+    def usage(self) -> UsageReader:
+        """Codes left, stats and reports, read back from the counters."""
+        return UsageReader(
+            counters=self.counters, stock_cache_seconds=self.settings.stock_cache_seconds
         )
 
     @service
@@ -250,8 +269,8 @@ class Services:
             db=self.db,
             settings=self.settings,
             clock=utcnow,
-            verify=self.usage.verified,
-            verify_claims=self.usage.verified_claims,
+            verify=self.verifier.verified,
+            verify_claims=self.verifier.verified_claims,
         )
 
     @service
@@ -264,7 +283,7 @@ class Services:
         return Sweeper(
             db=self.db,
             bus=self.bus,
-            usage=self.usage,
+            usage_counter=self.usage_counter,
             holds=self.holds,
             webhooks=self.webhooks,
             clock=utcnow,
@@ -275,18 +294,6 @@ class Services:
         engine: ClaimEngine | None = self._built.get("engine")
         if engine is not None:
             engine.close()
-
-    # --- announcements ------------------------------------------------------------------------
-    def _announce_sold_out(self, campaign_id: str, codes_total: int) -> None:
-        now = utcnow()
-        self.bus.announce_once(
-            sold_out(campaign_id=campaign_id, codes_total=codes_total, now=now), now=now
-        )
-
-    def _announce_import(self, job: JobRecord) -> None:
-        if job.state is JobState.DONE or job.imported:
-            now = utcnow()
-            self.bus.announce_once(codes_imported(job, now=now), now=now)
 
 
 @lru_cache(maxsize=1)

@@ -123,7 +123,7 @@ class Settings(BaseSettings):
         default=8.0, gt=0, le=60, validation_alias="CODEDROP_CLAIM_DEADLINE_SECONDS"
     )
     # How long an instance's first claim of a campaign waits for others to share its event's
-    # message (shared/events/batch.py).
+    # message (shared/claims/events.py).
     claim_event_window_seconds: float = Field(
         default=0.005, ge=0, le=0.1, validation_alias="CODEDROP_CLAIM_EVENT_WINDOW_SECONDS"
     )

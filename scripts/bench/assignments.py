@@ -24,7 +24,7 @@ queries, commits and commits refused. Then the parent reads everything back:
   assigned coupon pointing at its claim and back, assigned coupons = claims = assigned);
 - the result file (one row per recipient, with the code the database holds for them);
 - the counters: the `codes.assigned` events the job published are pulled from Pub/Sub and
-  applied by UsageService (count_usage's code) from 8 threads, then once more (a redelivery of
+  applied by UsageCounter (count_usage's code) from 8 threads, then once more (a redelivery of
   every event); the counters must equal the documents, and the low-stock and sold-out
   announcements must have been made exactly once.
 
@@ -267,7 +267,7 @@ def apply_events(campaign_id: str, audit: Audit) -> None:
     from shared.gcp.firestore import announcement_ref, campaigns_collection
     from shared.settings import get_settings
 
-    usage = instance_services().usage
+    usage = instance_services().usage_counter
     counters = instance_services().counters
     subscription = f"projects/{get_settings().project_id}/subscriptions/{SUBSCRIPTION}"
     events = [parse_event(m.data) for m in pull_all(subscription)]

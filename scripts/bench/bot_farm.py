@@ -142,17 +142,15 @@ def run_sale(
     )
     engine = ClaimEngine(db=db, settings=get_settings())
     app_check = instance_services().app_check  # asked only by campaigns that require it
-    campaign = engine.campaign(campaign_id)
 
     def make_call() -> Callable[[Account], str]:
         def call(account: Account) -> str:
             try:
+                campaign = engine.campaign(campaign_id)  # the instance's copy, as a claim reads it
                 holder = policy.admit(
                     campaign, account.shopper, app_check=app_check, app_check_token=None
                 )
-                outcome = engine.claim(
-                    campaign_id=campaign_id, user_id=account.shopper.user_id, holder=holder
-                )
+                outcome = engine.claim(campaign, user_id=account.shopper.user_id, holder=holder)
             except CodedropError as exc:
                 return exc.error_code
             return CREATED if outcome.created else HELD

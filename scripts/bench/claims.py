@@ -160,6 +160,7 @@ def _design(job: WorkerJob, db: firestore.Client) -> tuple[ClaimFn, Callable[[],
 
         return reference_claim, claimer.counters.snapshot
 
+    from devkit.claims import claim_as
     from shared.claims.engine import ClaimEngine
     from shared.errors import CodedropError
     from shared.settings import get_settings
@@ -170,7 +171,7 @@ def _design(job: WorkerJob, db: firestore.Client) -> tuple[ClaimFn, Callable[[],
     def engine_claim(user_id: str, stop_at: float | None) -> tuple[str, str | None]:
         del stop_at  # the engine has its own deadline
         try:
-            outcome = engine.claim(campaign_id=job.campaign_id, user_id=user_id)
+            outcome = claim_as(engine, job.campaign_id, user_id)
         except CodedropError as exc:
             return exc.error_code, None
         return (reference.CREATED if outcome.created else reference.HELD), outcome.claim.code
@@ -653,6 +654,7 @@ def setup_campaign(db: firestore.Client, *, design: str, codes: int) -> str:
 def warm_up(db: firestore.Client, *, claims: int, threads: int) -> None:
     """Untimed: a small sale on a throwaway campaign, so that neither design pays for the
     emulator's JVM warming up (its first seconds run at half speed). The caller resets after."""
+    from devkit.claims import claim_as
     from shared.claims.engine import ClaimEngine
     from shared.errors import CodedropError
     from shared.settings import get_settings
@@ -663,7 +665,7 @@ def warm_up(db: firestore.Client, *, claims: int, threads: int) -> None:
 
     def claim(i: int) -> None:
         with contextlib.suppress(CodedropError):
-            engine.claim(campaign_id=campaign_id, user_id=f"warm-up-{i}")
+            claim_as(engine, campaign_id, f"warm-up-{i}")
 
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(claim, range(claims)))

@@ -12,7 +12,7 @@ deliveries in the same order.
 
   function     the real path: functions_framework.create_app("count_usage", functions/main.py,
                "cloudevent"), the messagePublished CloudEvent POSTed as structured JSON through
-               one Flask test client per thread; UsageService.handle, i.e. ShardedCounters.apply
+               one Flask test client per thread; UsageCounter.handle, i.e. ShardedCounters.apply
                (marker + random shard, growing on contention) and check_stock.
   direct       the same ShardedCounters.apply called in-process (decode + apply, no Flask, no
                check_stock): the sharded design's own cost.

@@ -261,7 +261,7 @@ class Sale:
             shopper.outcome = f"error:{exc.error_code}"
             return
         self.count(claims=1)
-        shopper.code = claimed.outcome.claim.code
+        shopper.code = claimed.claim.code
         if shopper.abandons:
             shopper.outcome = "abandoned"
             return

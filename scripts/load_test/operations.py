@@ -236,7 +236,7 @@ def per_claim(
     invocations = {name: f["invocations"] for name, f in changed.items() if f["invocations"]}
     pushes = sum(n for name, n in invocations.items() if name in PUSHED)
     published = sum(f["published"].get("messages", 0) for f in changed.values())
-    # Claims' events ride many to a message (shared/events/batch.py): messages are what Pub/Sub
+    # Claims' events ride many to a message (shared/claims/events.py): messages are what Pub/Sub
     # bills and pushes, events what they carry.
     carried = sum(f["published"].get("events", 0) for f in changed.values())
     published_bytes = sum(

@@ -217,6 +217,12 @@ class CampaignRecord(BaseModel):
     def deleting(self) -> bool:
         return self.deletion_job_id is not None
 
+    @property
+    def slots(self) -> int:
+        """The claim slots a shopper may hold claims in: max_per_user may have been lowered
+        since claims were made in the higher slots, and those still count."""
+        return max(self.max_per_user, self.slots_ceiling)
+
     def valid_until(self, claimed_at: datetime) -> datetime | None:
         """Until when a code claimed at `claimed_at` may be redeemed (None: no end)."""
         if self.codes_valid_until is not None:

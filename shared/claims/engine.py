@@ -27,6 +27,7 @@ from shared.campaigns.live import LiveCampaigns, Version, version_of
 from shared.campaigns.models import CampaignRecord, CampaignStatus
 from shared.claims import store as claim_store
 from shared.claims.candidate_pool import CandidatePool, Exhausted, PoolTimeout
+from shared.claims.events import ClaimEvents
 from shared.claims.models import ClaimRecord
 from shared.claims.store import Hold
 from shared.claims.supply import FirestoreSupply
@@ -48,6 +49,12 @@ class ClaimOutcome:
     # True: a new code was assigned by this request (or it replays one with the same
     # Idempotency-Key); False: the shopper already held every code the campaign allows.
     created: bool
+    campaign: CampaignRecord  # the record the answer was decided on
+
+    @property
+    def valid_until(self) -> datetime | None:
+        """Until when the code may be redeemed, as redemption will judge it."""
+        return self.campaign.valid_until(self.claim.claimed_at)
 
 
 @dataclass
@@ -88,10 +95,10 @@ class ClaimEngine:
         db: firestore.Client,
         settings: Settings,
         clock: Callable[[], datetime] = utcnow,
-        on_sold_out: Callable[[str, int], None] | None = None,
+        events: ClaimEvents | None = None,
     ) -> None:
         self._db = db
-        self._on_sold_out = on_sold_out
+        self._events = events  # None: a sell-out is recorded, not announced (engine benchmarks)
         self._settings = settings
         self._clock = clock
         self._pools: dict[str, CandidatePool] = {}
@@ -121,7 +128,7 @@ class ClaimEngine:
         self._campaigns.close()
 
     # --- reads --------------------------------------------------------------------------------
-    def _campaign_cached(self, campaign_id: str) -> CampaignRecord:
+    def campaign(self, campaign_id: str) -> CampaignRecord:
         """The instance's copy of the campaign (shared/campaigns/live.py): kept current by a
         listener, so a pause, a window change or codes added after a sell-out take effect as
         soon as Firestore delivers them. Only a copy that says `sold_out` answers SOLD_OUT:
@@ -129,9 +136,8 @@ class ClaimEngine:
         return self._campaigns.get(campaign_id)[0]
 
     def _held(self, campaign: CampaignRecord, holder: str) -> list[ClaimRecord]:
-        slots = _slots(campaign)
         return claim_store.held_claims(
-            self._reader, campaign_id=campaign.campaign_id, holder=holder, slots=slots
+            self._reader, campaign_id=campaign.campaign_id, holder=holder, slots=campaign.slots
         )
 
     def _fresh_with_held(
@@ -147,35 +153,32 @@ class ClaimEngine:
         self._campaigns.offer(campaign_id, version, read_at=asked)
         return version.existing(campaign_id)[0], held
 
-    def campaign(self, campaign_id: str) -> CampaignRecord:
-        """The campaign as the engine sees it (the instance's copy, see _campaign_cached)."""
-        return self._campaign_cached(campaign_id)
-
-    def sold_out(self, campaign_id: str) -> bool:
-        return self._campaign_cached(campaign_id).sold_out or self.pool(campaign_id).sold_out
+    def sold_out(self, campaign: CampaignRecord) -> bool:
+        """Recorded on the campaign as read, or proven by this instance's pool."""
+        return campaign.sold_out or self.pool(campaign.campaign_id).sold_out
 
     # --- the claim ----------------------------------------------------------------------------
     def claim(
         self,
+        campaign: CampaignRecord,
         *,
-        campaign_id: str,
         user_id: str,
+        holder: str,
         idempotency_key: str | None = None,
-        holder: str | None = None,
     ) -> ClaimOutcome:
-        """Give `user_id` a code. `holder` is the key the per-user limit counts (the campaign's
-        identity, shared/claims/policy.py); without it, the account's own key."""
+        """Give `user_id` a code of `campaign` (the instance's copy, as `campaign()` read it).
+        `holder` is the key the per-user limit counts (the campaign's identity,
+        shared/claims/policy.py)."""
         # A request in progress: the instance has its CPU, its campaign listeners keep up.
         with self._campaigns.serving():
-            return self._claim(campaign_id, user_id, idempotency_key, holder)
+            return self._claim(campaign, user_id, holder, idempotency_key)
 
     def _claim(
-        self, campaign_id: str, user_id: str, idempotency_key: str | None, holder: str | None
+        self, campaign: CampaignRecord, user_id: str, holder: str, idempotency_key: str | None
     ) -> ClaimOutcome:
-        holder = holder or claim_store.user_key(user_id)
         deadline = time.monotonic() + self._settings.claim_deadline_seconds
         self.metrics.add(claims=1)
-        campaign = self._campaign_cached(campaign_id)
+        campaign_id = campaign.campaign_id
         pool = self.pool(campaign_id)
         held: list[ClaimRecord] | None = None
 
@@ -186,7 +189,7 @@ class ClaimEngine:
         elif pool.sold_out:
             # Proven here, but this copy predates the record (or an import reopened the sale
             # since): read both afresh, together.
-            campaign, held = self._fresh_with_held(campaign_id, holder, _slots(campaign))
+            campaign, held = self._fresh_with_held(campaign_id, holder, campaign.slots)
         elif idempotency_key is not None or campaign.max_per_user > 1:
             held = self._held(campaign, holder)
         # With one code per shopper and no key, slot 0 is the only slot: no read is needed
@@ -201,7 +204,7 @@ class ClaimEngine:
             held = self._held(campaign, holder) if held is None else held
             if held:
                 return _held_answer(held, campaign, idempotency_key) or ClaimOutcome(
-                    claim=held[-1], created=False
+                    claim=held[-1], created=False, campaign=campaign
                 )
             raise CampaignNotActive(f"Campaign {campaign_id!r} is {status.value}.")
         pool.observe_generation(campaign.pool_generation, campaign.codes_total)
@@ -240,10 +243,11 @@ class ClaimEngine:
             if candidate is None:
                 # Proven and recorded: this instance found no unassigned code anywhere.
                 campaign, held = self._fresh_with_held(
-                    campaign_id, attempt.holder, _slots(attempt.campaign)
+                    campaign_id, attempt.holder, attempt.campaign.slots
                 )
+                attempt.campaign = campaign  # the newest record decides from here on
                 if held and len(held) >= campaign.max_per_user:
-                    return ClaimOutcome(claim=held[-1], created=False)
+                    return ClaimOutcome(claim=held[-1], created=False, campaign=campaign)
                 if campaign.sold_out:
                     self.metrics.add(sold_out_answers=1)
                     raise SoldOut(f"Every code of campaign {campaign_id!r} has been claimed.")
@@ -305,7 +309,7 @@ class ClaimEngine:
             return _Retry.COUNTED
         pool.settle(candidate)
         self.metrics.add(commits=1)
-        return ClaimOutcome(claim=claim, created=True)
+        return ClaimOutcome(claim=claim, created=True, campaign=attempt.campaign)
 
     def _hold(self, campaign: CampaignRecord) -> Hold | None:
         if campaign.hold_seconds is None:
@@ -337,7 +341,7 @@ class ClaimEngine:
         if found:
             # Codes freed after the campaign was read (a release or an import committing in
             # between) are no miss of the ranges: their commit bumped the generation.
-            if pool.observe_generation(self._campaign_cached(campaign_id).pool_generation):
+            if pool.observe_generation(self.campaign(campaign_id).pool_generation):
                 return Exhausted.LOOK_AGAIN
             return found
         now = self._clock()
@@ -349,14 +353,10 @@ class ClaimEngine:
             marked = campaign.model_copy(update={"sold_out": True, "sold_out_at": now})
             self._campaigns.offer(campaign_id, Version(record=marked, update_time=written))
             log.info("campaign sold out", extra={"campaign_id": campaign_id})
-            if self._on_sold_out is not None:
-                self._on_sold_out(campaign_id, campaign.codes_total)
+            if self._events is not None:
+                self._events.sold_out(campaign)
             return Exhausted.SOLD_OUT
         return Exhausted.LOOK_AGAIN
-
-
-def _slots(campaign: CampaignRecord) -> int:
-    return max(campaign.max_per_user, campaign.slots_ceiling)
 
 
 def _held_answer(
@@ -367,9 +367,9 @@ def _held_answer(
     if idempotency_key is not None:
         replay = next((c for c in held if c.idempotency_key == idempotency_key), None)
         if replay is not None:
-            return ClaimOutcome(claim=replay, created=True)
+            return ClaimOutcome(claim=replay, created=True, campaign=campaign)
     if len(held) >= campaign.max_per_user:
-        return ClaimOutcome(claim=held[-1], created=False)
+        return ClaimOutcome(claim=held[-1], created=False, campaign=campaign)
     return None
 
 

@@ -1,5 +1,6 @@
-"""A claim as the API performs it: the campaign's rules (policy), the waiting room, the engine's
-atomic assignment, then its event."""
+"""A claim as the API performs it: the campaign read once (the instance's copy), its rules
+(policy), the waiting room, the engine's atomic assignment of that record, then its event; and
+the landing page's reads of the same copy."""
 
 from __future__ import annotations
 
@@ -10,25 +11,29 @@ from datetime import datetime
 
 from google.cloud import firestore
 
-from shared.campaigns.models import CampaignRecord, CampaignStatus
+from shared.campaigns import service as campaign_service
+from shared.campaigns.models import CampaignPublic, CampaignRecord, CampaignStatus
 from shared.claims import policy
 from shared.claims import store as claim_store
-from shared.claims.engine import ClaimEngine, ClaimOutcome
-from shared.claims.models import ClaimRecord, coupon_claimed
+from shared.claims.engine import ClaimEngine
+from shared.claims.events import ClaimEvents
+from shared.claims.models import ClaimRecord, HeldClaim, HeldClaims
 from shared.claims.policy import AppCheck, Shopper
-from shared.errors import CampaignNotActive, CodedropError, WaitingRoom
-from shared.events.batch import ClaimBatcher
-from shared.events.bus import EventBus
+from shared.errors import CampaignNotActive, ClaimNotFound, CodedropError, WaitingRoom
 from shared.fairness.models import EntryPublic
 from shared.fairness.service import FairnessService
 from shared.gcp.batched_reads import ReadCoalescer
-from shared.usage.service import UsageService
+from shared.usage.reading import UsageReader
 from shared.waiting_room.service import RoomPass, WaitingRoomService
 
 
 @dataclass(frozen=True, slots=True)
 class ClaimResult:
-    outcome: ClaimOutcome
+    """What the claim API answers."""
+
+    claim: ClaimRecord
+    created: bool  # a new code (or a replay of its Idempotency-Key), not the one already held
+    valid_until: datetime | None  # by the record the engine decided on: redemption's judge
     ticket: str | None  # the waiting-room ticket to keep, when the room is enabled
 
 
@@ -38,20 +43,18 @@ class ClaimService:
         *,
         db: firestore.Client,
         engine: ClaimEngine,
-        bus: EventBus,
+        events: ClaimEvents,
         room: WaitingRoomService,
-        usage: UsageService,
+        usage: UsageReader,
         fairness: FairnessService,
         app_check: AppCheck,
         clock: Callable[[], datetime],
         deadline_seconds: float,
-        event_window_seconds: float,
     ) -> None:
-        self.engine = engine
+        self._engine = engine
         self._app_check = app_check
         self._deadline_seconds = deadline_seconds
-        # This instance's concurrent claims of a campaign share one message.
-        self._events = ClaimBatcher(bus, window_seconds=event_window_seconds)
+        self._events = events
         self._room = room
         self._usage = usage
         self._fairness = fairness
@@ -60,21 +63,46 @@ class ClaimService:
         # one batched read (each still started after its request arrived).
         self._reader = ReadCoalescer(db=db)
 
-    def held(self, campaign: CampaignRecord, shopper: Shopper) -> list[ClaimRecord]:
-        """The codes the shopper holds in the campaign, as its identity counts them: any of
-        the person's accounts finds them."""
-        return claim_store.held_claims(
-            self._reader,
-            campaign_id=campaign.campaign_id,
-            holder=policy.holder_key(campaign, shopper),
-            slots=max(campaign.max_per_user, campaign.slots_ceiling),
+    def campaign(self, campaign_id: str) -> CampaignRecord:
+        """The campaign as claims see it: the instance's copy (ClaimEngine.campaign), which
+        landing pages poll."""
+        return self._engine.campaign(campaign_id)
+
+    def public_campaign(self, campaign_id: str) -> CampaignPublic:
+        """The campaign as a landing page shows it: status, codes left, the room."""
+        campaign = self.campaign(campaign_id)
+        return campaign_service.public_view(
+            campaign,
+            now=self._clock(),
+            remaining=self._usage.remaining(campaign),
+            room=self._room.status(campaign),
         )
+
+    def held(self, campaign_id: str, shopper: Shopper) -> HeldClaims:
+        """The codes the shopper holds in the campaign, as its identity counts them: any of
+        the person's accounts finds them. CLAIM_NOT_FOUND when there is none."""
+        campaign = self.campaign(campaign_id)
+        held = claim_store.held_claims(
+            self._reader,
+            campaign_id=campaign_id,
+            holder=policy.holder_key(campaign, shopper),
+            slots=campaign.slots,
+        )
+        if not held:
+            raise ClaimNotFound(f"You hold no code in campaign {campaign_id!r}.")
+        claims = [
+            HeldClaim.model_validate(c, from_attributes=True).model_copy(
+                update={"valid_until": campaign.valid_until(c.claimed_at)}
+            )
+            for c in held
+        ]
+        return HeldClaims(claims=claims)
 
     def enter(
         self, *, campaign_id: str, shopper: Shopper, app_check_token: str | None = None
     ) -> tuple[EntryPublic, bool]:
         """Join a fair drop's pre-queue, after the checks a claim passes (True: a new entry)."""
-        campaign = self.engine.campaign(campaign_id)
+        campaign = self.campaign(campaign_id)
         holder = policy.admit(
             campaign, shopper, app_check=self._app_check, app_check_token=app_check_token
         )
@@ -90,7 +118,7 @@ class ClaimService:
         app_check_token: str | None = None,
     ) -> ClaimResult:
         started = time.monotonic()
-        campaign = self.engine.campaign(campaign_id)
+        campaign = self.campaign(campaign_id)
         if not campaign.pre_queue_seconds:
             return self._claim(campaign, shopper, idempotency_key, ticket, app_check_token, started)
         # A fair drop's transparency report counts its refusals by reason, from the start (a
@@ -111,7 +139,7 @@ class ClaimService:
         app_check_token: str | None,
         started: float,
     ) -> ClaimResult:
-        campaign_id, user_id = campaign.campaign_id, shopper.user_id
+        user_id = shopper.user_id
         # Refused before the waiting room: a caller the sale does not accept never holds a place.
         holder = policy.admit(
             campaign, shopper, app_check=self._app_check, app_check_token=app_check_token
@@ -123,7 +151,7 @@ class ClaimService:
         # Only a running sale has a room: before starts_at (or paused, or ended) the engine
         # answers at once (CAMPAIGN_NOT_ACTIVE, or a code already held), with no ticket and no
         # admission spent, so a try before the start earns no place ahead of the start's
-        # arrivals (shoppers who came 23 s early were admitted before those at +1 s).
+        # arrivals.
         running = campaign.status_at(self._clock()) in (
             CampaignStatus.ACTIVE,
             CampaignStatus.SOLD_OUT,
@@ -132,7 +160,7 @@ class ClaimService:
             remaining = self._usage.remaining(campaign)
             # Once no code is left, nobody waits for one: the engine answers at once (SOLD_OUT,
             # or the code a holder already has).
-            if remaining > 0 and not self.engine.sold_out(campaign_id):
+            if remaining > 0 and not self._engine.sold_out(campaign):
                 drawn = (
                     self._fairness.queue(campaign, holder) if campaign.pre_queue_seconds else None
                 )
@@ -150,11 +178,8 @@ class ClaimService:
                     raise
                 if drawn is not None:
                     self._fairness.admitted(campaign, holder, room_pass)
-        outcome = self.engine.claim(
-            campaign_id=campaign_id,
-            user_id=user_id,
-            idempotency_key=idempotency_key,
-            holder=holder,
+        outcome = self._engine.claim(
+            campaign, user_id=user_id, holder=holder, idempotency_key=idempotency_key
         )
         if outcome.created:
             # Awaited (with the claims that share its message), but never past the claim's own
@@ -162,7 +187,10 @@ class ClaimService:
             # still gets the code (the claim is committed). A replay publishes the same event
             # id again.
             left = started + self._deadline_seconds - time.monotonic()
-            self._events.publish(
-                coupon_claimed(outcome.claim), now=self._clock(), timeout=max(left, 0.0)
-            )
-        return ClaimResult(outcome=outcome, ticket=room_pass.ticket)
+            self._events.claimed(outcome.claim, timeout=max(left, 0.0))
+        return ClaimResult(
+            claim=outcome.claim,
+            created=outcome.created,
+            valid_until=outcome.valid_until,
+            ticket=room_pass.ticket,
+        )

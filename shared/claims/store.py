@@ -14,7 +14,6 @@ from datetime import datetime, timedelta
 
 from google.cloud import firestore
 
-from shared.claims.identity import IdentityKind, identity_key
 from shared.claims.models import ClaimRecord, ClaimState
 from shared.claims.recovery import sweep_bucket
 from shared.coupons.store import EXPIRES_BUCKET, Candidate, expires_bucket
@@ -29,12 +28,6 @@ class Hold:
 
     seconds: int
     bucket_seconds: int
-
-
-def user_key(user_id: str) -> str:
-    """The holder key of an account (campaigns with identity "uid")."""
-    # Firebase uids may hold characters a document id cannot; a hash is safe and fixed-length.
-    return identity_key(IdentityKind.UID, user_id)
 
 
 def claim_id_for(holder: str, slot: int) -> str:

@@ -18,7 +18,7 @@ from google.cloud import firestore
 from shared.cache import RecentReads
 from shared.campaigns import store as campaign_store
 from shared.usage.models import LiveCounters
-from shared.usage.service import UsageService, burn_down, stats_of
+from shared.usage.reading import UsageReader, burn_down, stats_of
 from shared.waiting_room.service import WaitingRoomService
 
 LIVE_CACHE_SECONDS = 1.0
@@ -27,7 +27,7 @@ LIVE_CACHE_SECONDS = 1.0
 @dataclass(kw_only=True, eq=False)
 class LiveService:
     db: firestore.Client
-    usage: UsageService
+    usage: UsageReader
     room: WaitingRoomService
     clock: Callable[[], datetime]
     cache_seconds: InitVar[float] = LIVE_CACHE_SECONDS

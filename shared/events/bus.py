@@ -5,9 +5,9 @@
 `announce_once` is for facts that must be told exactly once (low stock, sold out, an import
 finished): a marker and an outbox entry are written in one atomic batch before publishing, so a
 crash after the marker still leaves the outbox entry for the sweeper, and a second announcer
-finds the marker and stays silent. Claims do not pay for a marker (two writes per claim is the
-budget): for them the claim document itself is the durable record, and the sweep re-publishes
-any recent claim whose event the counters never saw (shared/claims/recovery.py).
+finds the marker and stays silent. `send_message` publishes a message its producer encoded
+itself (several events of one campaign in one message, say) at once, and `keep` puts each
+event of a failed one in the outbox.
 `stage` + `deliver_staged` are for state changes that leave no other durable trace of their
 event (a redemption, a release): the outbox entry is written in the very batch that makes the
 change, and deleted once the event is published.
@@ -67,26 +67,25 @@ class EventBus:
             **self._attributes(event),
         )
 
-    def publish_claims(
-        self, claims: Sequence[events.CouponClaimed], encoded: Sequence[bytes], *, timeout: float
+    def send_message(
+        self,
+        data: bytes,
+        *,
+        event_id: str,
+        kind: str,
+        routed_as: events.Event,
+        timeout: float,
     ) -> None:
-        """Publish one campaign's claims, whose encode_event bytes are `encoded`, as one message
-        (a batch of one is the plain event) and wait for the acknowledgement, at most `timeout`
-        seconds; raises one of PUBLISH_ERRORS. The batch has its campaign's routing attributes
-        (its members share campaign and type), so a campaign without webhooks pays nothing for
-        them."""
-        if len(claims) == 1:
-            data, event_id, kind = encoded[0], claims[0].event_id, claims[0].type.value
-        else:
-            data = events.encode_batch(claims, encoded)
-            event_id, kind = events.batch_event_id(claims), events.CLAIMED_BATCH
+        """Publish `data`, encoded by its producer, as one message with its own request, and wait
+        for the acknowledgement at most `timeout` seconds; raises one of PUBLISH_ERRORS. It
+        carries `routed_as`'s routing attributes: every event it holds must share them."""
         self._publisher.publish_now(
             self._topic,
             data,
             timeout=timeout,
             event_id=event_id,
             type=kind,
-            **self._attributes(claims[0]),
+            **self._attributes(routed_as),
         )
 
     def send(self, event: events.Event, *, timeout: float = PUBLISH_TIMEOUT_SECONDS) -> None:

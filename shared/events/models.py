@@ -209,7 +209,7 @@ def batch_event_id(claims: Sequence[CouponClaimed]) -> str:
 
 
 class ClaimedBatch(_Event):
-    """`coupon.claimed` events of one campaign published as one message (shared/events/batch.py):
+    """`coupon.claimed` events of one campaign published as one message (shared/claims/events.py):
     each member is the very event a single publish would carry, checked and counted on its own
     terms. `occurred_at` is the first member's. Not an event type: nothing subscribes to it,
     webhooks receive its members."""

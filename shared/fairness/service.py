@@ -42,7 +42,7 @@ from shared.fairness.models import (
 )
 from shared.fairness.store import Admission, DropSecret, StoredDraw
 from shared.types import Tally
-from shared.usage.service import UsageService
+from shared.usage.reading import UsageReader
 from shared.waiting_room.service import DrawnQueue, RoomPass
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ class FairnessService:
         self,
         *,
         db: firestore.Client,
-        usage: UsageService,
+        usage: UsageReader,
         tick_seconds: float,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:

@@ -8,10 +8,8 @@ from collections.abc import Callable
 import flask
 from pydantic import BaseModel
 
-from shared.campaigns import service as campaign_service
 from shared.campaigns.models import CampaignPublic, CampaignRecord
-from shared.claims.models import ClaimPublic, HeldClaim, HeldClaims
-from shared.clock import utcnow
+from shared.claims.models import ClaimPublic, HeldClaims
 from shared.errors import (
     AppCheckRequired,
     CampaignNotActive,
@@ -84,10 +82,9 @@ def _idempotency_key(request: flask.Request) -> str | None:
 openapi.serve(router)
 
 
-def engine_campaign(call: Call, campaign_id: str) -> CampaignRecord:
-    """The engine's copy of the campaign (at most campaign_cache_seconds old): landing pages
-    poll these routes."""
-    return call.services.engine.campaign(campaign_id_param(campaign_id))
+def live_campaign(call: Call, campaign_id: str) -> CampaignRecord:
+    """The instance's copy of the campaign, as claims see it: landing pages poll these routes."""
+    return call.services.claims.campaign(campaign_id_param(campaign_id))
 
 
 @router.route(
@@ -99,12 +96,7 @@ def engine_campaign(call: Call, campaign_id: str) -> CampaignRecord:
     raises=[CampaignNotFound],
 )
 def get_campaign(call: Call, campaign_id: str) -> flask.Response:
-    services = call.services
-    campaign = engine_campaign(call, campaign_id)
-    remaining = services.usage.remaining(campaign)
-    room = services.room.status(campaign)
-    view = campaign_service.public_view(campaign, now=utcnow(), remaining=remaining, room=room)
-    return json_response(view)
+    return json_response(call.services.claims.public_campaign(campaign_id_param(campaign_id)))
 
 
 @router.route(
@@ -157,13 +149,10 @@ def create_claim(call: Call, campaign_id: str) -> flask.Response:
         # A bad ticket in the cookie would be sent forever: drop it, so the next try starts over.
         response.delete_cookie(cookie, secure=True, httponly=True, samesite="None")
         return response
-    claim = result.outcome.claim
-    # The engine's copy of the campaign (recent): its validity, as redemption will judge it.
-    valid_until = call.services.engine.campaign(campaign_id).valid_until(claim.claimed_at)
-    body = ClaimPublic.model_validate(claim, from_attributes=True).model_copy(
-        update={"valid_until": valid_until}
+    body = ClaimPublic.model_validate(result.claim, from_attributes=True).model_copy(
+        update={"valid_until": result.valid_until}
     )
-    response = json_response(body, 201 if result.outcome.created else 200)
+    response = json_response(body, 201 if result.created else 200)
     _keep_ticket(response, cookie, result.ticket, max_age)
     return response
 
@@ -192,18 +181,8 @@ def _keep_ticket(response: flask.Response, cookie: str, ticket: object, max_age:
     raises=[CampaignNotFound, ClaimNotFound, IdentityRequired, IdentityInvalid],
 )
 def my_claims(call: Call, campaign_id: str) -> flask.Response:
-    services = call.services
-    campaign = engine_campaign(call, campaign_id)
-    held = services.claims.held(campaign, call.user.shopper())
-    if not held:
-        raise ClaimNotFound(f"You hold no code in campaign {campaign.campaign_id!r}.")
-    claims = [
-        HeldClaim.model_validate(c, from_attributes=True).model_copy(
-            update={"valid_until": campaign.valid_until(c.claimed_at)}
-        )
-        for c in held
-    ]
-    return json_response(HeldClaims(claims=claims))
+    held = call.services.claims.held(campaign_id_param(campaign_id), call.user.shopper())
+    return json_response(held)
 
 
 # --- fair drops (docs/fair-drops.md) ------------------------------------------------------------
@@ -242,9 +221,8 @@ def join_pre_queue(call: Call, campaign_id: str) -> flask.Response:
     raises=[CampaignNotFound, FairDropNotFound],
 )
 def fairness(call: Call, campaign_id: str) -> flask.Response:
-    services = call.services
-    campaign = engine_campaign(call, campaign_id)
-    return json_response(services.fairness.fairness(campaign))
+    campaign = live_campaign(call, campaign_id)
+    return json_response(call.services.fairness.fairness(campaign))
 
 
 @router.route(
@@ -279,7 +257,7 @@ def _fairness_page(
     page: Callable[[FairnessService, CampaignRecord, str | None], BaseModel],
 ) -> flask.Response:
     """One page of a fair drop's list, from the query's page token."""
-    campaign = engine_campaign(call, campaign_id)
+    campaign = live_campaign(call, campaign_id)
     page_token = call.query_as(PageQuery).page_token
     return json_response(page(call.services.fairness, campaign, page_token))
 
@@ -293,6 +271,5 @@ def _fairness_page(
     raises=[CampaignNotFound, FairDropNotFound, CampaignNotActive],
 )
 def transparency(call: Call, campaign_id: str) -> flask.Response:
-    services = call.services
-    campaign = engine_campaign(call, campaign_id)
-    return json_response(services.fairness.transparency(campaign))
+    campaign = live_campaign(call, campaign_id)
+    return json_response(call.services.fairness.transparency(campaign))

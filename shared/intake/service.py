@@ -21,7 +21,7 @@ import itertools
 import logging
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from google.api_core import exceptions as gexc
@@ -31,6 +31,7 @@ from shared.audit.models import AuditAction, AuditContext, entry_for
 from shared.campaigns import store as campaign_store
 from shared.codes import CodeFormat, legacy_format
 from shared.errors import CampaignNotFound, shown
+from shared.events.bus import EventBus
 from shared.gcp import storage as storage_objects
 from shared.intake import jobs as job_store
 from shared.intake.csv_rows import InvalidRow, parse_rows, report_value, spreadsheet_safe
@@ -44,6 +45,7 @@ from shared.intake.models import (
     JobRecord,
     JobState,
     UploadSession,
+    codes_imported,
 )
 from shared.intake.report import COLUMNS as REPORT_COLUMNS
 from shared.intake.report import RowReport, formula_warning
@@ -105,7 +107,7 @@ def import_job_id(obj: StoredObject) -> str:
 
 @dataclass(kw_only=True, eq=False)
 class IntakeService(job_store.BucketJobService):
-    on_job_finished: Callable[[JobRecord], None] | None = None
+    bus: EventBus | None = None  # None: finished imports are not announced (benchmarks)
 
     # --- events ---------------------------------------------------------------------------
     def handle_object_finalized(self, obj: StoredObject) -> JobRecord | None:
@@ -232,6 +234,13 @@ class IntakeService(job_store.BucketJobService):
             and parent.campaign_id == job.campaign_id
         )
 
+    def _announce(self, job: JobRecord) -> None:
+        """codes.imported, once across instances, for a job that imported codes (a failed job
+        may have imported some before it failed)."""
+        if self.bus is not None and (job.state is JobState.DONE or job.imported):
+            now = self.clock()
+            self.bus.announce_once(codes_imported(job, now=now), now=now)
+
     def _save_progress(self, job: JobRecord, importer: CodeImporter) -> None:
         snapshot = job.model_copy(update={**importer.counts.totals(), "updated_at": self.clock()})
         job_store.save_progress(self.db, job=snapshot)
@@ -241,8 +250,7 @@ class IntakeService(job_store.BucketJobService):
         if outcome is None:
             return None
         done = outcome.job
-        if self.on_job_finished is not None:
-            self.on_job_finished(done)
+        self._announce(done)
         if outcome.parent is not None and outcome.parent.state is JobState.RUNNING:
             self._write_generated_round(outcome.parent)
         return done

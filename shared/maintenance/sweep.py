@@ -19,7 +19,7 @@ from shared.claims.holds import HoldReleaser
 from shared.claims.recovery import republish_unseen_claims
 from shared.events.bus import EventBus
 from shared.maintenance.models import SweepRequest, SweepResult
-from shared.usage.service import UsageService
+from shared.usage.counting import UsageCounter
 from shared.webhooks.service import WebhookService
 
 
@@ -27,7 +27,7 @@ from shared.webhooks.service import WebhookService
 class Sweeper:
     db: firestore.Client
     bus: EventBus
-    usage: UsageService
+    usage_counter: UsageCounter
     holds: HoldReleaser
     webhooks: WebhookService
     clock: Callable[[], datetime]
@@ -55,7 +55,7 @@ class Sweeper:
             )
             republished += report.republished
             failures += report.failures
-            self.usage.check_stock(campaign.campaign_id, force=True)
+            self.usage_counter.check_stock(campaign.campaign_id, force=True)
         # Last: it takes up to the drain budget when endpoints are slow.
         webhooks = self.webhooks.drain_due()
         return SweepResult(

@@ -1,2 +1,3 @@
-"""Usage: sharded counters fed by events (count_usage), stats, reports, low-stock and sold-out
-announcements, and reconciliation with the documents."""
+"""Usage: sharded counters (counters), what count_usage counts (verification, counting: with the
+low-stock and sold-out announcements), what is read back (reading: stock, stats, reports), and
+reconciliation with the documents."""

@@ -2,7 +2,7 @@
 
 Each event is applied in one atomic batch that creates the consumer's marker for its event_id
 and increments one shard picked at random: a redelivered event finds its marker and changes
-nothing. A batch of claims (one message, shared/events/batch.py) is applied the same way in one
+nothing. A batch of claims (one message, shared/claims/events.py) is applied the same way in one
 commit: a marker per claim and their increments summed on one shard. Shards start few and grow
 when writes contend (Bluecore's design): a commit that fails with a contention error, or takes
 longer than the contention threshold, doubles the shard count (up to `counter_max_shards`) and
@@ -92,6 +92,11 @@ class CounterTotals:
     def taken(self) -> int:
         """Codes not free: claimed, less those given back, plus those voided while free."""
         return self.claimed - self.released - self.returned + self.voided_available
+
+    def free(self, codes_total: int) -> int:
+        """Codes nobody holds: every code, less every claim, plus every hold and redemption
+        given back, less every code voided while nobody held it."""
+        return codes_total - self.taken
 
 
 _TOTALS = (

@@ -11,8 +11,8 @@ from __future__ import annotations
 from cloudevents.http import CloudEvent
 
 from shared.events import push
-from shared.usage.service import UsageService
+from shared.usage.counting import UsageCounter
 
 
-def handle(event: CloudEvent, usage: UsageService) -> None:
-    push.dispatch(event, one=lambda parsed, _: usage.handle(parsed), batch=usage.handle_batch)
+def handle(event: CloudEvent, counter: UsageCounter) -> None:
+    push.dispatch(event, one=lambda parsed, _: counter.handle(parsed), batch=counter.handle_batch)

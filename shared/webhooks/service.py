@@ -65,7 +65,7 @@ class WebhookService:
         resolve: guard.Resolver = guard.resolve_host,
     ) -> None:
         self._db = db
-        # The check count_usage makes (UsageService.verified): only events their records back
+        # The check count_usage makes (EventVerifier.verified): only events their records back
         # are signed and sent to a business.
         self._verify = verify
         self._verify_claims = verify_claims

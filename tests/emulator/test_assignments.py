@@ -19,6 +19,7 @@ from google.cloud.firestore_v1.base_query import FieldFilter
 from google.cloud.storage import Client as StorageClient
 
 from devkit.audit import audit_campaign
+from devkit.claims import claim_as
 from shared.assignments import service as assignment_service
 from shared.claims.engine import ClaimEngine, ClaimOutcome
 from shared.claims.identity import IdentityKind, identity_key
@@ -353,7 +354,7 @@ def test_a_list_and_the_landing_page_share_the_pool_without_a_code_twice(
     def claim(user: str) -> ClaimOutcome:
         for _ in range(300):  # as the landing page does: CONTENDED is safe to retry
             try:
-                return engine.claim(campaign_id=campaign_id, user_id=user)
+                return claim_as(engine, campaign_id, user)
             except Contended:
                 time.sleep(0.1)
         pytest.fail(f"{user} was answered CONTENDED for 30 s")

@@ -13,7 +13,6 @@ from google.cloud import firestore
 
 from devkit.standins.app_check import DevAppCheckKeys, DevAppCheckServer
 from shared.claims.identity import IdentityKind, identity_key
-from shared.claims.store import user_key
 from shared.clock import utcnow
 from shared.gcp.firestore import claims_collection
 from tests.support.api import ADMIN, auth
@@ -214,7 +213,7 @@ def test_by_default_each_account_is_a_person(
 
     assert [first.status_code, second.status_code] == [201, 201]
     assert sorted(held_by(db, campaign_id)) == sorted(
-        [f"{user_key('uid-acct-1')}-0", f"{user_key('uid-acct-2')}-0"]
+        [f"{identity_key(IdentityKind.UID, f'uid-acct-{n}')}-0" for n in (1, 2)]
     )
 
 

@@ -12,6 +12,7 @@ import pytest
 from google.cloud import firestore
 
 from devkit import codes as fixture_codes
+from devkit.claims import claim_as
 from devkit.firestore_rpcs import RpcCounter
 from shared.campaigns import store as campaign_store
 from shared.campaigns.live import (
@@ -80,13 +81,13 @@ def test_a_pause_and_a_resume_reach_the_instance_without_reading_the_campaign(
         )
         until(lambda: engine.campaign(campaign_id).paused, within=10)
         with pytest.raises(CampaignNotActive):
-            engine.claim(campaign_id=campaign_id, user_id="shopper-1")
+            claim_as(engine, campaign_id, "shopper-1")
 
         campaign_store.update_campaign(
             db, campaign_id=campaign_id, changes={"paused": False}, now=utcnow()
         )
         until(lambda: not engine.campaign(campaign_id).paused, within=10)
-        assert engine.claim(campaign_id=campaign_id, user_id="shopper-1").created
+        assert claim_as(engine, campaign_id, "shopper-1").created
     finally:
         engine.close()
     counts = counter.snapshot()
@@ -106,20 +107,20 @@ def test_a_sell_out_elsewhere_then_an_import_reach_the_instance(
     other = ClaimEngine(db=db, settings=get_settings())  # reads the campaign for every claim
     try:
         assert listened.campaign(campaign_id).status_at(utcnow()).value == "active"
-        assert other.claim(campaign_id=campaign_id, user_id="first").created
+        assert claim_as(other, campaign_id, "first").created
         with pytest.raises(SoldOut):  # the other instance proves and records it
-            other.claim(campaign_id=campaign_id, user_id="second")
+            claim_as(other, campaign_id, "second")
 
         until(lambda: listened.campaign(campaign_id).sold_out, within=10)
         reads = counter.snapshot()
         with pytest.raises(SoldOut):  # answered from the copy: only the shopper's slot is read
-            listened.claim(campaign_id=campaign_id, user_id="third")
+            claim_as(listened, campaign_id, "third")
         late = counter.snapshot() - reads
         assert late.reads_by_collection == {"claims": 1}
 
         fixture_codes.add_codes(db, campaign_id=campaign_id, codes=["AFTER-1"], now=utcnow())
         until(lambda: not listened.campaign(campaign_id).sold_out, within=10)
-        assert listened.claim(campaign_id=campaign_id, user_id="third").claim.code == "AFTER-1"
+        assert claim_as(listened, campaign_id, "third").claim.code == "AFTER-1"
     finally:
         listened.close()
         other.close()

@@ -14,7 +14,7 @@ from shared.campaigns import store as campaign_store
 from shared.clock import utcnow
 from shared.container import Services
 from shared.coupons import store as coupon_store
-from shared.gcp.firestore import campaign_ref
+from shared.gcp.firestore import announcement_ref, campaign_ref
 from shared.http import claim_api as claim_routes
 from shared.settings import Settings
 from tests.support.api import ADMIN, auth, router_client
@@ -142,6 +142,12 @@ def test_sold_out_is_410_and_recorded_on_the_campaign(
     assert holder.status_code == 200
     campaign = campaign_store.get_campaign(db, campaign_id=campaign_id)
     assert campaign.sold_out is True
+    # Announced by the claim that proved it, before count_usage sees any claim.
+    marker = announcement_ref(db, campaign_id, f"sold_out.{campaign_id}.2").get()
+    assert (marker.get("type"), marker.get("event")["campaign_id"]) == (
+        "campaign.sold_out",
+        campaign_id,
+    )
     public = claim_client.get(f"/v1/campaigns/{campaign_id}").get_json()
     assert public["status"] == "sold_out"
     assert public["remaining"] == 0

@@ -1,4 +1,4 @@
-"""Claims' events many to a message (`coupon.claimed.batch`, shared/events/batch.py) on the
+"""Claims' events many to a message (`coupon.claimed.batch`, shared/claims/events.py) on the
 emulators: counted once each in one commit whatever the redeliveries and overlaps, a forged member
 refused alone, a malformed batch acknowledged, webhooks sent one event per claim, and a lost batch
 recovered by the sweep."""
@@ -51,10 +51,10 @@ def test_a_batch_is_counted_in_one_read_and_one_commit(
     message = events.ClaimedBatch.of(batch)
 
     with RpcCounter(services.db) as rpcs:
-        services.usage.verified_claims(message)
+        services.verifier.verified_claims(message)
         checked = rpcs.snapshot()
     with RpcCounter(services.db) as rpcs:
-        services.usage.handle_batch(message)
+        services.usage_counter.handle_batch(message)
         counts = rpcs.snapshot()
 
     assert checked.calls == {"batch_get_documents": 1}
@@ -240,7 +240,7 @@ class Recording:
 def claim_concurrently(services: Services, campaign_id: str, shoppers: int) -> list[str]:
     def claim(n: int) -> str:
         result = services.claims.claim(campaign_id=campaign_id, shopper=Shopper(f"buyer-{n}"))
-        return result.outcome.claim.claim_id
+        return result.claim.claim_id
 
     with ThreadPoolExecutor(16) as pool:
         return list(pool.map(claim, range(shoppers)))

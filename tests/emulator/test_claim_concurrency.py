@@ -13,6 +13,7 @@ import pytest
 from google.cloud import firestore
 
 from devkit.audit import audit_campaign
+from devkit.claims import claim_as
 from shared.claims.engine import ClaimEngine
 from shared.container import instance_services
 from shared.errors import CodedropError
@@ -31,7 +32,7 @@ class Answer:
 
 def _claim(engine: ClaimEngine, campaign_id: str, user_id: str) -> Answer:
     try:
-        result = engine.claim(campaign_id=campaign_id, user_id=user_id)
+        result = claim_as(engine, campaign_id, user_id)
     except CodedropError as exc:
         return Answer(user_id, exc.error_code, None)
     return Answer(user_id, "created" if result.created else "held", result.claim.code)

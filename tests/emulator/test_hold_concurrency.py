@@ -18,6 +18,7 @@ import pytest
 from google.cloud import firestore
 
 from devkit.audit import AuditReport, audit_campaign
+from devkit.claims import claim_as
 from shared.claims.engine import ClaimEngine
 from shared.claims.holds import HoldReleaser
 from shared.claims.redemption import RedemptionService
@@ -121,8 +122,7 @@ def test_release_racing_redemption_lets_exactly_one_win_every_round(
             if coupon_state(s.to_dict() or {}) is CouponState.AVAILABLE
         ]
         codes = [
-            engine.claim(campaign_id=campaign_id, user_id=f"w{wave}-{i}").claim.code
-            for i in range(len(available))
+            claim_as(engine, campaign_id, f"w{wave}-{i}").claim.code for i in range(len(available))
         ]
         with ThreadPoolExecutor(8) as pool:
             rounds += pool.map(lambda c: _race_release_and_redeem(db, campaign_id, c), codes)
@@ -154,7 +154,7 @@ def _claim_until_served(
     while True:
         last_word = final()
         try:
-            outcome = engine.claim(campaign_id=campaign_id, user_id=user)
+            outcome = claim_as(engine, campaign_id, user)
         except SoldOut:
             if last_word:
                 return "SOLD_OUT", None
@@ -175,10 +175,10 @@ def test_releases_racing_claims_never_leave_a_code_free_and_held(
     engines = [ClaimEngine(db=db, settings=get_settings(), clock=clock) for _ in range(2)]
     holders = [f"h{round_}-{i}" for i in range(codes)]
     for i, user in enumerate(holders):
-        engines[i % 2].claim(campaign_id=campaign_id, user_id=user)
+        claim_as(engines[i % 2], campaign_id, user)
     late = ClaimEngine(db=db, settings=get_settings())
     with pytest.raises(SoldOut):
-        late.claim(campaign_id=campaign_id, user_id="nobody-yet")
+        claim_as(late, campaign_id, "nobody-yet")
     clock.shift = timedelta(0)  # the holds have expired; the holds written from now on have not
 
     # Two sweeps at once (two instances), new shoppers, and the old holders clicking again.

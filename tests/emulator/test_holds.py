@@ -14,6 +14,7 @@ from google.cloud import firestore
 from werkzeug.test import TestResponse
 
 from devkit.audit import audit_campaign
+from devkit.claims import claim_as
 from shared.campaigns import store as campaign_store
 from shared.clock import utcnow
 from shared.container import instance_services
@@ -269,10 +270,10 @@ def test_events_of_a_slot_held_twice_are_both_counted(
     campaign_id = make_brief_hold_campaign(2)
     services = instance_services()
     engine = services.engine
-    first = engine.claim(campaign_id=campaign_id, user_id="twice").claim
+    first = claim_as(engine, campaign_id, "twice").claim
     expire_holds()
     assert services.holds.release_expired().released >= 1
-    second = engine.claim(campaign_id=campaign_id, user_id="twice").claim
+    second = claim_as(engine, campaign_id, "twice").claim
 
     assert first.claim_id == second.claim_id
     assert coupon_claimed(first).event_id != coupon_claimed(second).event_id
@@ -294,7 +295,7 @@ def test_a_sweep_pages_through_more_expired_holds_than_a_page(
     campaign_id = make_brief_hold_campaign(40)
     engine = instance_services().engine
     for i in range(40):
-        engine.claim(campaign_id=campaign_id, user_id=f"pager-{i}")
+        claim_as(engine, campaign_id, f"pager-{i}")
     expire_holds()
 
     report = instance_services().holds.release_expired()
@@ -323,7 +324,7 @@ def test_hold_events_count_as_their_records_say_and_never_twice(
 
     campaign_id = make_brief_hold_campaign(2)
     services = instance_services()
-    hold = services.engine.claim(campaign_id=campaign_id, user_id="lost-event").claim
+    hold = claim_as(services.engine, campaign_id, "lost-event").claim
     expire_holds()
     assert services.holds.release_expired().by_campaign[campaign_id] == 1
     delivered = [e for e in pump_events() if e["campaign_id"] == campaign_id]

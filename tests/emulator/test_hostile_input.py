@@ -282,7 +282,7 @@ def test_a_crash_in_an_event_function_is_json_500_so_pubsub_retries(
     def broken(event: object) -> None:
         raise RuntimeError("Firestore is down")
 
-    monkeypatch.setattr(instance_services().usage, "handle", broken)
+    monkeypatch.setattr(instance_services().usage_counter, "handle", broken)
     event = {
         "event_id": "claimed.x.y",
         "type": "coupon.claimed",

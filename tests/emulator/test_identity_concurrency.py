@@ -88,7 +88,7 @@ def _instance(args: tuple[str, list[tuple[str, str]], int]) -> list[str]:
         user, phone = account
         holder = holder_key(campaign, Shopper(user, "phone", phone_number=phone))
         try:
-            outcome = engine.claim(campaign_id=campaign_id, user_id=user, holder=holder)
+            outcome = engine.claim(campaign, user_id=user, holder=holder)
         except CodedropError as exc:
             return exc.error_code
         return outcome.claim.code

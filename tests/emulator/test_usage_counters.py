@@ -19,10 +19,11 @@ from flask.testing import FlaskClient
 from google.api_core.exceptions import DeadlineExceeded
 from google.cloud import firestore
 
-from devkit.claims import add_claims, claim_record
+from devkit.claims import add_claims, claim_as, claim_record
 from shared.claims.engine import ClaimEngine
+from shared.claims.identity import IdentityKind, identity_key
 from shared.claims.models import coupon_claimed
-from shared.claims.store import claim_id_for, user_key
+from shared.claims.store import claim_id_for
 from shared.clock import utcnow
 from shared.container import Services, instance_services
 from shared.events import models as events
@@ -167,7 +168,7 @@ def test_still_contended_counters_raise_so_pubsub_retries(
     stubborn = ShardedCounters(
         db=db, settings=Settings(counter_max_attempts=1, counter_max_shards=1), clock=utcnow
     )
-    monkeypatch.setattr(instance_services().usage, "_counters", stubborn)
+    monkeypatch.setattr(instance_services().usage_counter, "counters", stubborn)
     [event] = claimed_events(db, campaign_id, 1)
     shard_zero = counter_shards_collection(db, campaign_id).document("0")
     shard_zero.set({"claimed": 0})
@@ -258,7 +259,7 @@ def test_a_failed_publish_waits_in_the_outbox_until_the_sweep(
     broken = EventBus(
         db=db, publisher=instance_services().publisher, project_id=PROJECT, topic="no-such-topic"
     )
-    claim = ClaimEngine(db=db, settings=get_settings()).claim(campaign_id=campaign_id, user_id="u")
+    claim = claim_as(ClaimEngine(db=db, settings=get_settings()), campaign_id, "u")
     event = coupon_claimed(claim.claim)
 
     assert broken.publish(event, now=utcnow()) is False
@@ -298,7 +299,7 @@ def test_a_claim_never_waits_on_a_publish_past_its_own_deadline(
     settings = get_settings().model_copy(update={"claim_deadline_seconds": 1.0})
     stalled = Services(settings, db=db, publisher=StalledPublisher())
     client = router_client(claim_routes.router, stalled)
-    claim_id = claim_id_for(user_key("patient"), 0)
+    claim_id = claim_id_for(identity_key(IdentityKind.UID, "patient"), 0)
     outbox = outbox_collection(db).document(f"claimed.{campaign_id}.{claim_id}")
     cleanup.append(outbox.delete)
 
@@ -326,7 +327,7 @@ def test_a_claim_whose_instance_died_before_publishing_is_republished(
     engine = ClaimEngine(db=db, settings=get_settings())
     # Committed claims that were never published, as if the instance died right after commit.
     for user in ("x", "y"):
-        engine.claim(campaign_id=campaign_id, user_id=user)
+        claim_as(engine, campaign_id, user)
 
     first = admin_client.post("/v1/maintenance/sweep", json={"grace_seconds": 0}, headers=ADMIN)
     pump_events()

@@ -515,7 +515,7 @@ def test_reversals_and_voids_are_delivered_to_the_webhooks_listing_them(
     cleanup.append(redeemed_order_ref(db, order_key(order_id)).delete)
     services = instance_services()
     claimed = services.claims.claim(campaign_id=campaign_id, shopper=Shopper("wendy"))
-    code = claimed.outcome.claim.code
+    code = claimed.claim.code
     other = ({"WH-ONE", "WH-TWO"} - {code}).pop()
     services.redemptions.redeem(campaign_id=campaign_id, code=code, order_id=order_id)
     services.reversals.reverse_order(campaign_id=campaign_id, order_id=order_id)
@@ -796,7 +796,7 @@ def test_a_sale_is_delivered_exactly_once_to_a_deduplicating_receiver(
         instance_services().webhooks, lambda: len(receiver.unique_event_ids()) >= 300, timeout=60
     )
 
-    expected = {f"claimed.{campaign_id}.{r.outcome.claim.claim_id}" for r in results}
+    expected = {f"claimed.{campaign_id}.{r.claim.claim_id}" for r in results}
     assert set(statuses) == {200}
     assert receiver.unique_event_ids() == expected
     for request in receiver.received:

@@ -7,6 +7,7 @@ import json
 import pytest
 from google.cloud import firestore
 
+from devkit.claims import claim_as
 from scripts.tools import reconcile
 from shared.container import instance_services
 from tests.support.stack import PROJECT, MakeCampaign
@@ -26,7 +27,7 @@ def test_counters_behind_the_codes_are_reported_then_repaired(
 ) -> None:
     campaign_id = make_campaign(codes=3)
     # A claim whose event never reached count_usage: the counters say 0, the codes say 1.
-    instance_services().engine.claim(campaign_id=campaign_id, user_id="unseen")
+    claim_as(instance_services().engine, campaign_id, "unseen")
 
     assert run(servers, campaign_id, "--dry-run") == 1
     report = json.loads(capsys.readouterr().out)

@@ -15,7 +15,7 @@ from shared.coupons.store import HOLD_SHARDS, expires_bucket
 from shared.errors import InvalidSignature
 from shared.http.shopify import signature, verify
 from shared.usage.models import ReportGranularity
-from shared.usage.service import period_start
+from shared.usage.reading import period_start
 from tests.support.stack import ROOT
 
 ORDER = ROOT / "tests" / "fixtures" / "shopify_order_created.json"

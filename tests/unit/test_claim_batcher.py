@@ -1,4 +1,4 @@
-"""Claims' events share messages (shared/events/batch.py): a window, a size cap, each claim's own
+"""Claims' events share messages (shared/claims/events.py): a window, a size cap, each claim's own
 outbox entry when its message fails, and concurrent claims (pure logic on stand-in clients)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from google.api_core.exceptions import DeadlineExceeded
 
+from shared.claims.events import ClaimBatcher
 from shared.events import models as events
-from shared.events.batch import ClaimBatcher
 from shared.events.bus import EventBus
 
 NOW = datetime(2026, 11, 28, 2, tzinfo=UTC)

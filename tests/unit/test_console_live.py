@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from shared.campaigns.models import CampaignRecord
 from shared.usage.counters import CounterTotals, minute_key
-from shared.usage.service import burn_down
+from shared.usage.reading import burn_down
 from shared.waiting_room.admission import RoomShare
 from shared.waiting_room.service import observe
 

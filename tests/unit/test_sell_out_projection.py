@@ -1,11 +1,11 @@
-"""The sale's pace and projected sell-out time shown in stats (shared/usage/service.py)."""
+"""The sale's pace and projected sell-out time shown in stats (shared/usage/reading.py)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
 from shared.usage.counters import minute_key
-from shared.usage.service import claims_last_minute, projected_sold_out_at
+from shared.usage.reading import claims_last_minute, projected_sold_out_at
 
 NOW = datetime(2026, 11, 27, 12, 0, 15, tzinfo=UTC)  # 15 s into the minute
 

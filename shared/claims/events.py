@@ -1,31 +1,31 @@
-"""Claims' events published many to a message.
+"""What claims tell the `coupon-events` topic: each new claim's `coupon.claimed`, many to a
+message, and a campaign's `campaign.sold_out`, once, when its proof is recorded.
 
-At a sale's rate every claim published on its own cost a Pub/Sub message, a count_usage
-invocation, a read to check it and a commit to count it. An instance's concurrent claims of one
-campaign share a message instead (`coupon.claimed.batch`, shared/events/models.py): the first
-claim to publish opens the campaign's batch and closes it after `window_seconds`, or at once when
-it holds MAX_BATCH_CLAIMS claims or MAX_BATCH_BYTES of JSON; the claims that arrive meanwhile
-join it. The leader publishes the message in one awaited request within its own time; every
-claim waits for that request within its own timeout, never longer, and a claim whose batch failed
-or outlasted it keeps its own event in the outbox, as EventBus.publish does. A batch of one is
-published as the plain event.
-Batches are per campaign, so the webhook attribute the bus sets applies to all of its claims.
+A claim pays no announcement marker (its two writes are the budget): the claim document is the
+durable record, and the sweep re-publishes a recent claim whose event the counters never saw
+(shared/claims/recovery.py). An instance's concurrent claims of one campaign share a message
+(`coupon.claimed.batch`, shared/events/models.py), so a sale's rate costs one Pub/Sub message,
+one count_usage invocation and one commit per batch, not per claim.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from shared.campaigns.models import CampaignRecord
+from shared.claims.models import ClaimRecord, coupon_claimed
+from shared.clock import utcnow
+from shared.events import models as events
 from shared.events.bus import EventBus
-from shared.events.models import MAX_BATCH_BYTES, MAX_BATCH_CLAIMS, CouponClaimed, encode_event
 
 
 @dataclass(eq=False)
 class _Batch:
-    claims: list[CouponClaimed] = field(default_factory=list)
+    claims: list[events.CouponClaimed] = field(default_factory=list)
     encoded: list[bytes] = field(default_factory=list)  # the members' JSON
     size: int = 0  # its bytes, with a separator each
     closed: threading.Event = field(default_factory=threading.Event)  # full: publish now
@@ -35,18 +35,26 @@ class _Batch:
 
 @dataclass(eq=False)
 class ClaimBatcher:
+    """The first claim to publish opens its campaign's batch and closes it after
+    `window_seconds`, or at once when it holds `max_claims` claims or `max_bytes` of JSON; the
+    claims that arrive meanwhile join it. The leader publishes it in one awaited request within
+    its own time; every claim waits for that request within its own timeout, never longer, and
+    a claim whose batch failed or outlasted it keeps its own event in the outbox. Batches are
+    per campaign, so the bus's routing attributes apply to all of a batch's claims; a batch of
+    one is published as the plain event."""
+
     bus: EventBus
     window_seconds: float
-    max_claims: int = MAX_BATCH_CLAIMS
-    max_bytes: int = MAX_BATCH_BYTES
+    max_claims: int = events.MAX_BATCH_CLAIMS
+    max_bytes: int = events.MAX_BATCH_BYTES
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
     _open: dict[str, _Batch] = field(default_factory=dict, init=False)  # by campaign
 
-    def publish(self, event: CouponClaimed, *, now: datetime, timeout: float) -> bool:
+    def publish(self, event: events.CouponClaimed, *, now: datetime, timeout: float) -> bool:
         """True when the message holding `event` was acknowledged within `timeout`; False when
         the event was kept in the outbox for the sweeper."""
         deadline = time.monotonic() + timeout
-        data = encode_event(event)
+        data = events.encode_event(event)
         size = len(data) + 1
         with self._lock:
             batch = self._open.get(event.campaign_id)
@@ -90,9 +98,45 @@ class ClaimBatcher:
     def _send(self, batch: _Batch, *, timeout: float) -> None:
         """Publish and await the batch within its leader's remaining time (each member stops
         waiting at its own deadline)."""
+        claims = batch.claims
+        if len(claims) == 1:
+            data, event_id, kind = batch.encoded[0], claims[0].event_id, claims[0].type.value
+        else:
+            data = events.encode_batch(claims, batch.encoded)
+            event_id, kind = events.batch_event_id(claims), events.CLAIMED_BATCH
         try:
-            self.bus.publish_claims(batch.claims, batch.encoded, timeout=timeout)
+            self.bus.send_message(
+                data, event_id=event_id, kind=kind, routed_as=claims[0], timeout=timeout
+            )
         # Whatever the publish raised, each claim of the batch keeps its event in the outbox.
         except Exception as exc:  # noqa: BLE001
             batch.error = exc
         batch.sent.set()
+
+
+class ClaimEvents:
+    """The claims' events, one per instance: a ClaimService publishes through it, and the
+    engine announces a sell-out it proved."""
+
+    def __init__(
+        self,
+        bus: EventBus,
+        *,
+        window_seconds: float,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self._bus = bus
+        self._batcher = ClaimBatcher(bus, window_seconds=window_seconds)
+        self._clock = clock
+
+    def claimed(self, claim: ClaimRecord, *, timeout: float) -> bool:
+        """Publish a new claim's event (see ClaimBatcher.publish)."""
+        return self._batcher.publish(coupon_claimed(claim), now=self._clock(), timeout=timeout)
+
+    def sold_out(self, campaign: CampaignRecord) -> None:
+        """Announce, once across instances, that the campaign's last code is claimed."""
+        now = self._clock()
+        event = events.sold_out(
+            campaign_id=campaign.campaign_id, codes_total=campaign.codes_total, now=now
+        )
+        self._bus.announce_once(event, now=now)
