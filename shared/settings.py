@@ -48,8 +48,8 @@ class Settings(BaseSettings):
         default=None, validation_alias="CODEDROP_APP_CHECK_JWKS_URL", pattern=r"^https?://"
     )
     # Replay protection: every App Check token is consumed when verified (one call to the App
-    # Check service per claim; pages must send limited-use tokens). See README "Protecting a
-    # sale from bots".
+    # Check service per claim; pages must send limited-use tokens). See docs/architecture.md,
+    # "Protecting a sale from bots".
     app_check_consume_tokens: bool = Field(
         default=False, validation_alias="CODEDROP_APP_CHECK_CONSUME_TOKENS"
     )
@@ -86,7 +86,7 @@ class Settings(BaseSettings):
     )
     events_topic: str = Field(default="coupon-events", validation_alias="CODEDROP_EVENTS_TOPIC")
 
-    # Claim engine tuning (see README "The claim engine").
+    # Claim engine tuning (docs/architecture.md, "The claim engine").
     pool_refill_size: int = Field(
         default=500, ge=1, le=1000, validation_alias="CODEDROP_POOL_REFILL_SIZE"
     )
@@ -144,7 +144,7 @@ class Settings(BaseSettings):
         default=1_000_000, ge=1, le=10_000_000, validation_alias="CODEDROP_ASSIGNMENT_QUERY_LIMIT"
     )
 
-    # Usage counters (shared/usage_counters.py).
+    # Usage counters (shared/usage).
     counter_initial_shards: int = Field(
         default=1, ge=1, le=1000, validation_alias="CODEDROP_COUNTER_INITIAL_SHARDS"
     )
@@ -159,7 +159,7 @@ class Settings(BaseSettings):
         default=1.0, gt=0, le=60, validation_alias="CODEDROP_COUNTER_CONTENTION_SECONDS"
     )
 
-    # Waiting room (shared/waiting_room.py). The secret signs tickets: required outside demo-
+    # Waiting room (shared/waiting_room). The secret signs tickets: required outside demo-
     # projects, so production never runs on a default anyone could read here.
     ticket_secret: SecretStr | None = Field(default=None, validation_alias="CODEDROP_TICKET_SECRET")
     # A ticket's signature lives this long; every poll re-signs it (sliding), so a shopper who
