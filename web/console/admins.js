@@ -3,13 +3,13 @@
 // the roles away and ends their sessions.
 
 import { explain } from "./api.js";
-import { announce, field, fmt, h } from "./dom.js";
+import { announce, field, fmt, formError, h } from "./dom.js";
 
 const ROLE_WORDS = { admin: "Admin", owner: "Owner (may invite and remove admins)" };
 
 export async function renderAdmins(ctx, slot) {
   const list = h("div", { class: "table-wrap" });
-  const error = h("p", { class: "form-error", role: "alert" });
+  const error = formError();
   const section = h("section", { class: "card", dataset: { testid: "admins" } }, list);
   slot.append(section);
 

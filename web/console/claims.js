@@ -2,7 +2,7 @@
 // lists), for a marketer answering a shopper; exports give finance the whole list.
 
 import { explain } from "./api.js";
-import { fmt, h } from "./dom.js";
+import { fmt, h, section } from "./dom.js";
 
 const PAGE = 50;
 
@@ -16,10 +16,8 @@ export function renderClaims(ctx, slot, campaign) {
   );
   const empty = h("p", { class: "hint", hidden: true }, "Nobody has claimed a code yet.");
   slot.append(
-    h(
-      "section",
-      { class: "card", dataset: { testid: "claims" }, "aria-labelledby": "claims-title" },
-      h("h2", { id: "claims-title" }, "Who claimed what"),
+    section(
+      { id: "claims", title: "Who claimed what", testid: "claims" },
       h(
         "div",
         { class: "table-wrap" },

@@ -3,8 +3,8 @@
 // the campaign followed until it is done, with its rejected rows.
 
 import { explain } from "./api.js";
-import { announce, field, fmt, h, onSubmit } from "./dom.js";
-import { jobDownload } from "./exports.js";
+import { announce, field, fmt, formError, h, onSubmit, section } from "./dom.js";
+import { campaignJobs, jobDownload } from "./exports.js";
 import { UploadInterrupted, UploadSessionGone } from "./upload.js";
 
 // While a job runs (or an uploaded file waits for its import), the jobs are read this often.
@@ -34,7 +34,7 @@ export function renderCodes(ctx, slot, campaign) {
     hidden: true,
   });
   const progressText = h("span", { class: "hint", "aria-live": "polite" });
-  const uploadError = h("p", { class: "form-error", role: "alert" });
+  const uploadError = formError();
   const resumeButton = h(
     "button",
     {
@@ -130,7 +130,7 @@ export function renderCodes(ctx, slot, campaign) {
     value: "",
     autocomplete: "off",
   });
-  const generateError = h("p", { class: "form-error", role: "alert" });
+  const generateError = formError();
   const generate = h(
     "form",
     { class: "form", novalidate: true, "aria-label": "Generate codes" },
@@ -158,10 +158,8 @@ export function renderCodes(ctx, slot, campaign) {
 
   const jobs = h("div", { class: "jobs", "aria-live": "off" });
   slot.append(
-    h(
-      "section",
-      { class: "card", "aria-labelledby": "upload-title" },
-      h("h2", { id: "upload-title" }, "Upload codes"),
+    section(
+      { id: "upload", title: "Upload codes" },
       h(
         "p",
         { class: "hint" },
@@ -174,33 +172,15 @@ export function renderCodes(ctx, slot, campaign) {
       uploadError,
       resumeButton,
     ),
-    h(
-      "section",
-      { class: "card", "aria-labelledby": "generate-title" },
-      h("h2", { id: "generate-title" }, "Generate codes"),
-      generate,
-    ),
-    h(
-      "section",
-      { "aria-labelledby": "jobs-title" },
-      h("h2", { id: "jobs-title" }, "Imports and generations"),
-      jobs,
-    ),
+    section({ id: "generate", title: "Generate codes" }, generate),
+    section({ id: "jobs", title: "Imports and generations", card: false }, jobs),
   );
 
   async function refresh() {
     clearTimeout(timer);
     if (stopped) return;
-    let listed;
-    try {
-      listed = (await ctx.api.call("GET", `${path}/jobs`)).jobs.filter(
-        (job) => job.kind !== "export",
-      );
-    } catch (failure) {
-      if (failure?.status !== 401) ctx.say(explain(failure));
-      return;
-    }
-    if (stopped) return;
+    const listed = await campaignJobs(ctx, path, (job) => job.kind !== "export");
+    if (stopped || !listed) return;
     for (const job of listed) {
       for (const object of waitingFor)
         if (job.source?.includes(`/${object}`)) waitingFor.delete(object);

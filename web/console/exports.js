@@ -2,7 +2,7 @@
 // (admin_api streams it back from the bucket), followed until it is ready, then downloaded.
 
 import { explain } from "./api.js";
-import { announce, field, fmt, h, onSubmit } from "./dom.js";
+import { announce, field, fmt, formError, h, onSubmit, section } from "./dom.js";
 
 const FOLLOW_MS = 1000;
 const KINDS = {
@@ -18,7 +18,7 @@ export function renderExports(ctx, slot, campaign) {
     { name: "kind" },
     Object.entries(KINDS).map(([value, label]) => h("option", { value }, label)),
   );
-  const error = h("p", { class: "form-error", role: "alert" });
+  const error = formError();
   const list = h("div", { class: "jobs" });
   const form = h(
     "form",
@@ -36,10 +36,8 @@ export function renderExports(ctx, slot, campaign) {
     ),
   );
   slot.append(
-    h(
-      "section",
-      { class: "card", "aria-labelledby": "export-title" },
-      h("h2", { id: "export-title" }, "Export"),
+    section(
+      { id: "export", title: "Export" },
       h(
         "p",
         { class: "hint" },
@@ -47,12 +45,7 @@ export function renderExports(ctx, slot, campaign) {
       ),
       form,
     ),
-    h(
-      "section",
-      { "aria-labelledby": "exports-title" },
-      h("h2", { id: "exports-title" }, "Exports"),
-      list,
-    ),
+    section({ id: "exports", title: "Exports", card: false }, list),
   );
 
   let timer = null;
@@ -66,16 +59,8 @@ export function renderExports(ctx, slot, campaign) {
   async function refresh() {
     clearTimeout(timer);
     if (stopped) return;
-    let jobs;
-    try {
-      jobs = (await ctx.api.call("GET", `${path}/jobs`)).jobs.filter(
-        (job) => job.kind === "export",
-      );
-    } catch (failure) {
-      if (failure?.status !== 401) ctx.say(explain(failure));
-      return;
-    }
-    if (stopped) return;
+    const jobs = await campaignJobs(ctx, path, (job) => job.kind === "export");
+    if (stopped || !jobs) return;
     list.replaceChildren(
       ...(jobs.length
         ? jobs.map((job) => exportCard(ctx, job))
@@ -121,6 +106,17 @@ function exportCard(ctx, job) {
     );
   }
   return card;
+}
+
+/** The campaign's jobs that `keep` selects, or null when they could not be read (said to the
+ * admin, except a 401, which signs them out). */
+export async function campaignJobs(ctx, path, keep) {
+  try {
+    return (await ctx.api.call("GET", `${path}/jobs`)).jobs.filter(keep);
+  } catch (failure) {
+    if (failure?.status !== 401) ctx.say(explain(failure));
+    return null;
+  }
 }
 
 /** A button that downloads the file a job wrote, saved as `filename` (a failure is said). */

@@ -4,7 +4,7 @@
 
 import uPlot from "./vendor/uPlot.esm.js";
 import { explain } from "./api.js";
-import { fmt, h } from "./dom.js";
+import { fmt, h, section } from "./dom.js";
 
 export const REFRESH_MS = 2000;
 // Points kept on the chart: an hour at one a refresh, beyond the series the API keeps.
@@ -44,10 +44,8 @@ export function renderLive(ctx, slot, campaign) {
   });
   const updated = h("p", { class: "hint" }, "Waiting for the first numbers…");
   slot.append(
-    h(
-      "section",
-      { class: "card", dataset: { testid: "live" }, "aria-labelledby": "live-title" },
-      h("h2", { id: "live-title" }, "The sale, live"),
+    section(
+      { id: "live", title: "The sale, live", testid: "live" },
       stats,
       h("h3", {}, "Codes left over time"),
       chart,

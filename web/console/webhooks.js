@@ -2,7 +2,7 @@
 // the webhook is created; recent deliveries per endpoint.
 
 import { explain } from "./api.js";
-import { announce, field, fmt, h } from "./dom.js";
+import { announce, field, fmt, formError, h, section } from "./dom.js";
 
 const EVENTS = {
   "coupon.claimed": "A code is claimed",
@@ -36,7 +36,7 @@ export function renderWebhooks(ctx, slot, campaign) {
       h("label", { for: box.id }, label, " ", h("span", { class: "mono hint" }, value)),
     );
   });
-  const error = h("p", { class: "form-error", role: "alert" });
+  const error = formError();
   const secret = h("div", { class: "secret", role: "status" });
   const list = h("div", { class: "jobs" });
   const form = h(
@@ -52,10 +52,8 @@ export function renderWebhooks(ctx, slot, campaign) {
     ),
   );
   slot.append(
-    h(
-      "section",
-      { class: "card", dataset: { testid: "webhooks" }, "aria-labelledby": "webhooks-title" },
-      h("h2", { id: "webhooks-title" }, "Webhooks"),
+    section(
+      { id: "webhooks", title: "Webhooks", testid: "webhooks" },
       form,
       secret,
       h("h3", {}, "Endpoints"),

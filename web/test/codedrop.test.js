@@ -51,6 +51,15 @@ const CLAIMS = "POST /claims";
 const ME = "GET /claims/me";
 const NOT_HELD = apiError(404, "CLAIM_NOT_FOUND");
 
+/** A campaign read as open, then `status` (after the claim's 409), then open again. */
+function reopening(status) {
+  return new FakeApi({
+    GET: [json(200, campaign()), json(200, campaign({ status })), json(200, campaign())],
+    [ME]: NOT_HELD,
+    [CLAIMS]: [apiError(409, "CAMPAIGN_NOT_ACTIVE"), json(201, claimBody())],
+  });
+}
+
 /** The API of a campaign on sale to a shopper holding no code, its claims answered `claims`. */
 function claimApi(claims) {
   return new FakeApi({ GET: json(200, campaign()), [ME]: NOT_HELD, [CLAIMS]: claims });
@@ -424,15 +433,7 @@ describe("answers that end the claim", () => {
   });
 
   it("409 on a paused sale waits for it to resume, then claims with the same key", async () => {
-    const api = new FakeApi({
-      GET: [
-        json(200, campaign()),
-        json(200, campaign({ status: "paused" })),
-        json(200, campaign()),
-      ],
-      [ME]: NOT_HELD,
-      [CLAIMS]: [apiError(409, "CAMPAIGN_NOT_ACTIVE"), json(201, claimBody())],
-    });
+    const api = reopening("paused");
     const { drop } = client(api, { refreshIntervalMs: 5000 });
     await drop.start();
     const paused = await drop.claim();
@@ -445,15 +446,7 @@ describe("answers that end the claim", () => {
 
   it("409 before the sale opens (our clock is ahead): counts down, then claims with the same key", async () => {
     const clock = new FakeClock(Date.parse("2030-03-01T09:59:58Z"));
-    const api = new FakeApi({
-      GET: [
-        json(200, campaign()),
-        json(200, campaign({ status: "scheduled" })),
-        json(200, campaign()),
-      ],
-      [ME]: NOT_HELD,
-      [CLAIMS]: [apiError(409, "CAMPAIGN_NOT_ACTIVE"), json(201, claimBody())],
-    });
+    const api = reopening("scheduled");
     const { drop, statuses } = client(api, { clock });
     await drop.start();
     assert.equal((await drop.claim()).status, "not_started");
