@@ -13,10 +13,10 @@
 #
 # CODEDROP_NEEDS, set by the calling script, asks for more:
 #   node     Node.js 20+ and the Node packages package-lock.json pins (firebase-tools for the
-#            Firebase Auth emulator, the Firebase JS SDK the example landing page serves),
-#            installed with `npm ci --omit=optional` into node_modules when package.json or
-#            package-lock.json differ from the stamp node_modules/.codedrop-installed
-#            (scripts/run, scripts/test).
+#            Firebase Auth emulator, the Firebase JS SDK the example landing page serves, the
+#            checks of web/), installed with `npm ci --omit=optional` into node_modules when
+#            package.json or package-lock.json differ from the stamp
+#            node_modules/.codedrop-installed (scripts/run, scripts/test).
 #   browser  Chromium for the browser tests: Debian's package, installed with apt-get when it is
 #            missing and this runs as root; elsewhere the tests fail with the hint (scripts/test).
 
@@ -56,8 +56,9 @@ codedrop_node() {
     wanted="$(cd "$root" && cksum package.json package-lock.json)" || return 1
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
         echo "bootstrap: installing package-lock.json's Node packages into node_modules" >&2
-        # --omit=optional: firebase-tools' optional native module compiles for minutes and the
-        # Auth emulator does without it.
+        # --omit=optional: firebase-tools' optional native module (re2) compiles from source
+        # without a network and the Auth emulator does without it. The price: no tool whose
+        # binary is an optional package (Biome, TypeScript 7) can be used here.
         (cd "$root" && npm ci --omit=optional --no-audit --no-fund --loglevel=error) || {
             echo "bootstrap: npm ci failed; see above" >&2
             return 1

@@ -6,9 +6,25 @@
 // Idempotency-Key per claim across retries and reloads, honours Retry-After, resends the
 // waiting-room ticket, and finds a code already held after a reload. Types: codedrop.d.ts.
 
+// Types are codedrop.d.ts's (the compiler resolves "./codedrop.js" to it); `tsc -p web` holds
+// this file to them.
+/** @import * as Declared from "./codedrop.js" */
+/** @import { Claim, Clock, CodedropOptions, Entry, KeyValueStorage } from "./codedrop.js" */
+/** @import { PublicCampaign, State, Status } from "./codedrop.js" */
+
+// What the client keeps of one response, whose body is untrusted JSON (null if not JSON).
+/** @typedef {{ status: number, headers: Headers, body: any }} ApiResponse */
+// A claim in progress: its Idempotency-Key and waiting-room ticket, kept across reloads.
+/** @typedef {{ key: string, ticket: string | null, startedAt: number }} Pending */
+// What one claim has spent of its retries.
+/** @typedef {{ failures: number, refreshedToken: boolean, droppedTicket: boolean }} Retry */
+
 const VERSION_PREFIX = "codedrop:v1";
 
-/** Every status a page may render, in the order a shopper usually meets them. */
+/**
+ * Every status a page may render, in the order a shopper usually meets them.
+ * @type {typeof Declared.STATUSES}
+ */
 export const STATUSES = Object.freeze([
   "loading",
   "not_started",
@@ -35,9 +51,13 @@ const DEFAULTS = Object.freeze({
 // stays until the shopper acts on it.
 const BROWSING = new Set(["loading", "not_started", "ready", "paused", "sold_out", "ended"]);
 
-/** The system clock: epoch milliseconds and an abortable sleep. */
+/**
+ * The system clock: epoch milliseconds and an abortable sleep.
+ * @type {Clock}
+ */
 export const systemClock = Object.freeze({
   now: () => Date.now(),
+  /** @type {Clock["sleep"]} */
   sleep: (ms, signal) =>
     new Promise((resolve) => {
       if (signal?.aborted) return resolve();
@@ -51,16 +71,21 @@ export const systemClock = Object.freeze({
     }),
 });
 
-/** A Storage that forgets on reload, for pages (or tests) without localStorage. */
+/**
+ * A Storage that forgets on reload, for pages (or tests) without localStorage.
+ * @type {typeof Declared.memoryStorage}
+ */
 export function memoryStorage() {
+  /** @type {Map<string, string>} */
   const items = new Map();
   return {
-    getItem: (key) => (items.has(key) ? items.get(key) : null),
+    getItem: (key) => items.get(key) ?? null,
     setItem: (key, value) => void items.set(key, String(value)),
     removeItem: (key) => void items.delete(key),
   };
 }
 
+/** @returns {KeyValueStorage} */
 function defaultStorage() {
   try {
     const storage = globalThis.localStorage;
@@ -84,7 +109,10 @@ function newIdempotencyKey() {
   return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
-/** The user id inside a JWT (not verified: it only names the shopper's storage slot). */
+/**
+ * The user id inside a JWT (not verified: it only names the shopper's storage slot).
+ * @type {typeof Declared.tokenUserId}
+ */
 export function tokenUserId(token) {
   try {
     const payload = token.split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
@@ -97,7 +125,10 @@ export function tokenUserId(token) {
   }
 }
 
-/** Milliseconds a Retry-After header asks for (delta-seconds or an HTTP date), or null. */
+/**
+ * Milliseconds a Retry-After header asks for (delta-seconds or an HTTP date), or null.
+ * @type {typeof Declared.parseRetryAfter}
+ */
 export function parseRetryAfter(value, nowMs) {
   if (value == null || value === "") return null;
   const trimmed = String(value).trim();
@@ -108,31 +139,48 @@ export function parseRetryAfter(value, nowMs) {
 
 // --- code patterns (the same rules as shared/codes.py; docs/codes.md) ---------------------------
 
-/** Letters and digits a shopper cannot confuse when typing a code: no 0/O, 1/I/L. */
+/**
+ * Letters and digits a shopper cannot confuse when typing a code: no 0/O, 1/I/L.
+ * @type {typeof Declared.CODE_ALPHABET}
+ */
 export const CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789";
 
 const DASHES = /[\u2010-\u2015\u2212\ufe63]/g;
 const INVISIBLE = /[\s\p{Cc}\p{Cf}]/gu;
 
 /** A code as it is matched: NFKC, upper case, typographic dashes as "-", no spaces or invisible
- * characters ("spring-93630d12" is "SPRING-93630D12"). */
+ * characters ("spring-93630d12" is "SPRING-93630D12").
+ * @type {typeof Declared.canonicalCode}
+ */
 export function canonicalCode(code) {
   return String(code).normalize("NFKC").toUpperCase().replace(DASHES, "-").replace(INVISIBLE, "");
 }
 
+/**
+ * @param {number[]} values
+ * @param {number} n
+ * @param {boolean} doubleLast
+ */
 function luhnSum(values, n, doubleLast) {
   // Luhn mod N; for an odd N doubling is modulo N (see shared/codes.py for why).
   let total = 0;
   let double = doubleLast;
   for (let i = values.length - 1; i >= 0; i -= 1) {
     const value = values[i];
-    total += double ? (n % 2 === 0 ? Math.floor((2 * value) / n) + ((2 * value) % n) : (2 * value) % n) : value;
+    total += double
+      ? n % 2 === 0
+        ? Math.floor((2 * value) / n) + ((2 * value) % n)
+        : (2 * value) % n
+      : value;
     double = !double;
   }
   return total % n;
 }
 
-/** Whether `text` ends with its Luhn mod N check character over `alphabet`. */
+/**
+ * Whether `text` ends with its Luhn mod N check character over `alphabet`.
+ * @type {typeof Declared.luhnValid}
+ */
 export function luhnValid(text, alphabet = CODE_ALPHABET) {
   const values = Array.from(text, (char) => alphabet.indexOf(char));
   return values.length > 0 && !values.includes(-1) && luhnSum(values, alphabet.length, false) === 0;
@@ -140,12 +188,19 @@ export function luhnValid(text, alphabet = CODE_ALPHABET) {
 
 /** The code `typed` stands for in the exact form of `format` ({pattern, alphabet?, check?}, as
  * a campaign's `code_format`, or just the pattern string: "#" one alphabet character), forgiving
- * case, spaces and dashes; null when no code of the format can be it. */
+ * case, spaces and dashes; null when no code of the format can be it.
+ * @type {typeof Declared.fitCode}
+ */
 export function fitCode(typed, format) {
-  const { pattern, alphabet = CODE_ALPHABET, check = null } =
-    typeof format === "string" ? { pattern: format } : format;
+  const {
+    pattern,
+    alphabet = CODE_ALPHABET,
+    check = null,
+  } = typeof format === "string" ? { pattern: format } : format;
   const text = canonicalCode(typed).replace(/-/g, "");
+  /** @type {string[]} */
   const out = [];
+  /** @type {string[]} */
   const random = [];
   let at = 0;
   for (const slot of pattern) {
@@ -170,13 +225,20 @@ export function fitCode(typed, format) {
 }
 
 /** Whether `code` (as typed) can be a code of `format` (see fitCode): a checkout can refuse a
- * typo before asking the API, which would answer 400 CODE_MALFORMED. */
+ * typo before asking the API, which would answer 400 CODE_MALFORMED.
+ * @type {typeof Declared.isWellFormed}
+ */
 export function isWellFormed(code, format) {
   return fitCode(code, format) !== null;
 }
 
 /** An error the claim flow could not get past; `code` is the API's error_code or the client's. */
 export class CodedropError extends Error {
+  /**
+   * @param {string} code
+   * @param {string} message
+   * @param {{ status?: number | null, retryable?: boolean }} [options]
+   */
   constructor(code, message, { status = null, retryable = false } = {}) {
     super(message);
     this.name = "CodedropError";
@@ -188,6 +250,7 @@ export class CodedropError extends Error {
 
 class NetworkError extends Error {}
 
+/** @type {Record<string, string>} */
 const MESSAGES = {
   SIGN_IN_REQUIRED: "Sign in to claim your code.",
   NETWORK_ERROR: "We could not reach the sale. Check your connection and try again.",
@@ -197,27 +260,38 @@ const MESSAGES = {
 
 /**
  * Create a client for one campaign. See codedrop.d.ts for every option and the state.
- * @param {import("./codedrop.js").CodedropOptions} options
+ * @type {typeof Declared.createCodedrop}
  */
 export function createCodedrop(options) {
   return new Codedrop(options);
 }
 
+/** @implements {Declared.Codedrop} */
 export class Codedrop {
+  /** @type {Required<Pick<CodedropOptions, keyof typeof DEFAULTS>> & CodedropOptions} */
   #options;
+  /** @type {typeof fetch} */
   #fetch;
+  /** @type {Clock} */
   #clock;
+  /** @type {() => number} */
   #random;
+  /** @type {KeyValueStorage} */
   #storage;
+  /** @type {Set<(state: Readonly<State>) => void>} */
   #listeners = new Set();
+  /** @type {Readonly<State>} */
   #state;
   #abort = new AbortController();
+  /** @type {Promise<Readonly<State>> | null} */
   #startPromise = null;
+  /** @type {Promise<Readonly<State>> | null} */
   #claimPromise = null;
   #wantsClaim = false;
   #watching = false;
   #campaignFailures = 0;
 
+  /** @param {CodedropOptions} options */
   constructor(options) {
     if (!options?.apiBase) throw new TypeError("createCodedrop: apiBase is required");
     if (!options.campaignId) throw new TypeError("createCodedrop: campaignId is required");
@@ -260,14 +334,15 @@ export class Codedrop {
       throw apiError(response, { retryable: response.status >= 500 });
     }
     this.#setEntry(response.body);
-    return this.#state.entry;
+    return /** @type {Readonly<Entry>} */ (this.#state.entry);
   }
 
+  /** @param {any} body */
   #setEntry(body) {
     if (!body?.entry_id) return;
     const place = Number.isInteger(body.place) ? body.place : (this.#state.entry?.place ?? null);
     const known = this.#state.entry;
-    if (known?.entryId === body.entry_id && known.place === place) return;
+    if (known && known.entryId === body.entry_id && known.place === place) return;
     this.#set({ entry: Object.freeze({ entryId: body.entry_id, place }) });
   }
 
@@ -276,11 +351,14 @@ export class Codedrop {
     return this.#state;
   }
 
-  /** Call `listener(state)` now and on every change; returns the unsubscribe function. */
+  /**
+   * Call `listener(state)` now and on every change; returns the unsubscribe function.
+   * @param {(state: Readonly<State>) => void} listener
+   */
   subscribe(listener) {
     this.#listeners.add(listener);
     listener(this.#state);
-    return () => this.#listeners.delete(listener);
+    return () => void this.#listeners.delete(listener);
   }
 
   /** Load the campaign, find a code the shopper already holds, resume a claim a reload cut
@@ -315,6 +393,7 @@ export class Codedrop {
 
   // --- state ---------------------------------------------------------------------------------
 
+  /** @param {Partial<State>} changes */
   #set(changes) {
     const next = { ...this.#state, ...changes };
     const campaign = next.campaign;
@@ -333,6 +412,7 @@ export class Codedrop {
     }
   }
 
+  /** @param {unknown} error */
   #fail(error) {
     const known = error instanceof CodedropError;
     if (!known) console.error("codedrop: the claim failed", error);
@@ -351,6 +431,10 @@ export class Codedrop {
   }
 
   // The server's clock decides: ours only tells when to ask again.
+  /**
+   * @param {PublicCampaign} campaign
+   * @returns {Status}
+   */
   #statusOf(campaign) {
     if (campaign.status === "ended") return "ended";
     if (campaign.status === "paused") return "paused";
@@ -359,7 +443,9 @@ export class Codedrop {
     return "ready";
   }
 
+  /** @param {PublicCampaign} campaign */
   #applyCampaign(campaign) {
+    /** @type {Partial<State>} */
     const changes = { campaign: Object.freeze(campaign), remaining: campaign.remaining ?? null };
     const status = this.#statusOf(campaign);
     // The claim flow owns the state while it runs; a code already shown stays shown.
@@ -379,6 +465,13 @@ export class Codedrop {
     return `${this.#options.apiBase}/v1/campaigns/${encodeURIComponent(this.#options.campaignId)}${suffix}`;
   }
 
+  /**
+   * @param {string} method
+   * @param {string} url
+   * @param {Record<string, string>} [headers]
+   * @param {string} [body]
+   * @returns {Promise<ApiResponse>}
+   */
   async #request(method, url, headers = {}, body = undefined) {
     const timeout = new AbortController();
     const onStop = () => timeout.abort();
@@ -403,7 +496,7 @@ export class Codedrop {
       }
       return { status: response.status, headers: response.headers, body: json };
     } catch (error) {
-      throw new NetworkError(error?.message ?? String(error));
+      throw new NetworkError(error instanceof Error ? error.message : String(error));
     } finally {
       clearTimeout(timer);
       this.#abort.signal.removeEventListener("abort", onStop);
@@ -415,7 +508,12 @@ export class Codedrop {
     return token || null;
   }
 
+  /**
+   * @param {string} token
+   * @returns {Promise<Record<string, string>>}
+   */
   async #authHeaders(token) {
+    /** @type {Record<string, string>} */
     const headers = { Authorization: `Bearer ${token}` };
     if (this.#options.getAppCheckToken) {
       const appCheck = await this.#options.getAppCheckToken();
@@ -424,6 +522,10 @@ export class Codedrop {
     return headers;
   }
 
+  /**
+   * @param {number} attempt
+   * @param {number} [floorMs]
+   */
   #backoff(attempt, floorMs = 0) {
     // Full jitter over an exponential window, never sooner than the server asked.
     const window = Math.min(
@@ -433,6 +535,7 @@ export class Codedrop {
     return Math.round(floorMs + this.#random() * window);
   }
 
+  /** @param {number} ms */
   #sleep(ms) {
     return this.#clock.sleep(ms, this.#abort.signal);
   }
@@ -491,10 +594,15 @@ export class Codedrop {
     }
   }
 
+  /** @param {string} token */
   async #lookupHeld(token) {
     let response;
     try {
-      response = await this.#request("GET", this.#url("/claims/me"), await this.#authHeaders(token));
+      response = await this.#request(
+        "GET",
+        this.#url("/claims/me"),
+        await this.#authHeaders(token),
+      );
     } catch (error) {
       if (error instanceof NetworkError) return false;
       throw error;
@@ -505,6 +613,11 @@ export class Codedrop {
     return true;
   }
 
+  /**
+   * @param {Claim} claim
+   * @param {Claim[]} claims
+   * @param {string | null} token
+   */
   #claimed(claim, claims, token) {
     this.#clearPending(token);
     this.#wantsClaim = false;
@@ -569,12 +682,17 @@ export class Codedrop {
 
   // --- the claim -----------------------------------------------------------------------------
 
+  /** @param {string} token */
   #storageKey(token) {
     const user = tokenUserId(token) ?? "anonymous";
     return `${VERSION_PREFIX}:${this.#options.campaignId}:${user}`;
   }
 
   // The claim in progress for this shopper: its Idempotency-Key and waiting-room ticket.
+  /**
+   * @param {string | null} [token]
+   * @returns {Pending | null}
+   */
   #pending(token = this.#lastToken) {
     if (!token) return null;
     try {
@@ -590,6 +708,10 @@ export class Codedrop {
     }
   }
 
+  /**
+   * @param {string} token
+   * @param {Pending} pending
+   */
   #savePending(token, pending) {
     try {
       this.#storage.setItem(this.#storageKey(token), JSON.stringify(pending));
@@ -598,6 +720,7 @@ export class Codedrop {
     }
   }
 
+  /** @param {string | null} token */
   #clearPending(token) {
     try {
       if (token) this.#storage.removeItem(this.#storageKey(token));
@@ -606,6 +729,7 @@ export class Codedrop {
     }
   }
 
+  /** @type {string | null} */
   #lastToken = null;
 
   async #runClaim() {
@@ -620,6 +744,10 @@ export class Codedrop {
     }
   }
 
+  /**
+   * @param {boolean} forceRefresh
+   * @returns {Promise<string>}
+   */
   async #signedInToken(forceRefresh) {
     let token = await this.#token(forceRefresh);
     if (!token && this.#options.signIn) {
@@ -635,15 +763,18 @@ export class Codedrop {
 
   async #claimLoop() {
     let token = await this.#signedInToken(false);
+    /** @type {Pending} */
     const pending = this.#pending(token) ?? {
       key: newIdempotencyKey(),
       ticket: null,
       startedAt: this.#clock.now(),
     };
     this.#savePending(token, pending);
+    /** @type {Retry} */
     const retry = { failures: 0, refreshedToken: false, droppedTicket: false };
 
     while (!this.#stopped) {
+      /** @type {Record<string, string>} */
       const headers = {
         ...(await this.#authHeaders(token)),
         "Content-Type": "application/json",
@@ -666,6 +797,11 @@ export class Codedrop {
   }
 
   // One response of the claim endpoint: "done", "retry" (after any wait), or "refresh-token".
+  /**
+   * @param {ApiResponse} response
+   * @param {{ token: string, pending: Pending, retry: Retry }} claim
+   * @returns {Promise<"done" | "retry" | "refresh-token">}
+   */
   async #handle(response, { token, pending, retry }) {
     const { status, body } = response;
     const code = body?.error_code;
@@ -708,7 +844,8 @@ export class Codedrop {
       return "refresh-token";
     }
     const badTicket =
-      (status === 400 && code === "INVALID_TICKET") || (status === 403 && code === "TICKET_NOT_YOURS");
+      (status === 400 && code === "INVALID_TICKET") ||
+      (status === 403 && code === "TICKET_NOT_YOURS");
     if (badTicket && !retry.droppedTicket) {
       // Expired, damaged, or another account's (a shared browser): ask for a place once.
       retry.droppedTicket = true;
@@ -717,7 +854,13 @@ export class Codedrop {
       return "retry";
     }
     if (status === 503 || status === 429 || status >= 500) {
-      await this.#retryOrFail(retry, retryAfterMs ?? 0, code ?? "UNEXPECTED_RESPONSE", null, response);
+      await this.#retryOrFail(
+        retry,
+        retryAfterMs ?? 0,
+        code ?? "UNEXPECTED_RESPONSE",
+        null,
+        response,
+      );
       return "retry";
     }
     // 400, 401, 403, 404 and anything unknown: the shopper (or the page) must act.
@@ -726,6 +869,12 @@ export class Codedrop {
     throw apiError(response, { retryable: status === 401 });
   }
 
+  /**
+   * @param {ApiResponse} response
+   * @param {string} token
+   * @param {Retry} retry
+   * @returns {Promise<"done" | "retry">}
+   */
   async #notActive(response, token, retry) {
     // The campaign is scheduled, paused or over: the campaign document says which.
     await this.#refreshCampaign();
@@ -750,6 +899,13 @@ export class Codedrop {
     return "retry";
   }
 
+  /**
+   * @param {Retry} retry
+   * @param {number} floorMs
+   * @param {string} code
+   * @param {string | null} message
+   * @param {ApiResponse | null} [response]
+   */
   async #retryOrFail(retry, floorMs, code, message, response = null) {
     retry.failures += 1;
     if (retry.failures > this.#options.maxRetries) {
@@ -763,6 +919,10 @@ export class Codedrop {
   }
 }
 
+/**
+ * @param {ApiResponse} response
+ * @param {{ retryable: boolean }} options
+ */
 function apiError(response, { retryable }) {
   const body = response.body ?? {};
   return new CodedropError(

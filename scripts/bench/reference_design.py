@@ -1,7 +1,7 @@
 """The baseline of the claim benchmark (scripts/bench/claims.py): the reference article's claim,
 ported to Python.
 
-../shared/reference/002 ("How I Built a Zero-Duplicate Coupon System") claims a coupon like this,
+The reference article ("How I Built a Zero-Duplicate Coupon System") claims a coupon like this,
 and this module does exactly the same with google-cloud-firestore. It is NOT project code: it
 exists so the benchmark can show, in the same run and on the same emulator, why codedrop's claim
 deviates from "query inside a transaction".

@@ -1,7 +1,8 @@
 """The one table of what gets deployed, and which of its entry points functions/main.py defines.
 
 Each function is deployed from the same staged folder with its own entry point, trigger, sizing
-and service account. Who can call it is chosen per caller (see README "Deploying"):
+and service account. Who can call it is chosen per caller (docs/deploy.md, "Who may call what,
+and sizing"):
 - claim_api and admin_api are public at the IAM level: a shopper's or a marketer's browser holds
   only a Firebase ID token, which the functions verify per route (and a shop's webhook has no
   Google identity at all);

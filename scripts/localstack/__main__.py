@@ -8,7 +8,7 @@ SIGHUP stop everything it started (functions first, then emulators, each by proc
 does any child that dies, after which it exits non-zero with that child's name and log tail.
 
 Uploads: the Storage emulator sends no notifications, so while import_codes runs a watcher
-(scripts/localstack/storage_notifier.py) polls the imports bucket and POSTs the object-finalized
+(devkit/standins/storage_notifier.py) polls the imports bucket and POSTs the object-finalized
 CloudEvent of every new object generation to import_codes, as Eventarc does in the cloud: a CSV
 dropped at imports/{campaign_id}/NAME.csv with any client is imported (./scripts/upload_codes
 does it and follows the job). Objects already in the bucket when the stack starts are not

@@ -1,7 +1,7 @@
 """Upload a recipient list for a campaign and follow its assignment job to the end.
 
-The file goes to assignments/{CAMPAIGN_ID}/{NAME} in the imports bucket (DESIGN.md, "Codes for
-email campaigns"): the object-finalized event starts the assignment job in import_codes. The
+The file goes to assignments/{CAMPAIGN_ID}/{NAME} in the imports bucket (docs/contract.md, "The
+bucket"): the object-finalized event starts the assignment job in import_codes. The
 job id is derived from the uploaded object's generation exactly as the service derives it, and
 the job is followed through admin_api (GET /v1/jobs/{job_id}) with a progress bar on stderr
 until it is done or failed; a summary with the first invalid rows and the unassigned lines goes

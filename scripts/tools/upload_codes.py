@@ -1,7 +1,7 @@
 """Upload a CSV of coupon codes into a campaign and follow its import job to the end.
 
 The file goes to imports/{CAMPAIGN_ID}/{NAME} in the imports bucket with google-cloud-storage,
-which is all the service needs (DESIGN.md, "Upload convention"): the object-finalized event
+which is all the service needs (docs/contract.md, "The bucket"): the object-finalized event
 starts import_codes. The job id is derived from the uploaded object's generation exactly as the
 service derives it, and the job is followed through admin_api (GET /v1/jobs/{job_id}) with a
 progress bar on stderr until it is done or failed; a summary with the first errors goes to

@@ -116,6 +116,8 @@ def get_campaign(call: Call, campaign_id: str) -> flask.Response:
         Contended,
         IdentityRequired,
         IdentityInvalid,
+        AppCheckRequired,
+        SignInProviderNotAllowed,
     ],
     error_bodies={WaitingRoom: WaitingRoomAnswer},
     headers={

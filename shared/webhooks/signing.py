@@ -1,7 +1,7 @@
 """The signature every delivery carries, and how each webhook's secret is kept.
 
 `X-Codedrop-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<raw body>" with the secret>`
-(DESIGN.md). The timestamp is signed with the body, so a receiver can refuse old replays.
+(docs/contract.md). The timestamp is signed with the body, so a receiver can refuse old replays.
 
 The secret has to be usable again at every delivery, so it cannot be hashed: it is sealed with
 AES-GCM under a key derived from CODEDROP_WEBHOOK_KEY (Secret Manager in production), the webhook

@@ -1,4 +1,4 @@
-"""scripts/localstack/storage_notifier.py: object-finalized CloudEvents for the Storage emulator.
+"""devkit/standins/storage_notifier.py: object-finalized CloudEvents for the Storage emulator.
 
 The delivery tests use a small HTTP server in this process; the end-to-end tests run the real
 import_codes under functions-framework (a subprocess on a free port) against the suite's

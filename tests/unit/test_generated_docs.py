@@ -1,5 +1,6 @@
-"""Docs that follow the code: docs/api.md is generated from the OpenAPI documents, the data layout
-in docs/architecture.md names every collection shared/gcp/firestore.py defines, and the
+"""Docs that follow the code: the pages scripts/tools/api_docs.py generates (the API, errors,
+events, campaign fields, the local stack's table) are current, the data layout in
+docs/architecture.md names every collection shared/gcp/firestore.py defines, and the
 configuration table in docs/operations.md every setting shared/settings.py reads."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from shared.gcp import firestore as paths
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
-def test_the_api_page_is_what_the_functions_serve() -> None:
+def test_the_generated_pages_are_what_the_code_says() -> None:
     assert api_docs.main(["--check"]) == 0
 
 

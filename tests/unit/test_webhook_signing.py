@@ -1,5 +1,5 @@
-"""The webhook signature (DESIGN.md's scheme), the docs' verification snippet, and the sealed
-secrets."""
+"""The webhook signature (docs/contract.md's scheme), the docs' verification snippet, and the
+sealed secrets."""
 
 from __future__ import annotations
 

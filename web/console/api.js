@@ -158,7 +158,9 @@ function putToSession(url, body, contentRange, onSent) {
       xhr.setRequestHeader("Content-Type", "text/csv");
       xhr.upload.addEventListener("progress", (event) => onSent?.(event.loaded));
     }
-    xhr.addEventListener("load", () => resolve({ status: xhr.status, range: xhr.getResponseHeader("Range") }));
+    xhr.addEventListener("load", () =>
+      resolve({ status: xhr.status, range: xhr.getResponseHeader("Range") }),
+    );
     xhr.addEventListener("error", () => reject(new NoAnswer()));
     xhr.addEventListener("timeout", () => reject(new NoAnswer()));
     xhr.send(body);

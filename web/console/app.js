@@ -37,7 +37,12 @@ let pending = null;
 
 // Where each view draws what it loads; emptied when another view shows, so no hidden copy of
 // a view (its test ids, its timers' targets) stays behind.
-const SLOTS = { campaign: "tab", audit: "audit-slot", admins: "admins-slot", campaigns: "campaign-form-slot" };
+const SLOTS = {
+  campaign: "tab",
+  audit: "audit-slot",
+  admins: "admins-slot",
+  campaigns: "campaign-form-slot",
+};
 
 function show(view) {
   main.dataset.view = view;
@@ -74,9 +79,12 @@ async function showCampaigns() {
           h("a", { href: `#/c/${encodeURIComponent(c.campaign_id)}/live` }, c.title),
           h("div", { class: "mono hint" }, c.campaign_id),
         ),
-        h("td", {},
+        h(
+          "td",
+          {},
           h("span", { class: `status status-${c.status}` }, fmt.status(c.status)),
-          c.archived ? h("span", { class: "hint" }, " · archived") : ""),
+          c.archived ? h("span", { class: "hint" }, " · archived") : "",
+        ),
         h("td", {}, fmt.window(c)),
         h("td", { class: "num", "data-label": "Claimed" }, fmt.count(c.stats?.claimed)),
         h("td", { class: "num", "data-label": "Remaining" }, fmt.count(c.stats?.remaining)),
@@ -105,15 +113,30 @@ function campaignForm(loaded, { onSaved, onCancel }) {
   const start = campaign ? campaign.starts_at : new Date(now.getTime() + 3600_000).toISOString();
   const end = campaign ? campaign.ends_at : new Date(now.getTime() + 25 * 3600_000).toISOString();
   const inputs = {
-    title: h("input", { name: "title", required: true, maxlength: "200", value: campaign?.title ?? "" }),
+    title: h("input", {
+      name: "title",
+      required: true,
+      maxlength: "200",
+      value: campaign?.title ?? "",
+    }),
     campaign_id: h("input", {
       name: "campaign_id",
       pattern: "[a-z0-9][a-z0-9-]{2,62}",
       autocomplete: "off",
       spellcheck: "false",
     }),
-    starts_at: h("input", { name: "starts_at", type: "datetime-local", required: true, value: toLocalInput(start) }),
-    ends_at: h("input", { name: "ends_at", type: "datetime-local", required: true, value: toLocalInput(end) }),
+    starts_at: h("input", {
+      name: "starts_at",
+      type: "datetime-local",
+      required: true,
+      value: toLocalInput(start),
+    }),
+    ends_at: h("input", {
+      name: "ends_at",
+      type: "datetime-local",
+      required: true,
+      value: toLocalInput(end),
+    }),
     max_per_user: h("input", {
       name: "max_per_user",
       type: "number",
@@ -163,34 +186,78 @@ function campaignForm(loaded, { onSaved, onCancel }) {
       low_stock_threshold: optional(inputs.low_stock_threshold),
     };
   };
-  const save = h("button", { type: "submit", class: "button button-primary", dataset: { testid: "save" } },
-    campaign ? "Save changes" : "Create campaign");
+  const save = h(
+    "button",
+    { type: "submit", class: "button button-primary", dataset: { testid: "save" } },
+    campaign ? "Save changes" : "Create campaign",
+  );
 
   const form = h(
     "form",
-    { class: "card form", dataset: { testid: "campaign-form" }, novalidate: true, "aria-label": campaign ? "Campaign settings" : "New campaign" },
+    {
+      class: "card form",
+      dataset: { testid: "campaign-form" },
+      novalidate: true,
+      "aria-label": campaign ? "Campaign settings" : "New campaign",
+    },
     campaign ? null : h("h2", {}, "New campaign"),
     field("Title", inputs.title, "What shoppers see on the landing page."),
-    campaign ? null : field("Campaign id (optional)", inputs.campaign_id,
-      "Lower-case letters, digits and dashes; made from the title when left empty. It appears in the sale's link."),
-    h("div", { class: "row" },
+    campaign
+      ? null
+      : field(
+          "Campaign id (optional)",
+          inputs.campaign_id,
+          "Lower-case letters, digits and dashes; made from the title when left empty. It appears in the sale's link.",
+        ),
+    h(
+      "div",
+      { class: "row" },
       field("Sale opens", inputs.starts_at),
-      field("Sale closes", inputs.ends_at)),
-    h("div", { class: "row" },
+      field("Sale closes", inputs.ends_at),
+    ),
+    h(
+      "div",
+      { class: "row" },
       field("Codes per shopper", inputs.max_per_user),
-      field("Low-stock alert at", inputs.low_stock_threshold, "Remaining codes that trigger a webhook; empty for none.")),
-    h("div", { class: "row" },
-      field("Admission rate (shoppers a second)", inputs.admissions_per_second,
-        "How fast the waiting room lets shoppers in."),
-      field("Hold codes for (seconds)", inputs.hold_seconds,
-        "Empty: a claim is final. A number: unredeemed codes return to the pool after it.")),
-    h("div", { class: "check" }, inputs.waiting_room_enabled,
-      h("label", { for: (inputs.waiting_room_enabled.id = `wr-${Math.random().toString(36).slice(2, 7)}`) },
-        "Use the waiting room when shoppers arrive faster than the admission rate")),
+      field(
+        "Low-stock alert at",
+        inputs.low_stock_threshold,
+        "Remaining codes that trigger a webhook; empty for none.",
+      ),
+    ),
+    h(
+      "div",
+      { class: "row" },
+      field(
+        "Admission rate (shoppers a second)",
+        inputs.admissions_per_second,
+        "How fast the waiting room lets shoppers in.",
+      ),
+      field(
+        "Hold codes for (seconds)",
+        inputs.hold_seconds,
+        "Empty: a claim is final. A number: unredeemed codes return to the pool after it.",
+      ),
+    ),
+    h(
+      "div",
+      { class: "check" },
+      inputs.waiting_room_enabled,
+      h(
+        "label",
+        { for: (inputs.waiting_room_enabled.id = `wr-${Math.random().toString(36).slice(2, 7)}`) },
+        "Use the waiting room when shoppers arrive faster than the admission rate",
+      ),
+    ),
     error,
-    h("div", { class: "actions" },
+    h(
+      "div",
+      { class: "actions" },
       save,
-      onCancel ? h("button", { type: "button", class: "button button-quiet", onclick: onCancel }, "Cancel") : null),
+      onCancel
+        ? h("button", { type: "button", class: "button button-quiet", onclick: onCancel }, "Cancel")
+        : null,
+    ),
   );
 
   form.addEventListener("submit", async (event) => {
@@ -211,7 +278,10 @@ function campaignForm(loaded, { onSaved, onCancel }) {
       let saved;
       if (campaign) {
         const changes = Object.fromEntries(
-          FORM_FIELDS.filter((name) => !sameValue(campaign[name], wanted[name])).map((name) => [name, wanted[name]]),
+          FORM_FIELDS.filter((name) => !sameValue(campaign[name], wanted[name])).map((name) => [
+            name,
+            wanted[name],
+          ]),
         );
         if (Object.keys(changes).length === 0) {
           error.textContent = "Nothing changed.";
@@ -220,7 +290,8 @@ function campaignForm(loaded, { onSaved, onCancel }) {
         saved = await updateCampaign(campaign, changes);
       } else {
         const body = { ...wanted };
-        for (const name of ["hold_seconds", "low_stock_threshold"]) if (body[name] === null) delete body[name];
+        for (const name of ["hold_seconds", "low_stock_threshold"])
+          if (body[name] === null) delete body[name];
         if (inputs.campaign_id.value.trim()) body.campaign_id = inputs.campaign_id.value.trim();
         saved = await ctx.api.call("POST", "/v1/campaigns", { body });
       }
@@ -228,7 +299,8 @@ function campaignForm(loaded, { onSaved, onCancel }) {
     } catch (failure) {
       showFormError(error, failure);
       // Saving again applies this admin's values over the other admin's, knowingly.
-      if (failure?.code === "CAMPAIGN_CHANGED" && failure.body?.current) campaign = failure.body.current;
+      if (failure?.code === "CAMPAIGN_CHANGED" && failure.body?.current)
+        campaign = failure.body.current;
     } finally {
       save.disabled = false;
     }
@@ -237,7 +309,12 @@ function campaignForm(loaded, { onSaved, onCancel }) {
 }
 
 function sameValue(a, b) {
-  if (typeof a === "string" && typeof b === "string" && !Number.isNaN(Date.parse(a)) && a.includes("T")) {
+  if (
+    typeof a === "string" &&
+    typeof b === "string" &&
+    !Number.isNaN(Date.parse(a)) &&
+    a.includes("T")
+  ) {
     return Date.parse(a) === Date.parse(b);
   }
   return (a ?? null) === (b ?? null);
@@ -249,11 +326,18 @@ function showFormError(slot, failure) {
   const changes = failure?.body?.changes;
   if (failure?.code === "CAMPAIGN_CHANGED" && Array.isArray(changes) && changes.length) {
     slot.append(
-      h("ul", { class: "changes", dataset: { testid: "conflict-changes" } },
+      h(
+        "ul",
+        { class: "changes", dataset: { testid: "conflict-changes" } },
         changes.map((entry) =>
-          h("li", {},
+          h(
+            "li",
+            {},
             `${entry.actor?.email ?? entry.actor?.uid ?? "Someone"} at ${fmt.exactTime(entry.at)}: `,
-            describeChange(entry)))),
+            describeChange(entry),
+          ),
+        ),
+      ),
     );
   }
 }
@@ -341,7 +425,13 @@ async function setPaused(paused) {
   try {
     const saved = await updateCampaign(campaign, { paused });
     const tab = location.hash.split("/")[3] || "live";
-    showCampaign(saved, tab, paused ? "The sale is paused: shoppers cannot claim codes until you resume it." : "The sale is running again.");
+    showCampaign(
+      saved,
+      tab,
+      paused
+        ? "The sale is paused: shoppers cannot claim codes until you resume it."
+        : "The sale is running again.",
+    );
     document.getElementById(paused ? "resume" : "pause").focus();
   } catch (failure) {
     say(explain(failure));
@@ -392,7 +482,10 @@ async function finish(action) {
       : `Archive “${campaign.title}”? It leaves the campaign list; its claims, exports and audit log are kept.`;
   if (!window.confirm(question)) return;
   try {
-    const saved = await ctx.api.call("POST", `/v1/campaigns/${encodeURIComponent(campaign.campaign_id)}:${action}`);
+    const saved = await ctx.api.call(
+      "POST",
+      `/v1/campaigns/${encodeURIComponent(campaign.campaign_id)}:${action}`,
+    );
     if (action === "archive") {
       pending = `“${campaign.title}” is archived.`;
       location.hash = "#/";
@@ -471,14 +564,22 @@ async function start() {
   ctx = { api, auth, config, admin: false, campaign: null, showCampaign, say };
 
   const signIn = document.getElementById("sign-in-form");
-  onSubmit(signIn, document.getElementById("sign-in-error"), (failure) => failure.message, async () => {
-    await auth.signIn(signIn.email.value.trim(), signIn.password.value);
-    signIn.password.value = "";
-  });
+  onSubmit(
+    signIn,
+    document.getElementById("sign-in-error"),
+    (failure) => failure.message,
+    async () => {
+      await auth.signIn(signIn.email.value.trim(), signIn.password.value);
+      signIn.password.value = "";
+    },
+  );
   // Signing out ends the admin's sessions on the server too (revoked there, not only forgotten
   // here); the browser signs out whatever that call answers.
   document.getElementById("sign-out").addEventListener("click", () =>
-    api.call("POST", "/v1/me:sign_out").catch(() => null).finally(() => auth.signOut()),
+    api
+      .call("POST", "/v1/me:sign_out")
+      .catch(() => null)
+      .finally(() => auth.signOut()),
   );
   document.getElementById("new-campaign").addEventListener("click", () => {
     const slot = document.getElementById("campaign-form-slot");
@@ -499,7 +600,9 @@ async function start() {
   document.getElementById("end").addEventListener("click", () => finish("end"));
   document.getElementById("archive").addEventListener("click", () => finish("archive"));
   document.getElementById("delete").addEventListener("click", remove);
-  document.getElementById("show-archived").addEventListener("change", () => showCampaigns().catch(fail));
+  document
+    .getElementById("show-archived")
+    .addEventListener("change", () => showCampaigns().catch(fail));
   window.addEventListener("hashchange", route);
 
   auth.onChange(async (user) => {

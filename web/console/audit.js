@@ -25,31 +25,72 @@ const ACTION_WORDS = {
 
 export async function renderAudit(ctx, slot, campaignId) {
   const query = campaignId ? `?campaign_id=${encodeURIComponent(campaignId)}` : "";
-  const list = h("ol", { class: "audit", dataset: { testid: "audit-log" }, "aria-label": "Changes, newest first" });
+  const list = h("ol", {
+    class: "audit",
+    dataset: { testid: "audit-log" },
+    "aria-label": "Changes, newest first",
+  });
   slot.append(h("section", { class: "card" }, campaignId ? h("h2", {}, "Audit log") : null, list));
   try {
     const { entries } = await ctx.api.call("GET", `/v1/audit${query}`);
-    list.replaceChildren(...(entries.length ? entries.map(entry) : [h("li", { class: "hint" }, "No changes recorded yet.")]));
+    list.replaceChildren(
+      ...(entries.length
+        ? entries.map(entry)
+        : [h("li", { class: "hint" }, "No changes recorded yet.")]),
+    );
   } catch (failure) {
-    if (failure?.status !== 401) list.replaceChildren(h("li", { class: "form-error" }, explain(failure)));
+    if (failure?.status !== 401)
+      list.replaceChildren(h("li", { class: "form-error" }, explain(failure)));
   }
 }
 
 function entry(item) {
   const who = item.actor?.email ?? item.actor?.uid ?? "someone";
   const changes = changedFields(item);
-  return h("li", { dataset: { action: item.action } },
-    h("p", {},
+  return h(
+    "li",
+    { dataset: { action: item.action } },
+    h(
+      "p",
+      {},
       h("strong", {}, ACTION_WORDS[item.action] ?? item.action),
-      " ", h("span", { class: "tag mono" }, item.action),
-      " · ", h("span", { class: "mono" }, item.target ?? "")),
-    h("p", { class: "hint" }, `${who} · `, h("time", { datetime: item.at }, fmt.exactTime(item.at))),
+      " ",
+      h("span", { class: "tag mono" }, item.action),
+      " · ",
+      h("span", { class: "mono" }, item.target ?? ""),
+    ),
+    h(
+      "p",
+      { class: "hint" },
+      `${who} · `,
+      h("time", { datetime: item.at }, fmt.exactTime(item.at)),
+    ),
     changes.length
-      ? h("table", { class: "table compact" },
+      ? h(
+          "table",
+          { class: "table compact" },
           h("caption", { class: "sr-only" }, "Before and after"),
-          h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Field"), h("th", { scope: "col" }, "Before"), h("th", { scope: "col" }, "After"))),
-          h("tbody", {}, changes.map(([name, before, after]) => h("tr", {}, h("td", {}, name), h("td", {}, before), h("td", {}, after)))))
-      : null);
+          h(
+            "thead",
+            {},
+            h(
+              "tr",
+              {},
+              h("th", { scope: "col" }, "Field"),
+              h("th", { scope: "col" }, "Before"),
+              h("th", { scope: "col" }, "After"),
+            ),
+          ),
+          h(
+            "tbody",
+            {},
+            changes.map(([name, before, after]) =>
+              h("tr", {}, h("td", {}, name), h("td", {}, before), h("td", {}, after)),
+            ),
+          ),
+        )
+      : null,
+  );
 }
 
 function changedFields(item) {

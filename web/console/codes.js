@@ -3,8 +3,8 @@
 // the campaign followed until it is done, with its rejected rows.
 
 import { explain } from "./api.js";
-import { announce, field, fmt, h, onSubmit } from "./dom.js";
-import { jobDownload } from "./exports.js";
+import { announce, field, fmt, formError, h, onSubmit, section } from "./dom.js";
+import { campaignJobs, jobDownload } from "./exports.js";
 import { UploadInterrupted, UploadSessionGone } from "./upload.js";
 
 // While a job runs (or an uploaded file waits for its import), the jobs are read this often.
@@ -27,10 +27,24 @@ export function renderCodes(ctx, slot, campaign) {
     accept: ".csv,text/csv",
     dataset: { testid: "upload-input" },
   });
-  const progress = h("progress", { max: "100", value: "0", dataset: { testid: "upload-progress" }, hidden: true });
+  const progress = h("progress", {
+    max: "100",
+    value: "0",
+    dataset: { testid: "upload-progress" },
+    hidden: true,
+  });
   const progressText = h("span", { class: "hint", "aria-live": "polite" });
-  const uploadError = h("p", { class: "form-error", role: "alert" });
-  const resumeButton = h("button", { type: "button", class: "button button-secondary", dataset: { testid: "upload-resume" }, hidden: true }, "Resume the upload");
+  const uploadError = formError();
+  const resumeButton = h(
+    "button",
+    {
+      type: "button",
+      class: "button button-secondary",
+      dataset: { testid: "upload-resume" },
+      hidden: true,
+    },
+    "Resume the upload",
+  );
   let interrupted = null; // the file whose upload stopped, resumed by the button
 
   /** Upload `file` through its session: the one this browser opened for the same file (same
@@ -44,7 +58,9 @@ export function renderCodes(ctx, slot, campaign) {
     const key = sessionKey(campaign.campaign_id, file);
     let session = savedSession(key);
     const resume = session !== null;
-    progressText.textContent = resume ? `Resuming the upload of ${file.name}…` : `Uploading ${file.name}…`;
+    progressText.textContent = resume
+      ? `Resuming the upload of ${file.name}…`
+      : `Uploading ${file.name}…`;
     const onProgress = (fraction) => {
       progress.value = Math.round(fraction * 100);
       progress.setAttribute("aria-valuetext", `${Math.round(fraction * 100)}% uploaded`);
@@ -99,19 +115,38 @@ export function renderCodes(ctx, slot, campaign) {
   });
 
   // --- generate ---
-  const count = h("input", { type: "number", min: "1", max: "1000000", value: "1000", required: true });
+  const count = h("input", {
+    type: "number",
+    min: "1",
+    max: "1000000",
+    value: "1000",
+    required: true,
+  });
   const length = h("input", { type: "number", min: "6", max: "32", value: "10", required: true });
-  const prefix = h("input", { type: "text", pattern: "[A-Z0-9-]{0,16}", maxlength: "16", value: "", autocomplete: "off" });
-  const generateError = h("p", { class: "form-error", role: "alert" });
+  const prefix = h("input", {
+    type: "text",
+    pattern: "[A-Z0-9-]{0,16}",
+    maxlength: "16",
+    value: "",
+    autocomplete: "off",
+  });
+  const generateError = formError();
   const generate = h(
     "form",
     { class: "form", novalidate: true, "aria-label": "Generate codes" },
-    h("div", { class: "row" },
+    h(
+      "div",
+      { class: "row" },
       field("How many codes", count),
       field("Characters per code", length),
-      field("Prefix (optional)", prefix, "Capital letters, digits and dashes, e.g. SPRING-")),
+      field("Prefix (optional)", prefix, "Capital letters, digits and dashes, e.g. SPRING-"),
+    ),
     generateError,
-    h("div", { class: "actions" }, h("button", { type: "submit", class: "button button-secondary" }, "Generate codes")),
+    h(
+      "div",
+      { class: "actions" },
+      h("button", { type: "submit", class: "button button-secondary" }, "Generate codes"),
+    ),
   );
   onSubmit(generate, generateError, explain, async () => {
     const body = { count: Number(count.value), length: Number(length.value) };
@@ -123,41 +158,48 @@ export function renderCodes(ctx, slot, campaign) {
 
   const jobs = h("div", { class: "jobs", "aria-live": "off" });
   slot.append(
-    h("section", { class: "card", "aria-labelledby": "upload-title" },
-      h("h2", { id: "upload-title" }, "Upload codes"),
-      h("p", { class: "hint" },
+    section(
+      { id: "upload", title: "Upload codes" },
+      h(
+        "p",
+        { class: "hint" },
         "A CSV file with one code per line (a header line “code” is allowed). Rows that are empty, " +
           "too long, repeated or already in this campaign are not imported: they are listed below " +
-          "with their line number."),
+          "with their line number.",
+      ),
       field("CSV file", input),
       h("div", { class: "progress-row" }, progress, progressText),
       uploadError,
-      resumeButton),
-    h("section", { class: "card", "aria-labelledby": "generate-title" },
-      h("h2", { id: "generate-title" }, "Generate codes"),
-      generate),
-    h("section", { "aria-labelledby": "jobs-title" }, h("h2", { id: "jobs-title" }, "Imports and generations"), jobs),
+      resumeButton,
+    ),
+    section({ id: "generate", title: "Generate codes" }, generate),
+    section({ id: "jobs", title: "Imports and generations", card: false }, jobs),
   );
 
   async function refresh() {
     clearTimeout(timer);
     if (stopped) return;
-    let listed;
-    try {
-      listed = (await ctx.api.call("GET", `${path}/jobs`)).jobs.filter((job) => job.kind !== "export");
-    } catch (failure) {
-      if (failure?.status !== 401) ctx.say(explain(failure));
-      return;
-    }
-    if (stopped) return;
+    const listed = await campaignJobs(ctx, path, (job) => job.kind !== "export");
+    if (stopped || !listed) return;
     for (const job of listed) {
-      for (const object of waitingFor) if (job.source?.includes(`/${object}`)) waitingFor.delete(object);
+      for (const object of waitingFor)
+        if (job.source?.includes(`/${object}`)) waitingFor.delete(object);
     }
     // Redrawn every second while a job runs: keep the keyboard's place on a job's button.
-    const focused = document.activeElement?.closest?.("[data-job-id]") ? document.activeElement : null;
-    const place = focused && [focused.closest("[data-job-id]").dataset.jobId, focused.dataset.testid];
-    jobs.replaceChildren(...(listed.length ? listed.map((job) => jobCard(ctx, job, reports)) : [h("p", { class: "hint" }, "No codes loaded yet.")]));
-    if (place) jobs.querySelector(`[data-job-id="${place[0]}"] [data-testid="${place[1]}"]`)?.focus();
+    const focused = document.activeElement?.closest?.("[data-job-id]")
+      ? document.activeElement
+      : null;
+    const place = focused && [
+      focused.closest("[data-job-id]").dataset.jobId,
+      focused.dataset.testid,
+    ];
+    jobs.replaceChildren(
+      ...(listed.length
+        ? listed.map((job) => jobCard(ctx, job, reports))
+        : [h("p", { class: "hint" }, "No codes loaded yet.")]),
+    );
+    if (place)
+      jobs.querySelector(`[data-job-id="${place[0]}"] [data-testid="${place[1]}"]`)?.focus();
     if (waitingFor.size || listed.some((job) => job.state === "running")) {
       timer = setTimeout(refresh, FOLLOW_MS);
     } else if (progressText.textContent.endsWith("Importing its codes…")) {
@@ -207,10 +249,14 @@ function forgetSession(key) {
 
 function rows(listed) {
   return listed.map((row) =>
-    h("tr", { dataset: { line: String(row.line) } },
+    h(
+      "tr",
+      { dataset: { line: String(row.line) } },
       h("td", { class: "num" }, String(row.line)),
       h("td", {}, row.reason),
-      h("td", { class: "mono" }, row.value ?? "")));
+      h("td", { class: "mono" }, row.value ?? ""),
+    ),
+  );
 }
 
 function objectName(source) {
@@ -224,61 +270,129 @@ function objectName(source) {
 function jobCard(ctx, job, reports) {
   const rejected = job.invalid + job.duplicates;
   const title =
-    job.kind === "import" ? `Import of ${objectName(job.source) ?? "a file"}` : (KIND_WORDS[job.kind] ?? job.kind);
+    job.kind === "import"
+      ? `Import of ${objectName(job.source) ?? "a file"}`
+      : (KIND_WORDS[job.kind] ?? job.kind);
   const counts = [
     ["Rows read", job.rows_read],
-    [job.kind === "assignment" ? "Assigned" : "Imported", job.kind === "assignment" ? job.assigned : job.imported],
+    [
+      job.kind === "assignment" ? "Assigned" : "Imported",
+      job.kind === "assignment" ? job.assigned : job.imported,
+    ],
     ["Repeated", job.duplicates],
     ["Invalid", job.invalid],
   ];
   const card = h(
     "article",
-    { class: `job job-${job.state}`, dataset: { testid: "job", jobId: job.job_id, kind: job.kind } },
+    {
+      class: `job job-${job.state}`,
+      dataset: { testid: "job", jobId: job.job_id, kind: job.kind },
+    },
     h("h3", {}, title),
-    h("p", { class: "hint" },
+    h(
+      "p",
+      { class: "hint" },
       `Started ${fmt.exactTime(job.created_at)} · `,
-      h("span", { dataset: { testid: "job-state", state: job.state }, class: `state state-${job.state}` },
-        STATE_WORDS[job.state] ?? job.state)),
-    h("dl", { class: "counts" }, counts.flatMap(([name, value]) => [h("dt", {}, name), h("dd", {}, fmt.count(value))])),
+      h(
+        "span",
+        { dataset: { testid: "job-state", state: job.state }, class: `state state-${job.state}` },
+        STATE_WORDS[job.state] ?? job.state,
+      ),
+    ),
+    h(
+      "dl",
+      { class: "counts" },
+      counts.flatMap(([name, value]) => [h("dt", {}, name), h("dd", {}, fmt.count(value))]),
+    ),
   );
   if (job.failure_reason) {
-    card.append(h("p", { class: "form-error" }, `This file could not be imported: ${job.failure_reason}`));
+    card.append(
+      h("p", { class: "form-error" }, `This file could not be imported: ${job.failure_reason}`),
+    );
   }
   if (job.warnings > 0) {
-    card.append(h("p", { class: "warning" },
-      `${fmt.count(job.warnings)} ${job.warnings === 1 ? "code was" : "codes were"} imported with a warning: ` +
-        "they start with =, +, - or @, which a spreadsheet would run as a formula (exports make them safe). " +
-        "The report lists them."));
+    card.append(
+      h(
+        "p",
+        { class: "warning" },
+        `${fmt.count(job.warnings)} ${job.warnings === 1 ? "code was" : "codes were"} imported with a warning: ` +
+          "they start with =, +, - or @, which a spreadsheet would run as a formula (exports make them safe). " +
+          "The report lists them.",
+      ),
+    );
   }
   if (rejected > 0 || job.warnings > 0) {
     const body = h("tbody", {}, rows(job.errors ?? []));
     const note = h("p", { class: "hint" });
     const total = rejected + job.warnings;
     const shown = (count) => {
-      note.textContent = count < total ? `The first ${fmt.count(count)} are listed here; the download has all of them.` : "";
+      note.textContent =
+        count < total
+          ? `The first ${fmt.count(count)} are listed here; the download has all of them.`
+          : "";
     };
     shown((job.errors ?? []).length);
-    if (rejected > 0) card.append(h("h4", {}, `${fmt.count(rejected)} ${rejected === 1 ? "row was" : "rows were"} not imported`));
+    if (rejected > 0)
+      card.append(
+        h(
+          "h4",
+          {},
+          `${fmt.count(rejected)} ${rejected === 1 ? "row was" : "rows were"} not imported`,
+        ),
+      );
     card.append(
-      h("div", { class: "table-wrap" },
-        h("table", { class: "table compact", dataset: { testid: "job-rejected" } },
-          h("caption", { class: "sr-only" }, "Rows not imported, and codes imported with a warning"),
-          h("thead", {}, h("tr", {}, h("th", { scope: "col", class: "num" }, "Line"), h("th", { scope: "col" }, "Reason"), h("th", { scope: "col" }, "Value"))),
-          body)),
+      h(
+        "div",
+        { class: "table-wrap" },
+        h(
+          "table",
+          { class: "table compact", dataset: { testid: "job-rejected" } },
+          h(
+            "caption",
+            { class: "sr-only" },
+            "Rows not imported, and codes imported with a warning",
+          ),
+          h(
+            "thead",
+            {},
+            h(
+              "tr",
+              {},
+              h("th", { scope: "col", class: "num" }, "Line"),
+              h("th", { scope: "col" }, "Reason"),
+              h("th", { scope: "col" }, "Value"),
+            ),
+          ),
+          body,
+        ),
+      ),
       note,
     );
     if (job.report && job.state !== "running") {
       if (!reports.has(job.job_id)) {
-        reports.set(job.job_id, ctx.api.firstRecords(`/v1/jobs/${encodeURIComponent(job.job_id)}/download`, REPORT_ROWS_SHOWN));
+        reports.set(
+          job.job_id,
+          ctx.api.firstRecords(
+            `/v1/jobs/${encodeURIComponent(job.job_id)}/download`,
+            REPORT_ROWS_SHOWN,
+          ),
+        );
       }
-      reports.get(job.job_id).then((records) => {
-        const [header = [], ...found] = records;
-        const at = (name) => header.indexOf(name);
-        const listed = found.map((r) => ({ line: Number(r[at("line")]), reason: r[at("reason")], value: r[at("value")] }));
-        // Repeats are reported as the import commits them, after later invalid rows: by line.
-        body.replaceChildren(...rows(listed.sort((a, b) => a.line - b.line)));
-        shown(found.length);
-      }, () => {}); // the rows the job kept stay listed
+      reports.get(job.job_id).then(
+        (records) => {
+          const [header = [], ...found] = records;
+          const at = (name) => header.indexOf(name);
+          const listed = found.map((r) => ({
+            line: Number(r[at("line")]),
+            reason: r[at("reason")],
+            value: r[at("value")],
+          }));
+          // Repeats are reported as the import commits them, after later invalid rows: by line.
+          body.replaceChildren(...rows(listed.sort((a, b) => a.line - b.line)));
+          shown(found.length);
+        },
+        () => {},
+      ); // the rows the job kept stay listed
     }
   }
   if ((rejected > 0 || job.warnings > 0) && job.state !== "running") {

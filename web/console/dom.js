@@ -16,6 +16,26 @@ export function h(tag, props = {}, ...children) {
   return element;
 }
 
+/** A section of a view titled by its h2, which also names it (aria-labelledby); a card unless
+ * `card` is false. */
+export function section({ id, title, card = true, testid }, ...children) {
+  return h(
+    "section",
+    {
+      class: card ? "card" : null,
+      dataset: testid ? { testid } : null,
+      "aria-labelledby": `${id}-title`,
+    },
+    h("h2", { id: `${id}-title` }, title),
+    ...children,
+  );
+}
+
+/** Where a form says what went wrong, read out as soon as it is set. */
+export function formError() {
+  return h("p", { class: "form-error", role: "alert" });
+}
+
 const number = new Intl.NumberFormat("en");
 const when = new Intl.DateTimeFormat("en", {
   day: "numeric",

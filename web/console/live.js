@@ -4,7 +4,7 @@
 
 import uPlot from "./vendor/uPlot.esm.js";
 import { explain } from "./api.js";
-import { fmt, h } from "./dom.js";
+import { fmt, h, section } from "./dom.js";
 
 export const REFRESH_MS = 2000;
 // Points kept on the chart: an hour at one a refresh, beyond the series the API keeps.
@@ -24,20 +24,33 @@ const STATS = [
 
 export function renderLive(ctx, slot, campaign) {
   const values = {};
-  const stats = h("dl", { class: "stats" },
+  const stats = h(
+    "dl",
+    { class: "stats" },
     STATS.map(([key, label]) =>
-      h("div", { class: "stat" },
+      h(
+        "div",
+        { class: "stat" },
         h("dt", {}, label),
-        (values[key] = h("dd", { dataset: { testid: `stat-${key}` } }, "–")))));
-  const chart = h("div", { class: "chart", dataset: { testid: "burn-down" }, role: "img", "aria-label": "Codes left over time" });
+        (values[key] = h("dd", { dataset: { testid: `stat-${key}` } }, "–")),
+      ),
+    ),
+  );
+  const chart = h("div", {
+    class: "chart",
+    dataset: { testid: "burn-down" },
+    role: "img",
+    "aria-label": "Codes left over time",
+  });
   const updated = h("p", { class: "hint" }, "Waiting for the first numbers…");
   slot.append(
-    h("section", { class: "card", dataset: { testid: "live" }, "aria-labelledby": "live-title" },
-      h("h2", { id: "live-title" }, "The sale, live"),
+    section(
+      { id: "live", title: "The sale, live", testid: "live" },
       stats,
       h("h3", {}, "Codes left over time"),
       chart,
-      updated),
+      updated,
+    ),
   );
 
   const times = [];
@@ -48,7 +61,10 @@ export function renderLive(ctx, slot, campaign) {
       height: 260,
       scales: { x: { time: true }, y: { range: (_u, _min, max) => [0, Math.max(1, max)] } },
       axes: [{ stroke: "#1b1530" }, { stroke: "#1b1530", size: 60 }],
-      series: [{}, { label: "Codes left", stroke: "#b0175f", width: 2, fill: "rgba(176, 23, 95, 0.12)" }],
+      series: [
+        {},
+        { label: "Codes left", stroke: "#b0175f", width: 2, fill: "rgba(176, 23, 95, 0.12)" },
+      ],
       legend: { show: false },
       cursor: { show: false },
     },
@@ -85,23 +101,30 @@ export function renderLive(ctx, slot, campaign) {
     // Without a waiting room nobody queues, and nobody is admitted: shoppers claim at once.
     values.queue.textContent = fmt.count(live.queue_depth ?? 0);
     values.admitted.textContent =
-      live.admitted_per_second == null ? "–" : String(Math.round(live.admitted_per_second * 10) / 10);
+      live.admitted_per_second == null
+        ? "–"
+        : String(Math.round(live.admitted_per_second * 10) / 10);
     values["per-minute"].textContent = fmt.count(live.claims_per_minute);
-    values["sell-out"].textContent = live.remaining === 0 ? "Sold out" : fmt.duration(live.seconds_to_sell_out);
+    values["sell-out"].textContent =
+      live.remaining === 0 ? "Sold out" : fmt.duration(live.seconds_to_sell_out);
     merge(live);
     plot.setData([times, remaining]);
     if (remaining.length) {
-      chart.setAttribute("aria-label",
+      chart.setAttribute(
+        "aria-label",
         `Codes left over time: ${fmt.count(remaining[0])} at ${fmt.exactTime(new Date(times[0] * 1000).toISOString())}, ` +
-          `${fmt.count(remaining.at(-1))} now.`);
+          `${fmt.count(remaining.at(-1))} now.`,
+      );
     }
   }
 
   /** The API's series (a point a minute over the last hour), then a point every refresh;
    * the oldest points dropped. */
   function merge(live) {
-    const points = [...live.series.map((p) => [Date.parse(p.minute) / 1000, p.remaining]),
-      [Date.parse(live.at) / 1000, live.remaining]];
+    const points = [
+      ...live.series.map((p) => [Date.parse(p.minute) / 1000, p.remaining]),
+      [Date.parse(live.at) / 1000, live.remaining],
+    ];
     for (const [t, value] of points) {
       if (!Number.isFinite(t) || value == null) continue;
       if (times.length && t <= times.at(-1)) continue;
@@ -124,5 +147,8 @@ export function renderLive(ctx, slot, campaign) {
 }
 
 function chartWidth(element) {
-  return Math.max(260, Math.floor(element.getBoundingClientRect().width || element.parentElement.clientWidth - 40));
+  return Math.max(
+    260,
+    Math.floor(element.getBoundingClientRect().width || element.parentElement.clientWidth - 40),
+  );
 }

@@ -69,8 +69,11 @@ export async function uploadFile({ url, file, put, onProgress, resume = false, w
       const start = offset;
       const end = Math.min(start + CHUNK_BYTES, total);
       onProgress(total ? start / total : 0);
-      answer = await put(url, file.slice(start, end), `bytes ${start}-${end - 1}/${total}`, (sent) =>
-        onProgress((start + sent) / total),
+      answer = await put(
+        url,
+        file.slice(start, end),
+        `bytes ${start}-${end - 1}/${total}`,
+        (sent) => onProgress((start + sent) / total),
       );
       if (TRANSIENT.has(answer.status)) throw new NoAnswer();
     } catch (error) {

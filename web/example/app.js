@@ -27,7 +27,8 @@ const MESSAGES = {
   not_started: () => "The sale has not started yet. Your button unlocks when it opens.",
   ready: () => "The sale is on. Get your code while they last.",
   paused: () => "The sale is paused for a moment.",
-  claiming: () => (phone?.open ? "Sign in with your phone number to get your code." : "Getting your code…"),
+  claiming: () =>
+    phone?.open ? "Sign in with your phone number to get your code." : "Getting your code…",
   waiting: () => "The sale is busy right now: you have a place in line.",
   claimed: () => "You got it! Here is your code.",
   sold_out: () => "Sold out.",
@@ -118,7 +119,9 @@ let keeper = null; // keeping the code on another device, once the page is confi
 function needsPhone(campaign) {
   if (!campaign) return false;
   const providers = campaign.allowed_sign_in_providers;
-  return campaign.identity === "phone" || (Array.isArray(providers) && !providers.includes("anonymous"));
+  return (
+    campaign.identity === "phone" || (Array.isArray(providers) && !providers.includes("anonymous"))
+  );
 }
 
 function render(state) {
@@ -133,7 +136,10 @@ function render(state) {
     setText($("#limit"), describeLimit(campaign));
     document.title = `${campaign.title} – get your code`;
     const opens = new Date(campaign.starts_at);
-    setText($("#starts-at"), `Opens ${opens.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" })}`);
+    setText(
+      $("#starts-at"),
+      `Opens ${opens.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" })}`,
+    );
   }
   if (state.remaining != null) {
     const remaining = $('[data-testid="remaining"]');
@@ -142,7 +148,8 @@ function render(state) {
     remaining.parentElement.classList.toggle("low", state.remaining > 0 && state.remaining <= 10);
   }
   if (status === "not_started") renderCountdown(state.startsInMs);
-  if (status === "waiting") setText($("#estimate"), describeWait(state.waiting?.estimatedWaitSeconds));
+  if (status === "waiting")
+    setText($("#estimate"), describeWait(state.waiting?.estimatedWaitSeconds));
   if (status === "claimed") {
     setText($("#code"), state.code);
     renderValidity(state.claim);
@@ -177,7 +184,10 @@ function renderFairDrop(state) {
   $("#entry").hidden = !entry;
   if (!entry) return;
   setText($("#entry-id"), entry.entryId);
-  setText($("#place"), entry.place == null ? "drawn at the start" : `#${numbers.format(entry.place)}`);
+  setText(
+    $("#place"),
+    entry.place == null ? "drawn at the start" : `#${numbers.format(entry.place)}`,
+  );
   // After the start, ask for the drawn place (joining again answers it) every 2 s until it
   // comes: on a timer, since nothing else may render again (the code can come first).
   const started = Date.now() >= Date.parse(campaign.starts_at);
@@ -185,7 +195,10 @@ function renderFairDrop(state) {
     entryAsk = setTimeout(() => {
       entryAsk = null;
       // Answered: the state changes and renders again; not drawn yet: ask once more.
-      client.join().then(() => render(client.state), () => render(client.state));
+      client.join().then(
+        () => render(client.state),
+        () => render(client.state),
+      );
     }, 2000);
   }
 }
@@ -246,7 +259,8 @@ async function main_() {
   const drop = createCodedrop({
     apiBase: config.apiBase,
     campaignId,
-    getIdToken: (forceRefresh) => shopper.getIdToken(forceRefresh, { phone: needsPhone(campaign()) }),
+    getIdToken: (forceRefresh) =>
+      shopper.getIdToken(forceRefresh, { phone: needsPhone(campaign()) }),
     signIn: () => (needsPhone(campaign()) ? phone.signIn() : shopper.signIn()),
     getAppCheckToken: shopper.getAppCheckToken,
     refreshIntervalMs: config.refreshIntervalMs ?? 5000,

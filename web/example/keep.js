@@ -29,7 +29,8 @@ const MESSAGES = {
   "auth/invalid-action-code": "That link has been used or has expired: ask for a new one.",
   "auth/expired-action-code": "That link has expired: ask for a new one.",
   ...PHONE_MESSAGES,
-  "auth/credential-already-in-use": "That number already keeps another code: sign in with it on a new page instead.",
+  "auth/credential-already-in-use":
+    "That number already keeps another code: sign in with it on a new page instead.",
   "auth/provider-already-linked": "Your code is already saved to a phone number.",
 };
 
@@ -101,7 +102,10 @@ export function createKeeper(auth) {
       try {
         await linkWithCredential(user, EmailAuthProvider.credentialWithLink(email, link));
       } catch (failure) {
-        if (failure?.code !== "auth/email-already-in-use" && failure?.code !== "auth/credential-already-in-use") {
+        if (
+          failure?.code !== "auth/email-already-in-use" &&
+          failure?.code !== "auth/credential-already-in-use"
+        ) {
           throw failure;
         }
         // The address has an account of its own: the shopper becomes that account (and sees

@@ -5,7 +5,8 @@ import { whileSending } from "./forms.js";
 
 // keep.js, which links a number to an anonymous account, says the same.
 export const PHONE_MESSAGES = {
-  "auth/invalid-phone-number": "That phone number does not look right: start with + and your country code.",
+  "auth/invalid-phone-number":
+    "That phone number does not look right: start with + and your country code.",
   "auth/missing-phone-number": "Enter your phone number.",
   "auth/invalid-verification-code": "That code is not the one we sent. Check it and try again.",
   "auth/missing-verification-code": "Enter the code from the text message.",

@@ -4,7 +4,13 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 
-import { createCodedrop, memoryStorage, parseRetryAfter, STATUSES, tokenUserId } from "../codedrop.js";
+import {
+  createCodedrop,
+  memoryStorage,
+  parseRetryAfter,
+  STATUSES,
+  tokenUserId,
+} from "../codedrop.js";
 import {
   API,
   CAMPAIGN,
@@ -44,6 +50,15 @@ function client(api, overrides = {}) {
 const CLAIMS = "POST /claims";
 const ME = "GET /claims/me";
 const NOT_HELD = apiError(404, "CLAIM_NOT_FOUND");
+
+/** A campaign read as open, then `status` (after the claim's 409), then open again. */
+function reopening(status) {
+  return new FakeApi({
+    GET: [json(200, campaign()), json(200, campaign({ status })), json(200, campaign())],
+    [ME]: NOT_HELD,
+    [CLAIMS]: [apiError(409, "CAMPAIGN_NOT_ACTIVE"), json(201, claimBody())],
+  });
+}
 
 /** The API of a campaign on sale to a shopper holding no code, its claims answered `claims`. */
 function claimApi(claims) {
@@ -107,7 +122,12 @@ describe("loading the campaign", () => {
     assert.equal(state.status, "error");
     assert.deepEqual(
       { ...state.error },
-      { code: "CAMPAIGN_NOT_FOUND", message: "CAMPAIGN_NOT_FOUND (test)", status: 404, retryable: false },
+      {
+        code: "CAMPAIGN_NOT_FOUND",
+        message: "CAMPAIGN_NOT_FOUND (test)",
+        status: 404,
+        retryable: false,
+      },
     );
     assert.equal(api.sent("GET").length, 1);
   });
@@ -253,7 +273,11 @@ describe("retries", () => {
 
   it("the backoff window is capped", async () => {
     const api = claimApi([...Array(6).fill(NETWORK_DOWN), json(201, claimBody())]);
-    const { drop, clock } = client(api, { random: fixedRandom(0.5), maxRetries: 10, backoffMaxMs: 3000 });
+    const { drop, clock } = client(api, {
+      random: fixedRandom(0.5),
+      maxRetries: 10,
+      backoffMaxMs: 3000,
+    });
     await drop.claim();
     drop.stop();
     assert.deepEqual(clock.sleeps, [250, 500, 1000, 1500, 1500, 1500]);
@@ -303,8 +327,18 @@ describe("retries", () => {
 describe("the waiting room", () => {
   it("429 WAITING_ROOM: waits as told, shows the estimate, resends the ticket and the key", async () => {
     const api = claimApi([
-      apiError(429, "WAITING_ROOM", { ticket: "T1", retry_after_ms: 700, estimated_wait_seconds: 12.5 }, { "Retry-After": "1" }),
-      apiError(429, "WAITING_ROOM", { ticket: "T1", retry_after_ms: 900, estimated_wait_seconds: 3 }, { "Retry-After": "1" }),
+      apiError(
+        429,
+        "WAITING_ROOM",
+        { ticket: "T1", retry_after_ms: 700, estimated_wait_seconds: 12.5 },
+        { "Retry-After": "1" },
+      ),
+      apiError(
+        429,
+        "WAITING_ROOM",
+        { ticket: "T1", retry_after_ms: 900, estimated_wait_seconds: 3 },
+        { "Retry-After": "1" },
+      ),
       json(201, claimBody()),
     ]);
     const { drop, clock, seen } = client(api);
@@ -330,7 +364,10 @@ describe("the waiting room", () => {
   });
 
   it("without retry_after_ms it honours Retry-After, with a little jitter", async () => {
-    const api = claimApi([apiError(429, "WAITING_ROOM", { ticket: "T1" }, { "Retry-After": "2" }), json(201, claimBody())]);
+    const api = claimApi([
+      apiError(429, "WAITING_ROOM", { ticket: "T1" }, { "Retry-After": "2" }),
+      json(201, claimBody()),
+    ]);
     const { drop, clock } = client(api);
     await drop.claim();
     drop.stop();
@@ -338,7 +375,11 @@ describe("the waiting room", () => {
   });
 
   it("the waiting room never runs out of retries", async () => {
-    const wait = apiError(429, "WAITING_ROOM", { ticket: "T1", retry_after_ms: 500, estimated_wait_seconds: 60 });
+    const wait = apiError(429, "WAITING_ROOM", {
+      ticket: "T1",
+      retry_after_ms: 500,
+      estimated_wait_seconds: 60,
+    });
     const api = claimApi([...Array(20).fill(wait), json(201, claimBody())]);
     const { drop } = client(api, { maxRetries: 2 });
     const state = await drop.claim();
@@ -392,11 +433,7 @@ describe("answers that end the claim", () => {
   });
 
   it("409 on a paused sale waits for it to resume, then claims with the same key", async () => {
-    const api = new FakeApi({
-      GET: [json(200, campaign()), json(200, campaign({ status: "paused" })), json(200, campaign())],
-      [ME]: NOT_HELD,
-      [CLAIMS]: [apiError(409, "CAMPAIGN_NOT_ACTIVE"), json(201, claimBody())],
-    });
+    const api = reopening("paused");
     const { drop } = client(api, { refreshIntervalMs: 5000 });
     await drop.start();
     const paused = await drop.claim();
@@ -409,11 +446,7 @@ describe("answers that end the claim", () => {
 
   it("409 before the sale opens (our clock is ahead): counts down, then claims with the same key", async () => {
     const clock = new FakeClock(Date.parse("2030-03-01T09:59:58Z"));
-    const api = new FakeApi({
-      GET: [json(200, campaign()), json(200, campaign({ status: "scheduled" })), json(200, campaign())],
-      [ME]: NOT_HELD,
-      [CLAIMS]: [apiError(409, "CAMPAIGN_NOT_ACTIVE"), json(201, claimBody())],
-    });
+    const api = reopening("scheduled");
     const { drop, statuses } = client(api, { clock });
     await drop.start();
     assert.equal((await drop.claim()).status, "not_started");
@@ -476,7 +509,10 @@ describe("answers that end the claim", () => {
       const api = claimApi(apiError(status, code));
       const { drop } = client(api);
       const state = await drop.claim();
-      assert.deepEqual({ ...state.error }, { code, message: `${code} (test)`, status, retryable: false });
+      assert.deepEqual(
+        { ...state.error },
+        { code, message: `${code} (test)`, status, retryable: false },
+      );
       await drop.claim();
       drop.stop();
       const keys = keysOf(api);
@@ -509,7 +545,9 @@ describe("reloads", () => {
   it("a shopper who holds a code sees it again (claims/me), and nothing is claimed", async () => {
     const api = new FakeApi({
       GET: json(200, campaign({ status: "sold_out", remaining: 0 })),
-      [ME]: json(200, { claims: [{ claim_id: "c1", code: "SPRING-0042", claimed_at: "2030-03-01T10:00:05Z" }] }),
+      [ME]: json(200, {
+        claims: [{ claim_id: "c1", code: "SPRING-0042", claimed_at: "2030-03-01T10:00:05Z" }],
+      }),
     });
     const { drop } = client(api);
     const state = await drop.start();
@@ -522,7 +560,13 @@ describe("reloads", () => {
 
   it("a claim cut short in the waiting room resumes with its key and ticket", async () => {
     const storage = memoryStorage();
-    const api = claimApi(apiError(429, "WAITING_ROOM", { ticket: "PLACE-17", retry_after_ms: 800, estimated_wait_seconds: 40 }));
+    const api = claimApi(
+      apiError(429, "WAITING_ROOM", {
+        ticket: "PLACE-17",
+        retry_after_ms: 800,
+        estimated_wait_seconds: 40,
+      }),
+    );
     const before = client(api, { storage });
     await before.drop.start();
     before.drop.claim();
@@ -549,7 +593,12 @@ describe("reloads", () => {
     before.drop.stop();
     assert.equal(storage.getItem(`codedrop:v1:${CAMPAIGN}:alice`) !== null, true);
 
-    api.on(ME, json(200, { claims: [{ claim_id: "c1", code: "SPRING-0100", claimed_at: "2030-03-01T10:00:05Z" }] }));
+    api.on(
+      ME,
+      json(200, {
+        claims: [{ claim_id: "c1", code: "SPRING-0100", claimed_at: "2030-03-01T10:00:05Z" }],
+      }),
+    );
     const after = client(api, { storage });
     const state = await after.drop.start();
     after.drop.stop();
@@ -579,7 +628,11 @@ describe("reloads", () => {
     const storage = memoryStorage();
     const api = claimApi(NETWORK_DOWN);
     for (const user of ["alice", "bob"]) {
-      const { drop } = client(api, { storage, maxRetries: 0, getIdToken: async () => idToken(user) });
+      const { drop } = client(api, {
+        storage,
+        maxRetries: 0,
+        getIdToken: async () => idToken(user),
+      });
       await drop.claim();
       drop.stop();
     }
@@ -610,7 +663,10 @@ describe("the countdown", () => {
   it("if the server's clock is behind, it asks again until the sale is open", async () => {
     const clock = new FakeClock(Date.parse("2030-03-01T09:59:59Z"));
     const scheduled = json(200, campaign({ status: "scheduled" }));
-    const api = new FakeApi({ GET: [scheduled, scheduled, scheduled, json(200, campaign())], [ME]: NOT_HELD });
+    const api = new FakeApi({
+      GET: [scheduled, scheduled, scheduled, json(200, campaign())],
+      [ME]: NOT_HELD,
+    });
     const { drop } = client(api, { clock });
     await drop.start();
     await until(() => drop.state.status === "ready", "the sale to open");
@@ -633,7 +689,11 @@ describe("the countdown", () => {
 
   it("refreshes the stock while the shopper looks", async () => {
     const api = new FakeApi({
-      GET: [json(200, campaign({ remaining: 5 })), json(200, campaign({ remaining: 3 })), json(200, campaign({ status: "sold_out", remaining: 0 }))],
+      GET: [
+        json(200, campaign({ remaining: 5 })),
+        json(200, campaign({ remaining: 3 })),
+        json(200, campaign({ status: "sold_out", remaining: 0 })),
+      ],
       [ME]: NOT_HELD,
     });
     const { drop, seen } = client(api, { refreshIntervalMs: 5000 });
@@ -663,10 +723,18 @@ describe("helpers", () => {
   });
 
   it("exports every status", () => {
-    assert.deepEqual(
-      [...STATUSES].sort(),
-      ["claimed", "claiming", "ended", "error", "loading", "not_started", "paused", "ready", "sold_out", "waiting"],
-    );
+    assert.deepEqual([...STATUSES].sort(), [
+      "claimed",
+      "claiming",
+      "ended",
+      "error",
+      "loading",
+      "not_started",
+      "paused",
+      "ready",
+      "sold_out",
+      "waiting",
+    ]);
   });
 
   it("refuses incomplete options", () => {
@@ -681,7 +749,10 @@ describe("a fair drop", () => {
 
   it("joins the pre-queue and keeps the entry; joining again answers the same one", async () => {
     const api = new FakeApi({
-      GET: json(200, campaign({ status: "scheduled", pre_queue_opens_at: "2030-03-01T09:00:00.000Z" })),
+      GET: json(
+        200,
+        campaign({ status: "scheduled", pre_queue_opens_at: "2030-03-01T09:00:00.000Z" }),
+      ),
       [ME]: NOT_HELD,
       [ENTRIES]: [json(201, { entry_id: "e1" }), json(200, { entry_id: "e1", place: null })],
     });
@@ -701,19 +772,34 @@ describe("a fair drop", () => {
     const api = new FakeApi({
       GET: json(200, campaign()),
       [ME]: NOT_HELD,
-      [ENTRIES]: apiError(409, "CAMPAIGN_NOT_ACTIVE", { error_message: "The pre-queue closed at the start." }),
+      [ENTRIES]: apiError(409, "CAMPAIGN_NOT_ACTIVE", {
+        error_message: "The pre-queue closed at the start.",
+      }),
     });
     const { drop } = client(api);
     await drop.start();
-    await assert.rejects(drop.join(), (error) => error.code === "CAMPAIGN_NOT_ACTIVE" && error.status === 409);
+    await assert.rejects(
+      drop.join(),
+      (error) => error.code === "CAMPAIGN_NOT_ACTIVE" && error.status === 409,
+    );
     drop.stop();
     assert.equal(drop.state.entry, null);
   });
 
   it("shows the entry's drawn place while waiting, a null ticket keeps none", async () => {
     const api = claimApi([
-      apiError(429, "WAITING_ROOM", { ticket: null, retry_after_ms: 1000, estimated_wait_seconds: null }),
-      apiError(429, "WAITING_ROOM", { ticket: "T1", retry_after_ms: 500, estimated_wait_seconds: 4, entry_id: "e1", place: 7 }),
+      apiError(429, "WAITING_ROOM", {
+        ticket: null,
+        retry_after_ms: 1000,
+        estimated_wait_seconds: null,
+      }),
+      apiError(429, "WAITING_ROOM", {
+        ticket: "T1",
+        retry_after_ms: 500,
+        estimated_wait_seconds: 4,
+        entry_id: "e1",
+        place: 7,
+      }),
       json(201, claimBody()),
     ]);
     const { drop, seen } = client(api);

@@ -75,7 +75,8 @@ export class FakeApi {
     let answer = script.length > 1 ? script.shift() : script[0];
     if (typeof answer === "function") answer = answer(request);
     if (answer === NETWORK_DOWN) throw new TypeError("Failed to fetch");
-    const text = typeof answer.body === "string" ? answer.body : JSON.stringify(answer.body ?? null);
+    const text =
+      typeof answer.body === "string" ? answer.body : JSON.stringify(answer.body ?? null);
     return new Response(answer.status === 204 ? null : text, {
       status: answer.status,
       headers: { "Content-Type": "application/json", ...answer.headers },

@@ -52,6 +52,11 @@ function file(size) {
 
 const noWait = async () => {};
 
+/** uploadFile with what these tests share: session URL "u", no progress shown, no waiting. */
+function upload(sent, put, options = {}) {
+  return uploadFile({ url: "u", file: sent, put, onProgress: () => {}, wait: noWait, ...options });
+}
+
 describe("committedBytes", () => {
   it("reads a 308's Range, and none as nothing persisted", () => {
     assert.equal(committedBytes("bytes=0-1048575"), 1048576);
@@ -65,7 +70,7 @@ describe("uploadFile", () => {
     const fake = session();
     const sent = file(2 * CHUNK_BYTES + 10);
     const progress = [];
-    await uploadFile({ url: "u", file: sent, put: fake.put, onProgress: (f) => progress.push(f), wait: noWait });
+    await upload(sent, fake.put, { onProgress: (f) => progress.push(f) });
     assert.equal(CHUNK_BYTES % (256 * 1024), 0);
     assert.deepEqual(fake.puts, [
       `bytes 0-${CHUNK_BYTES - 1}/${sent.size}`,
@@ -80,7 +85,7 @@ describe("uploadFile", () => {
     const fake = session({ drop: (n) => n === 2 });
     const sent = file(3 * CHUNK_BYTES);
     const waits = [];
-    await uploadFile({ url: "u", file: sent, put: fake.put, onProgress: () => {}, wait: async (ms) => waits.push(ms) });
+    await upload(sent, fake.put, { wait: async (ms) => waits.push(ms) });
     assert.deepEqual(fake.puts, [
       `bytes 0-${CHUNK_BYTES - 1}/${sent.size}`,
       `bytes ${CHUNK_BYTES}-${2 * CHUNK_BYTES - 1}/${sent.size}`, // lost
@@ -101,14 +106,14 @@ describe("uploadFile", () => {
       offline = true; // the connection drops after the first chunk
       return answer;
     };
-    const stopped = await uploadFile({ url: "u", file: sent, put, onProgress: () => {}, wait: noWait }).catch((e) => e);
+    const stopped = await upload(sent, put).catch((e) => e);
     assert.ok(stopped instanceof UploadInterrupted);
     assert.equal(stopped.sent, CHUNK_BYTES);
     assert.equal(stopped.total, sent.size);
 
     offline = false;
     const before = fake.puts.length;
-    await uploadFile({ url: "u", file: sent, put: fake.put, resume: true, onProgress: () => {}, wait: noWait });
+    await upload(sent, fake.put, { resume: true });
     assert.deepEqual(fake.puts.slice(before), [
       `bytes */${sent.size}`,
       `bytes ${CHUNK_BYTES}-${2 * CHUNK_BYTES - 1}/${sent.size}`,
@@ -120,29 +125,26 @@ describe("uploadFile", () => {
   it("resumes from the first byte when nothing was persisted (a 308 without Range)", async () => {
     const fake = session();
     const sent = file(10);
-    await uploadFile({ url: "u", file: sent, put: fake.put, resume: true, onProgress: () => {}, wait: noWait });
+    await upload(sent, fake.put, { resume: true });
     assert.deepEqual(fake.puts, [`bytes */10`, `bytes 0-9/10`]);
   });
 
   it("resuming an upload that had finished sends nothing more", async () => {
     const fake = session();
     const sent = file(10);
-    await uploadFile({ url: "u", file: sent, put: fake.put, onProgress: () => {}, wait: noWait });
-    await uploadFile({ url: "u", file: sent, put: fake.put, resume: true, onProgress: () => {}, wait: noWait });
+    await upload(sent, fake.put);
+    await upload(sent, fake.put, { resume: true });
     assert.deepEqual(fake.puts, [`bytes 0-9/10`, `bytes */10`]);
   });
 
   it("an expired session is said as such, for a new one to be opened", async () => {
     const fake = session({ gone: true });
-    await assert.rejects(
-      uploadFile({ url: "u", file: file(10), put: fake.put, resume: true, onProgress: () => {}, wait: noWait }),
-      UploadSessionGone,
-    );
+    await assert.rejects(upload(file(10), fake.put, { resume: true }), UploadSessionGone);
   });
 
   it("an empty file is finished by asking the session", async () => {
     const fake = session();
-    await uploadFile({ url: "u", file: file(0), put: fake.put, onProgress: () => {}, wait: noWait });
+    await upload(file(0), fake.put);
     assert.deepEqual(fake.puts, [`bytes */0`]);
   });
 });
