@@ -21,7 +21,7 @@ from pydantic import TypeAdapter
 
 import shared.errors
 import shared.events.models
-import shared.http.routing
+import shared.http.responses
 from scripts.localstack import config as localstack
 from scripts.tools import generated
 from shared.http import admin, claim_api, maintenance_api, openapi
@@ -118,7 +118,7 @@ def render_errors() -> str:
                 for code in schema["properties"]["error_code"]["enum"]:
                     routes = answered.setdefault(code, {}).setdefault(int(status), [])
                     routes.append((name, f"`{method.upper()} {path}`"))
-    framework = {cls.error_code: shared.http.routing.status_for(cls()) for cls in _FRAMEWORK_ERRORS}
+    framework = {cls.error_code: shared.http.responses.status_of(cls) for cls in _FRAMEWORK_ERRORS}
     for code, status in framework.items():
         answered.setdefault(code, {}).setdefault(status, [])
     meanings = _error_meanings()
