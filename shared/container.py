@@ -14,7 +14,6 @@ from functools import lru_cache
 from typing import Any, Generic, TypeVar, overload
 
 from google.cloud import firestore
-from google.cloud.storage import Client as StorageClient
 
 from shared.assignments.service import AssignmentService
 from shared.claims.engine import ClaimEngine
@@ -36,6 +35,7 @@ from shared.gcp import pubsub as gcp_pubsub
 from shared.gcp import storage as gcp_storage
 from shared.gcp.app_check import AppCheckVerifier
 from shared.gcp.firebase import Revocations
+from shared.gcp.storage import StorageClient
 from shared.intake.service import IntakeService
 from shared.maintenance.sweep import Sweeper
 from shared.ratelimit.service import GuessLimiter

@@ -13,10 +13,9 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import TextIO
 
-from google.cloud.storage import Client as StorageClient
-
 from shared.assignments.recipients import RecipientRow, result_cell
 from shared.gcp import storage as storage_objects
+from shared.gcp.storage import StorageClient
 
 log = logging.getLogger(__name__)
 

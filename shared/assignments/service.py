@@ -25,7 +25,6 @@ from datetime import datetime
 
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
-from google.cloud.storage import Client as StorageClient
 
 from shared.assignments.assigner import BulkAssigner, EventSink, Outcome, RowOutcome
 from shared.assignments.recipients import MissingRecipientColumn, RecipientReader
@@ -36,6 +35,7 @@ from shared.campaigns.models import CampaignStatus
 from shared.claims.identity import EmailCanonicalization, IdentityKind
 from shared.coupons import store as coupon_store
 from shared.gcp import storage as storage_objects
+from shared.gcp.storage import StorageClient
 from shared.intake import jobs as job_store
 from shared.intake.csv_rows import InvalidRow
 from shared.intake.models import (

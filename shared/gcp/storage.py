@@ -12,6 +12,8 @@ from typing import Any, TextIO
 from google.api_core import exceptions as gexc
 from google.cloud.storage import Client as StorageClient
 
+__all__ = ["StorageClient"]
+
 READ_CHUNK_BYTES = 1 << 20
 # What a streamed upload holds in memory before sending it (a multiple of 256 KiB; the library's
 # default is 40 MiB, which would make a writer's memory grow with the file up to that size).

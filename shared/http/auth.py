@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-import logging
-import threading
 from dataclasses import dataclass
 from typing import Any
 
-from firebase_admin import auth as firebase_auth
-
 from shared.claims.policy import Shopper
 from shared.errors import Unauthenticated
-from shared.gcp.firebase import Revocations, firebase_app
+from shared.gcp.firebase import Revocations, verify_id_token
 from shared.settings import Settings
-
-log = logging.getLogger(__name__)
-
-_app_lock = threading.Lock()
-_APP_NAME = "codedrop"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,17 +55,7 @@ def authenticate(
     projects, see Settings) firebase-admin accepts the Auth emulator's unsigned tokens. With
     `revocations` (admin and redeemer routes), a token of a disabled, deleted or signed-out
     account is refused too."""
-    token = bearer_token(authorization)
-    try:
-        claims = firebase_auth.verify_id_token(token, app=firebase_app(settings.project_id))
-    except (ValueError, firebase_auth.InvalidIdTokenError) as exc:
-        # The library's reason may quote the token and its claims: logged (cut short), never
-        # answered.
-        log.info("ID token refused", extra={"reason": str(exc)[:200]})
-        raise Unauthenticated("The ID token is invalid or expired.") from exc
-    except firebase_auth.CertificateFetchError as exc:
-        # Google's public keys could not be fetched: not the shopper's fault, but no identity.
-        raise Unauthenticated("ID token could not be verified right now.") from exc
+    claims = verify_id_token(bearer_token(authorization), project_id=settings.project_id)
     user_id = claims.get("uid") or claims.get("sub")
     if not isinstance(user_id, str) or not user_id:
         raise Unauthenticated("ID token has no subject.")

@@ -13,13 +13,13 @@ from typing import Any, ClassVar
 
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
-from google.cloud.storage import Client as StorageClient
 
 from shared.audit import store as audit_store
 from shared.audit.models import AuditEntry
 from shared.errors import JobNotFound
 from shared.gcp import storage as storage_objects
 from shared.gcp.firestore import jobs_collection
+from shared.gcp.storage import StorageClient
 from shared.intake.models import JobKind, JobRecord, JobState
 from shared.ratelimit.pacing import Ramp, Unlimited, WriteLimiter
 from shared.settings import Settings

@@ -9,9 +9,8 @@ import csv
 import threading
 from typing import TextIO
 
-from google.cloud.storage import Client as StorageClient
-
 from shared.gcp import storage as storage_objects
+from shared.gcp.storage import StorageClient
 from shared.intake.csv_rows import FORMULA_PREFIXES, report_value, spreadsheet_safe
 
 COLUMNS = ("line", "reason", "value")
